@@ -1,0 +1,190 @@
+/*
+ * gradswitch wire format, version 1.
+ *
+ * The single definition of the bytes exchanged between workers and the switch.
+ * docs/protocol.md is its specification; the two change together.
+ *
+ * A gradswitch datagram is a UDP payload: a 32-byte header followed by `count`
+ * elements. Header fields are big-endian (network byte order); elements are
+ * little-endian. This header is C99 and C++ compatible and has no dependencies
+ * beyond <stdint.h>.
+ */
+#ifndef GRADSWITCH_WIRE_H
+#define GRADSWITCH_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#define GS_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define GS_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
+#define GS_MAGIC 0x4753u /* "GS" */
+#define GS_VERSION 1u
+#define GS_HEADER_BYTES 32u
+
+/* IPv4 (20) + UDP (8) + gradswitch header (32). */
+#define GS_IPV4_UDP_OVERHEAD 28u
+#define GS_DEFAULT_MTU 1500u
+#define GS_MAX_MTU 9000u
+#define GS_DEFAULT_PAYLOAD_BYTES (GS_DEFAULT_MTU - GS_IPV4_UDP_OVERHEAD - GS_HEADER_BYTES) /* 1440 */
+#define GS_MAX_PAYLOAD_BYTES (GS_MAX_MTU - GS_IPV4_UDP_OVERHEAD - GS_HEADER_BYTES)         /* 8940 */
+
+/* Largest world size: a slot's contributor bitmap is one 64-bit word. */
+#define GS_MAX_WORLD 64u
+/* `rank` of a result sent to every worker of the job. */
+#define GS_RANK_ALL 0xFFFFu
+/* `next_exp`/`scale_exp` meaning "no exponent" (all-zero block, or not fixed32). */
+#define GS_EXP_NONE (-128)
+
+enum gs_msg_type {
+  GS_MSG_DATA = 1,   /* worker -> switch: a contribution to one slot version */
+  GS_MSG_RESULT = 2, /* switch -> worker(s): the completed slot version */
+  GS_MSG_ABORT = 3,  /* switch -> worker: the job was aborted; see gs_abort_reason */
+};
+
+enum gs_elem_type {
+  GS_ELEM_INT32 = 1,    /* two's complement, wrapping sum */
+  GS_ELEM_FLOAT32 = 2,  /* IEEE 754 binary32, summed in fp32 */
+  GS_ELEM_FIXED32 = 3,  /* int32 fixed point, scale 2^-S agreed per chunk (docs/protocol.md) */
+  GS_ELEM_FLOAT16 = 4,  /* IEEE 754 binary16, summed in fp32, rounded to nearest even */
+  GS_ELEM_BFLOAT16 = 5, /* bfloat16, summed in fp32, rounded to nearest even */
+};
+
+enum gs_flags {
+  GS_FLAG_VERSION = 0x01, /* slot version (0 or 1) */
+  GS_FLAG_RETX = 0x02,    /* DATA: the worker is retransmitting (informational) */
+  GS_FLAG_UNICAST = 0x04, /* RESULT: answer to a retransmission, sent to one worker */
+};
+
+enum gs_abort_reason {
+  GS_ABORT_RANK_LEFT = 1,    /* `rank` disconnected from the control plane mid-job */
+  GS_ABORT_IDLE = 2,         /* the job was idle past the switch's idle timeout */
+  GS_ABORT_SHUTDOWN = 3,     /* the switch is stopping */
+  GS_ABORT_OPERATOR = 4,     /* ended through the control plane */
+};
+
+/*
+ * Header layout. All multi-byte fields big-endian.
+ *
+ *  off size field
+ *    0   2  magic      GS_MAGIC
+ *    2   1  version    GS_VERSION
+ *    3   1  type       gs_msg_type
+ *    4   4  job_id     from the control plane
+ *    8   4  key        per-job random key from the control plane
+ *   12   2  rank       DATA: sender; RESULT: GS_RANK_ALL or the receiver; ABORT: rank at fault or GS_RANK_ALL
+ *   14   2  slot       slot index within the job's pool
+ *   16   1  flags      gs_flags
+ *   17   1  elem_type  gs_elem_type
+ *   18   2  count      elements in the payload
+ *   20   4  seq        sequence number of the allreduce in the job (wraps)
+ *   24   4  offset     index of the first element of this chunk in the tensor
+ *   28   1  next_exp   int8: fixed32 block exponent (DATA: sender's, RESULT: maximum); ABORT: reason
+ *   29   1  scale_exp  int8: fixed32 exponent this payload was quantised with
+ *   30   2  reserved   sent as 0, ignored on receipt
+ */
+struct gs_header {
+  uint16_t magic;
+  uint8_t version;
+  uint8_t type;
+  uint32_t job_id;
+  uint32_t key;
+  uint16_t rank;
+  uint16_t slot;
+  uint8_t flags;
+  uint8_t elem_type;
+  uint16_t count;
+  uint32_t seq;
+  uint32_t offset;
+  int8_t next_exp;
+  int8_t scale_exp;
+  uint16_t reserved;
+};
+
+GS_STATIC_ASSERT(sizeof(struct gs_header) == GS_HEADER_BYTES, "gradswitch header must be 32 bytes");
+GS_STATIC_ASSERT(offsetof(struct gs_header, job_id) == 4, "job_id offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, key) == 8, "key offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, rank) == 12, "rank offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, slot) == 14, "slot offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, flags) == 16, "flags offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, elem_type) == 17, "elem_type offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, count) == 18, "count offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, seq) == 20, "seq offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, offset) == 24, "offset offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, next_exp) == 28, "next_exp offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, scale_exp) == 29, "scale_exp offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, reserved) == 30, "reserved offset");
+GS_STATIC_ASSERT(GS_DEFAULT_PAYLOAD_BYTES >= 1400, "default payload must carry at least 1400 bytes");
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "gradswitch elements are little-endian on the wire; this host is not (add byte swaps first)"
+#endif
+
+static inline uint16_t gs_bswap16(uint16_t v) { return (uint16_t)((v >> 8) | (v << 8)); }
+static inline uint32_t gs_bswap32(uint32_t v) { return __builtin_bswap32(v); }
+
+/* Size in bytes of one element on the wire; 0 for an unknown type. */
+static inline size_t gs_elem_size(uint8_t elem_type) {
+  switch (elem_type) {
+    case GS_ELEM_INT32:
+    case GS_ELEM_FLOAT32:
+    case GS_ELEM_FIXED32:
+      return 4;
+    case GS_ELEM_FLOAT16:
+    case GS_ELEM_BFLOAT16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+static inline const char* gs_elem_name(uint8_t elem_type) {
+  switch (elem_type) {
+    case GS_ELEM_INT32: return "int32";
+    case GS_ELEM_FLOAT32: return "float32";
+    case GS_ELEM_FIXED32: return "fixed32";
+    case GS_ELEM_FLOAT16: return "float16";
+    case GS_ELEM_BFLOAT16: return "bfloat16";
+    default: return "unknown";
+  }
+}
+
+/* Decodes the header at `buf` into host byte order. The caller checks len >= GS_HEADER_BYTES. */
+static inline void gs_header_decode(const void* buf, struct gs_header* h) {
+  memcpy(h, buf, sizeof *h);
+  h->magic = gs_bswap16(h->magic);
+  h->job_id = gs_bswap32(h->job_id);
+  h->key = gs_bswap32(h->key);
+  h->rank = gs_bswap16(h->rank);
+  h->slot = gs_bswap16(h->slot);
+  h->count = gs_bswap16(h->count);
+  h->seq = gs_bswap32(h->seq);
+  h->offset = gs_bswap32(h->offset);
+  h->reserved = gs_bswap16(h->reserved);
+}
+
+/* Encodes a host-order header into the 32 bytes at `buf`. */
+static inline void gs_header_encode(const struct gs_header* h, void* buf) {
+  struct gs_header n = *h;
+  n.magic = gs_bswap16(n.magic);
+  n.job_id = gs_bswap32(n.job_id);
+  n.key = gs_bswap32(n.key);
+  n.rank = gs_bswap16(n.rank);
+  n.slot = gs_bswap16(n.slot);
+  n.count = gs_bswap16(n.count);
+  n.seq = gs_bswap32(n.seq);
+  n.offset = gs_bswap32(n.offset);
+  n.reserved = gs_bswap16(n.reserved);
+  memcpy(buf, &n, sizeof n);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRADSWITCH_WIRE_H */

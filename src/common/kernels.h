@@ -1,0 +1,46 @@
+// Element kernels: summation and conversion, in a scalar, an AVX2 and an AVX-512 variant.
+//
+// One table of function pointers per variant; `kernels()` picks the best one the CPU runs,
+// once, unless GRADSWITCH_SIMD=scalar|avx2|avx512 asks for a specific one. All variants give
+// bitwise identical results (tests/cpp/test_kernels.cpp checks it), so the choice only
+// changes speed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace gradswitch {
+
+struct Kernels {
+  const char* name;
+  // dst[i] += src[i]
+  void (*add_f32)(float* dst, const float* src, size_t n);
+  // dst[i] += src[i], two's complement wrap-around (no UB on overflow)
+  void (*add_i32)(int32_t* dst, const int32_t* src, size_t n);
+  // 16-bit floats: widen into / accumulate into fp32, narrow with round-to-nearest-even.
+  void (*f16_to_f32)(float* dst, const uint16_t* src, size_t n);
+  void (*add_f16_to_f32)(float* dst, const uint16_t* src, size_t n);
+  void (*f32_to_f16)(uint16_t* dst, const float* src, size_t n);
+  void (*bf16_to_f32)(float* dst, const uint16_t* src, size_t n);
+  void (*add_bf16_to_f32)(float* dst, const uint16_t* src, size_t n);
+  void (*f32_to_bf16)(uint16_t* dst, const float* src, size_t n);
+  // fixed32: dst[i] = round_to_nearest_even(src[i] * scale); dequantize: dst[i] = src[i] * scale.
+  void (*quantize)(int32_t* dst, const float* src, size_t n, float scale);
+  void (*dequantize)(float* dst, const int32_t* src, size_t n, float scale);
+  // max |src[i]|; NaN if any element is NaN, +inf if any is infinite.
+  float (*max_abs)(const float* src, size_t n);
+};
+
+// The variant in use (chosen at first call).
+const Kernels& kernels();
+// A named variant ("scalar", "avx2", "avx512"), or nullptr when unknown or not supported here.
+const Kernels* kernels_named(std::string_view name);
+
+// Scalar conversions, shared by the variants for their tails.
+uint16_t f32_to_f16_scalar(float f);
+float f16_to_f32_scalar(uint16_t h);
+uint16_t f32_to_bf16_scalar(float f);
+float bf16_to_f32_scalar(uint16_t h);
+
+}  // namespace gradswitch

@@ -1,0 +1,63 @@
+// Counters: one writer (the data thread that owns them), any number of readers.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace gradswitch {
+
+enum class DropReason : uint8_t {
+  kNone = 0,
+  kShortPacket,     // shorter than the 32-byte header
+  kBadMagic,
+  kBadVersion,
+  kBadType,         // not a DATA message
+  kUnknownJob,      // no live job with this id
+  kWrongKey,
+  kBadRank,         // rank >= world size
+  kSlotOutOfRange,
+  kWrongThread,     // slot owned by another thread: sent to the wrong data port
+  kBadElemType,
+  kBadLength,       // count disagrees with the datagram length, or exceeds the payload size
+  kStaleRound,      // a round other than the one the slot version holds
+  kInconsistent,    // count, type or scale differ from the round's first contribution
+  kJobAborted,      // answered with an ABORT message
+  kCount_
+};
+inline constexpr size_t kDropReasons = static_cast<size_t>(DropReason::kCount_);
+
+const char* drop_reason_name(DropReason r);
+
+struct CounterValues {
+  uint64_t pkts_in = 0, bytes_in = 0, pkts_out = 0, bytes_out = 0;
+  uint64_t completed = 0;       // slot rounds completed (results multicast)
+  uint64_t duplicates = 0;      // contributions already counted, ignored
+  uint64_t retx_answered = 0;   // retransmissions answered from the shadow copy
+  std::array<uint64_t, kDropReasons> drops{};
+  uint64_t drops_total() const {
+    uint64_t s = 0;
+    for (size_t i = 1; i < kDropReasons; ++i) s += drops[i];
+    return s;
+  }
+  CounterValues& operator+=(const CounterValues& o);
+  // "pkts_in=1 bytes_in=2 ... drop.wrong_key=0 ..." with an optional key prefix.
+  std::string format(const std::string& prefix) const;
+};
+
+class Counters {
+ public:
+  // Single writer: a relaxed load+store is a plain add, and readers never see torn values.
+  static void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
+    c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
+  void drop(DropReason r) { bump(drops[static_cast<size_t>(r)]); }
+  CounterValues read() const;
+
+  std::atomic<uint64_t> pkts_in{0}, bytes_in{0}, pkts_out{0}, bytes_out{0};
+  std::atomic<uint64_t> completed{0}, duplicates{0}, retx_answered{0};
+  std::array<std::atomic<uint64_t>, kDropReasons> drops{};
+};
+
+}  // namespace gradswitch

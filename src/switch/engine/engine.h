@@ -1,0 +1,131 @@
+// The aggregation engine: jobs, their slot pools, and the per-packet algorithm.
+//
+// No I/O, no clock, no allocation on the packet path. An I/O backend hands each received
+// datagram to ingest() on the thread that owns the datagram's slot and sends what comes back.
+// The control plane creates, aborts and destroys jobs from its own thread; data threads never
+// take a lock (jobs are published and retired RCU-style, see destroy_job()).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradswitch/wire.h"
+#include "switch/engine/counters.h"
+
+namespace gradswitch {
+
+struct EngineConfig {
+  unsigned threads = 1;      // data threads; slot s belongs to thread s % threads
+  unsigned max_jobs = 64;    // jobs alive at once (<= 256)
+};
+
+// Where a rank receives results: an IPv4 address and UDP port, both in network byte order.
+struct Endpoint {
+  uint32_t ipv4_be = 0;
+  uint16_t port_be = 0;
+};
+
+struct JobSpec {
+  std::string name;
+  std::vector<Endpoint> endpoints;  // one per rank; a job is created once every rank has joined
+  uint16_t world = 0;        // 1 .. GS_MAX_WORLD
+  uint8_t wire = GS_ELEM_FLOAT32;  // the float encoding the ranks agreed on (int32 tensors always use int32)
+  uint16_t slots = 256;      // pool size = the workers' window
+  uint32_t payload_bytes = GS_DEFAULT_PAYLOAD_BYTES;  // largest payload, multiple of 4
+  uint32_t key = 0;          // random per job, chosen by the caller
+};
+
+// What one packet turned into: at most one packet to send.
+struct IngestResult {
+  enum Kind : uint8_t { kDropped, kAbsorbed, kSend } kind = kDropped;
+  DropReason reason = DropReason::kNone;  // for kDropped
+  uint32_t job_id = 0;                    // set once the job is known
+  uint16_t src_rank = GS_RANK_ALL;        // set once the sender is validated (key and rank)
+  // kSend: `len` bytes at `data` go to `dest_rank` of job `job_id`, or to every rank when
+  // dest_rank == GS_RANK_ALL. Valid until the next ingest() on this thread.
+  uint16_t dest_rank = GS_RANK_ALL;
+  const uint8_t* data = nullptr;
+  uint32_t len = 0;
+  // The job's endpoints, indexed by rank (valid, like `data`, until the next ingest()).
+  const Endpoint* endpoints = nullptr;
+  uint16_t world = 0;
+};
+
+// A consistent-enough view for the control plane (fields read without stopping the data path).
+struct JobStatus {
+  uint32_t job_id = 0;
+  std::string name;
+  uint16_t world = 0;
+  uint8_t wire = 0;
+  uint16_t slots = 0;
+  uint32_t payload_bytes = 0;
+  bool aborted = false;
+  uint8_t abort_reason = 0;
+  uint16_t abort_rank = GS_RANK_ALL;
+  uint64_t last_activity_ns = 0;              // latest packet of this job, any thread
+  std::vector<int64_t> rank_last_seq;         // highest seq seen per rank, -1 = none yet
+  CounterValues counters;
+};
+
+struct SlotStatus {
+  bool open = false;        // a round is in progress
+  bool complete = false;    // the last round completed (its result is the shadow copy)
+  uint32_t seq = 0, offset = 0;
+  uint64_t seen = 0;        // ranks that contributed to the round
+};
+
+class Job;
+
+class Engine {
+ public:
+  explicit Engine(const EngineConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineConfig& config() const { return config_; }
+  unsigned thread_of_slot(uint16_t slot) const { return slot % config_.threads; }
+  // Bytes of slot memory a job with this spec needs.
+  static size_t job_memory_bytes(const JobSpec& spec);
+
+  // ---- control plane side (one thread) ----
+  // Creates a job; returns its id, or 0 with `error` set (bad spec, table full).
+  uint32_t create_job(const JobSpec& spec, std::string* error);
+  // Marks a job aborted: from now on its packets are answered with GS_MSG_ABORT.
+  void abort_job(uint32_t job_id, uint8_t reason, uint16_t rank);
+  // Unpublishes a job and frees it once no data thread can still be using it.
+  void destroy_job(uint32_t job_id);
+  bool job_status(uint32_t job_id, JobStatus* out) const;
+  bool slot_status(uint32_t job_id, uint16_t slot, uint8_t version, SlotStatus* out) const;
+  std::vector<uint32_t> job_ids() const;
+  CounterValues total_counters() const;
+
+  // ---- data side (thread `thread` only) ----
+  // A data thread brackets each burst of ingest() calls; between bursts it is quiescent.
+  void begin_burst(unsigned thread);
+  void end_burst(unsigned thread);
+  IngestResult ingest(unsigned thread, const uint8_t* packet, size_t len, uint64_t now_ns);
+  // Count packets the backend sent (or failed to send) on behalf of this thread.
+  void count_sent(unsigned thread, uint32_t job_id, uint32_t packets, uint64_t bytes);
+
+ private:
+  struct alignas(64) ThreadState {
+    std::atomic<uint64_t> burst_seq{0};  // odd while inside a burst
+    Counters totals;
+    alignas(8) uint8_t abort_packet[GS_HEADER_BYTES];
+  };
+
+  Job* find_job(uint32_t job_id) const;
+
+  EngineConfig config_;
+  std::unique_ptr<ThreadState[]> threads_;
+  std::unique_ptr<std::atomic<Job*>[]> table_;
+  uint32_t next_generation_ = 1;
+};
+
+}  // namespace gradswitch
