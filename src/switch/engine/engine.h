@@ -118,6 +118,7 @@ class Engine {
     std::atomic<uint64_t> burst_seq{0};  // odd while inside a burst
     Counters totals;
     alignas(8) uint8_t abort_packet[GS_HEADER_BYTES];
+    alignas(64) uint8_t aligned_payload[GS_MAX_PAYLOAD_BYTES];
   };
 
   Job* find_job(uint32_t job_id) const;

@@ -1,0 +1,76 @@
+#include "switch/engine/counters.h"
+
+namespace gradswitch {
+
+const char* drop_reason_name(DropReason r) {
+  switch (r) {
+    case DropReason::kNone: return "none";
+    case DropReason::kShortPacket: return "short_packet";
+    case DropReason::kBadMagic: return "bad_magic";
+    case DropReason::kBadVersion: return "bad_version";
+    case DropReason::kBadType: return "bad_type";
+    case DropReason::kUnknownJob: return "unknown_job";
+    case DropReason::kWrongKey: return "wrong_key";
+    case DropReason::kBadRank: return "bad_rank";
+    case DropReason::kSlotOutOfRange: return "slot_out_of_range";
+    case DropReason::kWrongThread: return "wrong_thread";
+    case DropReason::kBadElemType: return "bad_elem_type";
+    case DropReason::kBadLength: return "bad_length";
+    case DropReason::kStaleRound: return "stale_round";
+    case DropReason::kInconsistent: return "inconsistent";
+    case DropReason::kJobAborted: return "job_aborted";
+    case DropReason::kCount_: break;
+  }
+  return "unknown";
+}
+
+CounterValues& CounterValues::operator+=(const CounterValues& o) {
+  pkts_in += o.pkts_in;
+  bytes_in += o.bytes_in;
+  pkts_out += o.pkts_out;
+  bytes_out += o.bytes_out;
+  completed += o.completed;
+  duplicates += o.duplicates;
+  retx_answered += o.retx_answered;
+  for (size_t i = 0; i < kDropReasons; ++i) drops[i] += o.drops[i];
+  return *this;
+}
+
+std::string CounterValues::format(const std::string& prefix) const {
+  std::string s;
+  auto add = [&](const char* name, uint64_t v) {
+    if (!s.empty()) s += ' ';
+    s += prefix;
+    s += name;
+    s += '=';
+    s += std::to_string(v);
+  };
+  add("pkts_in", pkts_in);
+  add("bytes_in", bytes_in);
+  add("pkts_out", pkts_out);
+  add("bytes_out", bytes_out);
+  add("completed", completed);
+  add("duplicates", duplicates);
+  add("retx_answered", retx_answered);
+  add("drops", drops_total());
+  for (size_t i = 1; i < kDropReasons; ++i) {
+    std::string name = std::string("drop.") + drop_reason_name(static_cast<DropReason>(i));
+    add(name.c_str(), drops[i]);
+  }
+  return s;
+}
+
+CounterValues Counters::read() const {
+  CounterValues v;
+  v.pkts_in = pkts_in.load(std::memory_order_relaxed);
+  v.bytes_in = bytes_in.load(std::memory_order_relaxed);
+  v.pkts_out = pkts_out.load(std::memory_order_relaxed);
+  v.bytes_out = bytes_out.load(std::memory_order_relaxed);
+  v.completed = completed.load(std::memory_order_relaxed);
+  v.duplicates = duplicates.load(std::memory_order_relaxed);
+  v.retx_answered = retx_answered.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < kDropReasons; ++i) v.drops[i] = drops[i].load(std::memory_order_relaxed);
+  return v;
+}
+
+}  // namespace gradswitch

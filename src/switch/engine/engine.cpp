@@ -1,0 +1,387 @@
+// The per-packet algorithm (docs/protocol.md §3 is its specification) and job lifecycle.
+#include "switch/engine/engine.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "common/kernels.h"
+#include "switch/engine/job.h"
+
+namespace gradswitch {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t result_bytes(const JobSpec& s) { return round_up(GS_HEADER_BYTES + s.payload_bytes); }
+// 16-bit elements are summed in fp32: twice the payload.
+size_t accum_bytes(const JobSpec& s) { return round_up(size_t{s.payload_bytes} * 2); }
+
+// Serial-number order (RFC 1982 style) so that seq may wrap.
+bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
+
+// Is round (seq, offset) newer than the round (held_seq, held_offset) a slot version holds?
+// Successive rounds of one slot version either belong to a later allreduce or to a later chunk
+// of the same one, so a stale packet (an old retransmission overtaken by the protocol) is older.
+bool round_is_newer(uint32_t seq, uint32_t offset, uint32_t held_seq, uint32_t held_offset) {
+  return seq_after(seq, held_seq) || (seq == held_seq && offset > held_offset);
+}
+
+bool is_16bit(uint8_t elem_type) { return elem_type == GS_ELEM_FLOAT16 || elem_type == GS_ELEM_BFLOAT16; }
+
+}  // namespace
+
+Job::Job(uint32_t job_id, const JobSpec& job_spec, unsigned threads)
+    : id(job_id), spec(job_spec), slots(new Slot[job_spec.slots]), per_thread(new JobThreadState[threads]) {
+  const size_t rb = result_bytes(spec), ab = accum_bytes(spec);
+  const size_t total = size_t{spec.slots} * 2 * (rb + ab);
+  memory_ = static_cast<uint8_t*>(::operator new(total, std::align_val_t{kAlign}));
+  uint8_t* p = memory_;
+  for (uint16_t s = 0; s < spec.slots; ++s) {
+    for (auto& v : slots[s].version) {
+      v.result = p;
+      v.accum = reinterpret_cast<float*>(p + rb);
+      p += rb + ab;
+    }
+  }
+}
+
+Job::~Job() { ::operator delete(memory_, std::align_val_t{kAlign}); }
+
+Engine::Engine(const EngineConfig& config)
+    : config_(config), threads_(new ThreadState[config.threads ? config.threads : 1]) {
+  if (config_.threads == 0) config_.threads = 1;
+  if (config_.max_jobs == 0 || config_.max_jobs > 256) config_.max_jobs = 256;
+  table_.reset(new std::atomic<Job*>[config_.max_jobs]);
+  for (unsigned i = 0; i < config_.max_jobs; ++i) table_[i].store(nullptr);
+}
+
+Engine::~Engine() {
+  for (unsigned i = 0; i < config_.max_jobs; ++i) delete table_[i].load();
+}
+
+size_t Engine::job_memory_bytes(const JobSpec& spec) {
+  return size_t{spec.slots} * 2 * (result_bytes(spec) + accum_bytes(spec));
+}
+
+uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
+  auto fail = [&](const std::string& why) {
+    if (error) *error = why;
+    return 0u;
+  };
+  if (spec.world == 0 || spec.world > GS_MAX_WORLD)
+    return fail("world size must be 1.." + std::to_string(GS_MAX_WORLD));
+  if (spec.endpoints.size() != spec.world) return fail("one endpoint per rank is required");
+  if (spec.slots == 0) return fail("a job needs at least one slot");
+  if (spec.payload_bytes == 0 || spec.payload_bytes % 4 || spec.payload_bytes > GS_MAX_PAYLOAD_BYTES)
+    return fail("payload must be a multiple of 4 bytes, at most " + std::to_string(GS_MAX_PAYLOAD_BYTES));
+  if (gs_elem_size(spec.wire) == 0) return fail("unknown wire element type");
+  unsigned index = config_.max_jobs;
+  for (unsigned i = 0; i < config_.max_jobs; ++i) {
+    if (table_[i].load(std::memory_order_relaxed) == nullptr) {
+      index = i;
+      break;
+    }
+  }
+  if (index == config_.max_jobs) return fail("job table full (" + std::to_string(config_.max_jobs) + " jobs)");
+  uint32_t generation = next_generation_++ & 0xFFFFFFu;
+  if (generation == 0) generation = next_generation_++ & 0xFFFFFFu;
+  const uint32_t id = (generation << 8) | index;
+  Job* job = new (std::nothrow) Job(id, spec, config_.threads);
+  if (!job) return fail("out of memory for the job's slots");
+  table_[index].store(job, std::memory_order_seq_cst);
+  return id;
+}
+
+Job* Engine::find_job(uint32_t job_id) const {
+  const unsigned index = job_id & 0xFFu;
+  if (index >= config_.max_jobs) return nullptr;
+  Job* job = table_[index].load(std::memory_order_acquire);
+  return job && job->id == job_id ? job : nullptr;
+}
+
+void Engine::abort_job(uint32_t job_id, uint8_t reason, uint16_t rank) {
+  Job* job = find_job(job_id);
+  if (!job || job->aborted.load(std::memory_order_relaxed)) return;
+  job->abort_reason = reason;
+  job->abort_rank = rank;
+  job->aborted.store(true, std::memory_order_release);
+}
+
+void Engine::destroy_job(uint32_t job_id) {
+  Job* job = find_job(job_id);
+  if (!job) return;
+  table_[job_id & 0xFFu].store(nullptr, std::memory_order_seq_cst);
+  // RCU-style grace period: a thread inside a burst may still hold the pointer; wait until every
+  // such thread has left that burst. Threads outside a burst will not find the job any more.
+  for (unsigned t = 0; t < config_.threads; ++t) {
+    const uint64_t seen = threads_[t].burst_seq.load(std::memory_order_seq_cst);
+    if (seen & 1) {
+      while (threads_[t].burst_seq.load(std::memory_order_seq_cst) == seen)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  delete job;
+}
+
+void Engine::begin_burst(unsigned thread) { threads_[thread].burst_seq.fetch_add(1, std::memory_order_seq_cst); }
+void Engine::end_burst(unsigned thread) { threads_[thread].burst_seq.fetch_add(1, std::memory_order_release); }
+
+bool Engine::job_status(uint32_t job_id, JobStatus* out) const {
+  Job* job = find_job(job_id);
+  if (!job) return false;
+  out->job_id = job->id;
+  out->name = job->spec.name;
+  out->world = job->spec.world;
+  out->wire = job->spec.wire;
+  out->slots = job->spec.slots;
+  out->payload_bytes = job->spec.payload_bytes;
+  out->aborted = job->aborted.load(std::memory_order_acquire);
+  out->abort_reason = out->aborted ? job->abort_reason : 0;
+  out->abort_rank = out->aborted ? job->abort_rank : GS_RANK_ALL;
+  out->last_activity_ns = 0;
+  out->rank_last_seq.assign(job->spec.world, -1);
+  out->counters = CounterValues{};
+  for (unsigned t = 0; t < config_.threads; ++t) {
+    const JobThreadState& ts = job->per_thread[t];
+    out->counters += ts.counters.read();
+    out->last_activity_ns = std::max(out->last_activity_ns, ts.last_activity_ns.load(std::memory_order_relaxed));
+    for (uint16_t r = 0; r < job->spec.world; ++r) {
+      const int64_t s = ts.rank_seq[r].load(std::memory_order_relaxed);
+      int64_t& best = out->rank_last_seq[r];
+      if (s >= 0 && (best < 0 || seq_after(static_cast<uint32_t>(s), static_cast<uint32_t>(best)))) best = s;
+    }
+  }
+  return true;
+}
+
+bool Engine::slot_status(uint32_t job_id, uint16_t slot, uint8_t version, SlotStatus* out) const {
+  Job* job = find_job(job_id);
+  if (!job || slot >= job->spec.slots || version > 1) return false;
+  const SlotVersion& sv = job->slots[slot].version[version];
+  const RoundState state = sv.state.load(std::memory_order_relaxed);
+  out->open = state == RoundState::kOpen;
+  out->complete = state == RoundState::kComplete;
+  out->seq = sv.seq.load(std::memory_order_relaxed);
+  out->offset = sv.offset.load(std::memory_order_relaxed);
+  out->seen = sv.seen.load(std::memory_order_relaxed);
+  return true;
+}
+
+std::vector<uint32_t> Engine::job_ids() const {
+  std::vector<uint32_t> ids;
+  for (unsigned i = 0; i < config_.max_jobs; ++i)
+    if (Job* job = table_[i].load(std::memory_order_acquire)) ids.push_back(job->id);
+  return ids;
+}
+
+CounterValues Engine::total_counters() const {
+  CounterValues v;
+  for (unsigned t = 0; t < config_.threads; ++t) v += threads_[t].totals.read();
+  return v;
+}
+
+void Engine::count_sent(unsigned thread, uint32_t job_id, uint32_t packets, uint64_t bytes) {
+  Counters::bump(threads_[thread].totals.pkts_out, packets);
+  Counters::bump(threads_[thread].totals.bytes_out, bytes);
+  // The job may be gone by now (destroyed between ingest and send); then only totals count.
+  if (Job* job = find_job(job_id)) {
+    Counters::bump(job->per_thread[thread].counters.pkts_out, packets);
+    Counters::bump(job->per_thread[thread].counters.bytes_out, bytes);
+  }
+}
+
+IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, uint64_t now_ns) {
+  ThreadState& ts = threads_[thread];
+  IngestResult r;
+  Counters::bump(ts.totals.pkts_in);
+  Counters::bump(ts.totals.bytes_in, len);
+
+  JobThreadState* js = nullptr;
+  auto drop = [&](DropReason why) {
+    ts.totals.drop(why);
+    if (js) js->counters.drop(why);
+    r.kind = IngestResult::kDropped;
+    r.reason = why;
+    return r;
+  };
+
+  // 1. Is it a well-formed gradswitch DATA packet of a live job, from one of its ranks?
+  if (len < GS_HEADER_BYTES) return drop(DropReason::kShortPacket);
+  gs_header h;
+  gs_header_decode(packet, &h);
+  if (h.magic != GS_MAGIC) return drop(DropReason::kBadMagic);
+  if (h.version != GS_VERSION) return drop(DropReason::kBadVersion);
+  if (h.type != GS_MSG_DATA) return drop(DropReason::kBadType);
+  Job* job = find_job(h.job_id);
+  if (!job) return drop(DropReason::kUnknownJob);
+  r.job_id = h.job_id;
+  js = &job->per_thread[thread];
+  Counters::bump(js->counters.pkts_in);
+  Counters::bump(js->counters.bytes_in, len);
+  const JobSpec& spec = job->spec;
+  if (h.key != spec.key) return drop(DropReason::kWrongKey);
+  if (h.rank >= spec.world) return drop(DropReason::kBadRank);
+  if (h.slot >= spec.slots) return drop(DropReason::kSlotOutOfRange);
+  if (thread_of_slot(h.slot) != thread) return drop(DropReason::kWrongThread);
+  const size_t elem_size = gs_elem_size(h.elem_type);
+  if (elem_size == 0) return drop(DropReason::kBadElemType);
+  const size_t payload_len = size_t{h.count} * elem_size;
+  if (payload_len > spec.payload_bytes || len != GS_HEADER_BYTES + payload_len) return drop(DropReason::kBadLength);
+
+  r.src_rank = h.rank;
+  r.endpoints = spec.endpoints.data();
+  r.world = spec.world;
+  js->last_activity_ns.store(now_ns, std::memory_order_relaxed);
+  std::atomic<int64_t>& rank_seq = js->rank_seq[h.rank];
+  const int64_t last = rank_seq.load(std::memory_order_relaxed);
+  if (last < 0 || seq_after(h.seq, static_cast<uint32_t>(last))) rank_seq.store(h.seq, std::memory_order_relaxed);
+
+  // 2. An aborted job answers every packet with the reason, so workers fail fast.
+  if (job->aborted.load(std::memory_order_acquire)) {
+    gs_header a{};
+    a.magic = GS_MAGIC;
+    a.version = GS_VERSION;
+    a.type = GS_MSG_ABORT;
+    a.job_id = h.job_id;
+    a.key = spec.key;
+    a.rank = job->abort_rank;
+    a.slot = h.slot;
+    a.seq = h.seq;
+    a.offset = h.offset;
+    a.next_exp = static_cast<int8_t>(job->abort_reason);
+    gs_header_encode(&a, ts.abort_packet);
+    drop(DropReason::kJobAborted);
+    r.kind = IngestResult::kSend;
+    r.dest_rank = h.rank;
+    r.data = ts.abort_packet;
+    r.len = GS_HEADER_BYTES;
+    return r;
+  }
+
+  // 3. The slot version's round: start, join, or answer from the shadow copy.
+  const uint8_t version = h.flags & GS_FLAG_VERSION;
+  SlotVersion& sv = job->slots[h.slot].version[version];
+  const uint64_t bit = uint64_t{1} << h.rank;
+  const uint8_t* payload = packet + GS_HEADER_BYTES;
+  if (reinterpret_cast<uintptr_t>(payload) % 4 != 0) {  // e.g. after a 42-byte L2-L4 header
+    std::memcpy(ts.aligned_payload, payload, payload_len);
+    payload = ts.aligned_payload;
+  }
+  const RoundState state = sv.state.load(std::memory_order_relaxed);
+  const uint32_t held_seq = sv.seq.load(std::memory_order_relaxed);
+  const uint32_t held_offset = sv.offset.load(std::memory_order_relaxed);
+  const bool same_round = state != RoundState::kEmpty && h.seq == held_seq && h.offset == held_offset;
+
+  if (same_round && state == RoundState::kComplete) {
+    // A retransmission from a worker whose result was lost: the shadow copy answers it alone.
+    Counters::bump(js->counters.retx_answered);
+    Counters::bump(ts.totals.retx_answered);
+    uint8_t* out = sv.result;
+    const uint16_t rank_be = gs_bswap16(h.rank);
+    std::memcpy(out + offsetof(gs_header, rank), &rank_be, 2);
+    out[offsetof(gs_header, flags)] = static_cast<uint8_t>(version | GS_FLAG_UNICAST);
+    r.kind = IngestResult::kSend;
+    r.dest_rank = h.rank;
+    r.data = out;
+    r.len = static_cast<uint32_t>(GS_HEADER_BYTES + size_t{sv.count} * gs_elem_size(sv.elem_type));
+    return r;
+  }
+
+  const Kernels& k = kernels();
+  if (same_round) {
+    if (sv.seen.load(std::memory_order_relaxed) & bit) {
+      Counters::bump(js->counters.duplicates);
+      Counters::bump(ts.totals.duplicates);
+      r.kind = IngestResult::kAbsorbed;
+      return r;
+    }
+    if (h.count != sv.count || h.elem_type != sv.elem_type || h.scale_exp != sv.scale_exp)
+      return drop(DropReason::kInconsistent);
+    uint8_t* sum = sv.result + GS_HEADER_BYTES;
+    switch (h.elem_type) {
+      case GS_ELEM_FLOAT32:
+        k.add_f32(reinterpret_cast<float*>(sum), reinterpret_cast<const float*>(payload), h.count);
+        break;
+      case GS_ELEM_INT32:
+      case GS_ELEM_FIXED32:
+        k.add_i32(reinterpret_cast<int32_t*>(sum), reinterpret_cast<const int32_t*>(payload), h.count);
+        break;
+      case GS_ELEM_FLOAT16:
+        k.add_f16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
+        break;
+      case GS_ELEM_BFLOAT16:
+        k.add_bf16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
+        break;
+    }
+    if (h.next_exp > sv.next_exp) sv.next_exp = h.next_exp;
+    sv.seen.store(sv.seen.load(std::memory_order_relaxed) | bit, std::memory_order_relaxed);
+    ++sv.arrived;
+  } else {
+    // A new round may replace an empty or completed one, never an open one, and never with an
+    // older round: both are stale packets.
+    if (state == RoundState::kOpen) return drop(DropReason::kStaleRound);
+    if (state == RoundState::kComplete && !round_is_newer(h.seq, h.offset, held_seq, held_offset))
+      return drop(DropReason::kStaleRound);
+    // The first contribution initialises the round: no zeroing pass.
+    sv.count = h.count;
+    sv.elem_type = h.elem_type;
+    sv.scale_exp = h.scale_exp;
+    sv.next_exp = h.next_exp;
+    sv.arrived = 1;
+    sv.seen.store(bit, std::memory_order_relaxed);
+    sv.seq.store(h.seq, std::memory_order_relaxed);
+    sv.offset.store(h.offset, std::memory_order_relaxed);
+    if (h.elem_type == GS_ELEM_FLOAT16)
+      k.f16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
+    else if (h.elem_type == GS_ELEM_BFLOAT16)
+      k.bf16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
+    else
+      std::memcpy(sv.result + GS_HEADER_BYTES, payload, payload_len);
+    sv.state.store(RoundState::kOpen, std::memory_order_relaxed);
+  }
+
+  if (sv.arrived < spec.world) {
+    r.kind = IngestResult::kAbsorbed;
+    return r;
+  }
+
+  // 4. Complete: write the result header (and narrow 16-bit sums), keep it as the shadow copy,
+  //    and send it to every rank.
+  if (is_16bit(sv.elem_type)) {
+    auto* out = reinterpret_cast<uint16_t*>(sv.result + GS_HEADER_BYTES);
+    if (sv.elem_type == GS_ELEM_FLOAT16)
+      k.f32_to_f16(out, sv.accum, sv.count);
+    else
+      k.f32_to_bf16(out, sv.accum, sv.count);
+  }
+  gs_header res{};
+  res.magic = GS_MAGIC;
+  res.version = GS_VERSION;
+  res.type = GS_MSG_RESULT;
+  res.job_id = h.job_id;
+  res.key = spec.key;
+  res.rank = GS_RANK_ALL;
+  res.slot = h.slot;
+  res.flags = version;
+  res.elem_type = sv.elem_type;
+  res.count = sv.count;
+  res.seq = h.seq;
+  res.offset = h.offset;
+  res.next_exp = sv.next_exp;
+  res.scale_exp = sv.scale_exp;
+  gs_header_encode(&res, sv.result);
+  sv.state.store(RoundState::kComplete, std::memory_order_relaxed);
+  Counters::bump(js->counters.completed);
+  Counters::bump(ts.totals.completed);
+  r.kind = IngestResult::kSend;
+  r.dest_rank = GS_RANK_ALL;
+  r.data = sv.result;
+  r.len = static_cast<uint32_t>(GS_HEADER_BYTES + payload_len);
+  return r;
+}
+
+}  // namespace gradswitch

@@ -1,0 +1,69 @@
+// Engine internals: a job, its slot pool and its per-thread state. Only engine*.cpp include this.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradswitch/wire.h"
+#include "switch/engine/counters.h"
+#include "switch/engine/engine.h"
+
+namespace gradswitch {
+
+enum class RoundState : uint8_t { kEmpty, kOpen, kComplete };
+
+// One version of one slot: the round it holds (identified by seq and offset), who contributed,
+// and the running sum. When complete, `result` is the shadow copy that answers retransmissions.
+struct SlotVersion {
+  std::atomic<RoundState> state{RoundState::kEmpty};  // atomics: the control plane reads them
+  std::atomic<uint64_t> seen{0};
+  std::atomic<uint32_t> seq{0};
+  std::atomic<uint32_t> offset{0};
+  uint16_t arrived = 0;
+  uint16_t count = 0;
+  uint8_t elem_type = 0;
+  int8_t scale_exp = 0;
+  int8_t next_exp = GS_EXP_NONE;
+  // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4-byte element
+  // types accumulate in place here; 16-bit types accumulate in `accum` and are narrowed at the end.
+  uint8_t* result = nullptr;
+  float* accum = nullptr;
+};
+
+struct Slot {
+  SlotVersion version[2];
+};
+
+// State a data thread writes for a job: counters and liveness, one cache line group per thread.
+struct alignas(64) JobThreadState {
+  Counters counters;
+  std::atomic<uint64_t> last_activity_ns{0};
+  std::array<std::atomic<int64_t>, GS_MAX_WORLD> rank_seq;  // -1: nothing seen yet
+  JobThreadState() {
+    for (auto& s : rank_seq) s.store(-1, std::memory_order_relaxed);
+  }
+};
+
+class Job {
+ public:
+  Job(uint32_t id, const JobSpec& spec, unsigned threads);
+  ~Job();
+
+  const uint32_t id;
+  const JobSpec spec;
+  std::unique_ptr<Slot[]> slots;
+  std::unique_ptr<JobThreadState[]> per_thread;
+
+  std::atomic<bool> aborted{false};
+  uint8_t abort_reason = 0;          // written before `aborted` is released
+  uint16_t abort_rank = GS_RANK_ALL;
+
+ private:
+  uint8_t* memory_ = nullptr;
+};
+
+}  // namespace gradswitch
