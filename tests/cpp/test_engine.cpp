@@ -1,0 +1,211 @@
+// Engine behaviour beyond the golden tables: element types, header validation, abort, lifecycle.
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/kernels.h"
+#include "gradswitch/wire.h"
+#include "harness.h"
+#include "switch/engine/engine.h"
+
+using namespace gradswitch;
+
+namespace {
+
+struct Fixture {
+  Engine engine{EngineConfig{2, 4}};
+  uint32_t id = 0;
+  uint32_t key = 0xC0FFEEu;
+  explicit Fixture(uint16_t world = 2, uint32_t payload = 1440) {
+    JobSpec spec;
+    spec.name = "t";
+    spec.world = world;
+    spec.slots = 8;
+    spec.payload_bytes = payload;
+    spec.key = key;
+    spec.endpoints.resize(world);
+    std::string err;
+    id = engine.create_job(spec, &err);
+  }
+  std::vector<uint8_t> packet(uint16_t rank, uint16_t slot, uint8_t elem_type, const void* payload,
+                              uint16_t count, int8_t next_exp = GS_EXP_NONE, int8_t scale_exp = 0) {
+    size_t bytes = size_t{count} * gs_elem_size(elem_type);
+    std::vector<uint8_t> p(GS_HEADER_BYTES + bytes);
+    gs_header h{};
+    h.magic = GS_MAGIC;
+    h.version = GS_VERSION;
+    h.type = GS_MSG_DATA;
+    h.job_id = id;
+    h.key = key;
+    h.rank = rank;
+    h.slot = slot;
+    h.elem_type = elem_type;
+    h.count = count;
+    h.next_exp = next_exp;
+    h.scale_exp = scale_exp;
+    gs_header_encode(&h, p.data());
+    if (bytes) std::memcpy(p.data() + GS_HEADER_BYTES, payload, bytes);
+    return p;
+  }
+  IngestResult ingest(const std::vector<uint8_t>& p, unsigned thread = 0) {
+    return engine.ingest(thread, p.data(), p.size(), 1);
+  }
+};
+
+}  // namespace
+
+TEST(float32_sum) {
+  Fixture f;
+  std::vector<float> a(360), b(360);
+  for (int i = 0; i < 360; ++i) a[i] = 0.5f * i, b[i] = -0.25f * i;
+  CHECK(f.ingest(f.packet(0, 0, GS_ELEM_FLOAT32, a.data(), 360)).kind == IngestResult::kAbsorbed);
+  IngestResult r = f.ingest(f.packet(1, 0, GS_ELEM_FLOAT32, b.data(), 360));
+  CHECK(r.kind == IngestResult::kSend && r.len == 32 + 1440);
+  const float* out = reinterpret_cast<const float*>(r.data + 32);
+  bool ok = true;
+  for (int i = 0; i < 360; ++i) ok &= out[i] == 0.25f * i;
+  CHECK(ok);
+}
+
+TEST(float16_and_bfloat16_accumulate_in_fp32) {
+  // 2048 + 1 + 1 in fp16 would round to 2048 at each step; summed in fp32 it is 2050.
+  Fixture f(3);
+  uint16_t big = f32_to_f16_scalar(2048.0f), one = f32_to_f16_scalar(1.0f);
+  f.ingest(f.packet(0, 0, GS_ELEM_FLOAT16, &big, 1));
+  f.ingest(f.packet(1, 0, GS_ELEM_FLOAT16, &one, 1));
+  IngestResult r = f.ingest(f.packet(2, 0, GS_ELEM_FLOAT16, &one, 1));
+  CHECK(r.kind == IngestResult::kSend && r.len == 34);
+  uint16_t h;
+  std::memcpy(&h, r.data + 32, 2);
+  CHECK(f16_to_f32_scalar(h) == 2050.0f);
+
+  uint16_t b256 = f32_to_bf16_scalar(256.0f), b1 = f32_to_bf16_scalar(1.0f);
+  f.ingest(f.packet(0, 2, GS_ELEM_BFLOAT16, &b256, 1));
+  f.ingest(f.packet(1, 2, GS_ELEM_BFLOAT16, &b1, 1));
+  r = f.ingest(f.packet(2, 2, GS_ELEM_BFLOAT16, &b1, 1));
+  std::memcpy(&h, r.data + 32, 2);
+  CHECK(bf16_to_f32_scalar(h) == 258.0f);
+}
+
+TEST(fixed32_keeps_the_maximum_exponent_and_requires_one_scale) {
+  Fixture f(3);
+  int32_t v = 5;
+  f.ingest(f.packet(0, 0, GS_ELEM_FIXED32, &v, 1, /*next_exp=*/3, /*scale=*/20));
+  CHECK(f.ingest(f.packet(1, 0, GS_ELEM_FIXED32, &v, 1, 9, 21)).reason == DropReason::kInconsistent);
+  f.ingest(f.packet(1, 0, GS_ELEM_FIXED32, &v, 1, 9, 20));
+  IngestResult r = f.ingest(f.packet(2, 0, GS_ELEM_FIXED32, &v, 1, GS_EXP_NONE, 20));
+  gs_header h;
+  gs_header_decode(r.data, &h);
+  CHECK(h.next_exp == 9 && h.scale_exp == 20 && h.elem_type == GS_ELEM_FIXED32);
+  int32_t sum;
+  std::memcpy(&sum, r.data + 32, 4);
+  CHECK(sum == 15);
+}
+
+TEST(bootstrap_round_with_no_elements) {
+  Fixture f(2);
+  f.ingest(f.packet(0, 0, GS_ELEM_FIXED32, nullptr, 0, 4));
+  IngestResult r = f.ingest(f.packet(1, 0, GS_ELEM_FIXED32, nullptr, 0, -3));
+  CHECK(r.kind == IngestResult::kSend && r.len == 32);
+  gs_header h;
+  gs_header_decode(r.data, &h);
+  CHECK(h.next_exp == 4 && h.count == 0);
+}
+
+TEST(header_validation_reasons) {
+  Fixture f;
+  int32_t v = 1;
+  auto p = f.packet(0, 0, GS_ELEM_INT32, &v, 1);
+  CHECK(f.engine.ingest(0, p.data(), 31, 1).reason == DropReason::kShortPacket);
+  auto bad = p;
+  bad[0] ^= 0xFF;
+  CHECK(f.ingest(bad).reason == DropReason::kBadMagic);
+  bad = p;
+  bad[2] = 9;
+  CHECK(f.ingest(bad).reason == DropReason::kBadVersion);
+  bad = p;
+  bad[3] = GS_MSG_RESULT;
+  CHECK(f.ingest(bad).reason == DropReason::kBadType);
+  bad = p;
+  bad[4] ^= 0x40;
+  CHECK(f.ingest(bad).reason == DropReason::kUnknownJob);
+  bad = p;
+  bad[17] = 99;
+  CHECK(f.ingest(bad).reason == DropReason::kBadElemType);
+  bad = p;
+  bad[19] = 2;  // count 2 but one element present
+  CHECK(f.ingest(bad).reason == DropReason::kBadLength);
+  CHECK(f.ingest(f.packet(0, 1, GS_ELEM_INT32, &v, 1), 0).reason == DropReason::kWrongThread);
+  CounterValues c = f.engine.total_counters();
+  CHECK_EQ(c.drops_total(), 8u);
+  CHECK_EQ(c.drops[size_t(DropReason::kBadMagic)], 1u);
+  JobStatus st;
+  CHECK(f.engine.job_status(f.id, &st));
+  CHECK_EQ(st.counters.drops[size_t(DropReason::kWrongThread)], 1u);
+  CHECK_EQ(st.counters.drops[size_t(DropReason::kUnknownJob)], 0u);  // not attributed to this job
+}
+
+TEST(abort_answers_every_packet) {
+  Fixture f;
+  int32_t v = 1;
+  f.engine.abort_job(f.id, GS_ABORT_RANK_LEFT, 1);
+  IngestResult r = f.ingest(f.packet(0, 0, GS_ELEM_INT32, &v, 1));
+  CHECK(r.kind == IngestResult::kSend && r.dest_rank == 0 && r.len == GS_HEADER_BYTES);
+  gs_header h;
+  gs_header_decode(r.data, &h);
+  CHECK(h.type == GS_MSG_ABORT && h.rank == 1 && h.next_exp == GS_ABORT_RANK_LEFT);
+}
+
+TEST(status_tracks_ranks_and_slots) {
+  Fixture f(3);
+  int32_t v = 1;
+  auto p = f.packet(2, 0, GS_ELEM_INT32, &v, 1);
+  gs_header h;
+  gs_header_decode(p.data(), &h);
+  h.seq = 7;
+  gs_header_encode(&h, p.data());
+  f.ingest(p);
+  JobStatus st;
+  CHECK(f.engine.job_status(f.id, &st));
+  CHECK(st.rank_last_seq.size() == 3 && st.rank_last_seq[0] == -1 && st.rank_last_seq[2] == 7);
+  SlotStatus ss;
+  CHECK(f.engine.slot_status(f.id, 0, 0, &ss));
+  CHECK(ss.open && !ss.complete && ss.seen == 4u && ss.seq == 7);
+}
+
+TEST(destroy_waits_for_a_thread_inside_a_burst) {
+  Fixture f;
+  f.engine.begin_burst(1);
+  std::atomic<bool> destroyed{false};
+  std::thread control([&] {
+    f.engine.destroy_job(f.id);
+    destroyed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(!destroyed.load());  // thread 1 may still hold the job
+  f.engine.end_burst(1);
+  control.join();
+  CHECK(destroyed.load());
+  int32_t v = 1;
+  CHECK(f.ingest(f.packet(0, 0, GS_ELEM_INT32, &v, 1)).reason == DropReason::kUnknownJob);
+  CHECK(f.engine.job_ids().empty());
+}
+
+TEST(job_table_limits_and_ids_are_not_reused) {
+  Engine e(EngineConfig{1, 2});
+  JobSpec spec;
+  spec.world = 1;
+  spec.endpoints.resize(1);
+  std::string err;
+  uint32_t a = e.create_job(spec, &err), b = e.create_job(spec, &err);
+  CHECK(a && b && a != b);
+  CHECK(e.create_job(spec, &err) == 0 && err.find("full") != std::string::npos);
+  e.destroy_job(a);
+  uint32_t c = e.create_job(spec, &err);
+  CHECK(c != 0 && c != a);  // same table index, new generation: stale packets of `a` stay dead
+  spec.world = 65;
+  spec.endpoints.resize(65);
+  CHECK(e.create_job(spec, &err) == 0);
+}
+
+GS_TEST_MAIN()

@@ -1,0 +1,256 @@
+// Engine conformance as declarative packet tables: each scenario is a list of input packets and
+// the packet (or drop) each one must produce. These tables are the executable form of the
+// switch algorithm in docs/protocol.md §3.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gradswitch/wire.h"
+#include "harness.h"
+#include "switch/engine/engine.h"
+
+using namespace gradswitch;
+
+namespace {
+
+enum class Out { kNothing, kMulticast, kUnicast, kDrop, kAbort };
+
+struct In {
+  uint16_t rank;
+  uint16_t slot;
+  uint8_t version;
+  uint32_t seq;
+  uint32_t offset;
+  std::vector<int32_t> values;
+  int job = 0;         // index into the scenario's jobs (0 or 1)
+  bool wrong_key = false;
+};
+
+struct Expect {
+  Out out;
+  std::vector<int32_t> values = {};  // payload of a result
+  DropReason reason = DropReason::kNone;
+};
+
+struct Step {
+  In in;
+  Expect expect;
+};
+
+struct Scenario {
+  const char* name;
+  uint16_t world;
+  std::vector<Step> steps;
+};
+
+std::vector<uint8_t> data_packet(uint32_t job_id, uint32_t key, const In& in) {
+  std::vector<uint8_t> p(GS_HEADER_BYTES + in.values.size() * 4);
+  gs_header h{};
+  h.magic = GS_MAGIC;
+  h.version = GS_VERSION;
+  h.type = GS_MSG_DATA;
+  h.job_id = job_id;
+  h.key = key;
+  h.rank = in.rank;
+  h.slot = in.slot;
+  h.flags = in.version;
+  h.elem_type = GS_ELEM_INT32;
+  h.count = static_cast<uint16_t>(in.values.size());
+  h.seq = in.seq;
+  h.offset = in.offset;
+  h.next_exp = GS_EXP_NONE;
+  h.scale_exp = 0;
+  gs_header_encode(&h, p.data());
+  std::memcpy(p.data() + GS_HEADER_BYTES, in.values.data(), in.values.size() * 4);
+  return p;
+}
+
+std::vector<Endpoint> endpoints(uint16_t world) {
+  std::vector<Endpoint> e(world);
+  for (uint16_t r = 0; r < world; ++r) e[r] = Endpoint{0x7F000001u + r, static_cast<uint16_t>(9000 + r)};
+  return e;
+}
+
+void run(const Scenario& sc) {
+  Engine engine(EngineConfig{1, 8});
+  uint32_t ids[2], keys[2] = {0xA5A5A5A5u, 0x12345678u};
+  for (int j = 0; j < 2; ++j) {
+    JobSpec spec;
+    spec.name = "job" + std::to_string(j);
+    spec.world = sc.world;
+    spec.slots = 4;
+    spec.payload_bytes = 64;
+    spec.key = keys[j];
+    spec.endpoints = endpoints(sc.world);
+    std::string err;
+    ids[j] = engine.create_job(spec, &err);
+    CHECK(ids[j] != 0);
+  }
+  int step_no = 0;
+  for (const Step& st : sc.steps) {
+    ++step_no;
+    const In& in = st.in;
+    auto pkt = data_packet(ids[in.job], in.wrong_key ? keys[in.job] ^ 1u : keys[in.job], in);
+    IngestResult r = engine.ingest(0, pkt.data(), pkt.size(), 1000 + step_no);
+    auto fail = [&](const char* what) {
+      std::fprintf(stderr, "  scenario '%s' step %d (rank %u slot %u v%u seq %u off %u): %s\n", sc.name, step_no,
+                   in.rank, in.slot, in.version, in.seq, in.offset, what);
+      ++gs_test::failures();
+    };
+    switch (st.expect.out) {
+      case Out::kNothing:
+        if (r.kind != IngestResult::kAbsorbed) fail("expected the packet to be absorbed");
+        continue;
+      case Out::kDrop:
+        if (r.kind != IngestResult::kDropped || r.reason != st.expect.reason) fail("expected a drop with the reason");
+        continue;
+      case Out::kAbort:
+        if (r.kind != IngestResult::kSend || r.len != GS_HEADER_BYTES || r.dest_rank != in.rank) fail("expected ABORT");
+        continue;
+      case Out::kMulticast:
+      case Out::kUnicast:
+        break;
+    }
+    if (r.kind != IngestResult::kSend) {
+      fail("expected a result packet");
+      continue;
+    }
+    const bool multicast = st.expect.out == Out::kMulticast;
+    gs_header h;
+    gs_header_decode(r.data, &h);
+    if (r.dest_rank != (multicast ? GS_RANK_ALL : in.rank)) fail("wrong destination");
+    if (h.type != GS_MSG_RESULT || h.job_id != ids[in.job] || h.key != keys[in.job]) fail("wrong type/job/key");
+    if (h.rank != (multicast ? GS_RANK_ALL : in.rank)) fail("wrong rank field");
+    if ((h.flags & GS_FLAG_VERSION) != in.version) fail("wrong version");
+    if (bool(h.flags & GS_FLAG_UNICAST) == multicast) fail("wrong unicast flag");
+    if (h.slot != in.slot || h.seq != in.seq || h.offset != in.offset) fail("wrong slot/seq/offset");
+    if (h.count != st.expect.values.size() || r.len != GS_HEADER_BYTES + h.count * 4u) {
+      fail("wrong count");
+      continue;
+    }
+    if (std::memcmp(r.data + GS_HEADER_BYTES, st.expect.values.data(), h.count * 4u) != 0) fail("wrong sum");
+  }
+}
+
+using V = std::vector<int32_t>;
+constexpr auto kNothing = Out::kNothing;
+constexpr auto kMulticast = Out::kMulticast;
+constexpr auto kUnicast = Out::kUnicast;
+constexpr auto kDrop = Out::kDrop;
+
+const std::vector<Scenario> kScenarios = {
+    {"basic reduction, 2 workers", 2,
+     {
+         {{0, 0, 0, 0, 0, V{1, 2, 3}}, {kNothing}},
+         {{1, 0, 0, 0, 0, V{10, 20, 30}}, {kMulticast, V{11, 22, 33}}},
+     }},
+    {"basic reduction, 3 workers, arrival order 2-0-1", 3,
+     {
+         {{2, 1, 0, 0, 16, V{100, -1}}, {kNothing}},
+         {{0, 1, 0, 0, 16, V{1, -1}}, {kNothing}},
+         {{1, 1, 0, 0, 16, V{10, -1}}, {kMulticast, V{111, -3}}},
+     }},
+    {"retransmission after reduction answered from the shadow copy", 3,
+     {
+         {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
+         {{1, 0, 0, 0, 0, V{2}}, {kNothing}},
+         {{2, 0, 0, 0, 0, V{4}}, {kMulticast, V{7}}},
+         {{1, 0, 0, 0, 0, V{2}}, {kUnicast, V{7}}},
+         {{0, 0, 0, 0, 0, V{1}}, {kUnicast, V{7}}},
+     }},
+    {"reduction in the other version", 2,
+     {
+         {{0, 2, 1, 0, 0, V{5}}, {kNothing}},
+         {{1, 2, 1, 0, 0, V{6}}, {kMulticast, V{11}}},
+     }},
+    {"both versions in flight", 2,
+     {
+         // Version 0 completes; worker 0 moves on to version 1 while worker 1's result was lost.
+         {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
+         {{1, 0, 0, 0, 0, V{2}}, {kMulticast, V{3}}},
+         {{0, 0, 1, 0, 4, V{10}}, {kNothing}},
+         {{1, 0, 0, 0, 0, V{2}}, {kUnicast, V{3}}},  // shadow of version 0 still there
+         {{1, 0, 1, 0, 4, V{20}}, {kMulticast, V{30}}},
+     }},
+    {"slot reuse: version 0, 1, then 0 again with a new round", 2,
+     {
+         {{0, 3, 0, 0, 0, V{1}}, {kNothing}},
+         {{1, 3, 0, 0, 0, V{1}}, {kMulticast, V{2}}},
+         {{0, 3, 1, 0, 4, V{2}}, {kNothing}},
+         {{1, 3, 1, 0, 4, V{2}}, {kMulticast, V{4}}},
+         {{1, 3, 0, 0, 8, V{3}}, {kNothing}},  // the first contributor initialises: no stale sum
+         {{0, 3, 0, 0, 8, V{3}}, {kMulticast, V{6}}},
+         {{0, 3, 1, 1, 0, V{7}}, {kNothing}},  // next allreduce (seq 1) reuses version 1
+         {{1, 3, 1, 1, 0, V{8}}, {kMulticast, V{15}}},
+     }},
+    {"duplicates ignored", 3,
+     {
+         {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
+         {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
+         {{1, 0, 0, 0, 0, V{2}}, {kNothing}},
+         {{1, 0, 0, 0, 0, V{2}}, {kNothing}},
+         {{2, 0, 0, 0, 0, V{4}}, {kMulticast, V{7}}},
+     }},
+    {"retransmission from the previous version", 2,
+     {
+         {{0, 1, 0, 0, 0, V{1}}, {kNothing}},
+         {{1, 1, 0, 0, 0, V{1}}, {kMulticast, V{2}}},
+         {{0, 1, 1, 0, 4, V{5}}, {kNothing}},
+         {{1, 1, 1, 0, 4, V{5}}, {kMulticast, V{10}}},
+         // A late retransmission of the version-0 round is still answered from its shadow...
+         {{0, 1, 0, 0, 0, V{1}}, {kUnicast, V{2}}},
+         // ...and version 1's shadow answers its own.
+         {{1, 1, 1, 0, 4, V{5}}, {kUnicast, V{10}}},
+     }},
+    {"slot reuse with retransmissions", 2,
+     {
+         {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
+         {{0, 0, 0, 0, 0, V{1}}, {kNothing}},  // retransmitted before completion: a duplicate
+         {{1, 0, 0, 0, 0, V{2}}, {kMulticast, V{3}}},
+         {{1, 0, 1, 0, 4, V{4}}, {kNothing}},
+         {{1, 0, 1, 0, 4, V{4}}, {kNothing}},
+         {{0, 0, 1, 0, 4, V{8}}, {kMulticast, V{12}}},
+         {{0, 0, 0, 0, 8, V{16}}, {kNothing}},  // reuse of version 0
+         {{0, 0, 0, 0, 0, V{1}}, {kDrop, {}, DropReason::kStaleRound}},  // old round while the new is open
+         {{1, 0, 0, 0, 8, V{32}}, {kMulticast, V{48}}},
+         {{1, 0, 0, 0, 0, V{2}}, {kDrop, {}, DropReason::kStaleRound}},  // older than the completed round
+         {{1, 0, 0, 0, 8, V{32}}, {kUnicast, V{48}}},
+     }},
+    {"packets of another job or with a wrong key ignored", 2,
+     {
+         {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
+         {{1, 0, 0, 0, 0, V{1000}, 0, true}, {kDrop, {}, DropReason::kWrongKey}},
+         {{1, 0, 0, 0, 0, V{500}, 1}, {kNothing}},  // job 1's slot 0 is separate
+         {{1, 0, 0, 0, 0, V{2}}, {kMulticast, V{3}}},
+         {{0, 0, 0, 0, 0, V{7}, 1}, {kMulticast, V{507}}},
+     }},
+    {"inconsistent count within a round is dropped", 2,
+     {
+         {{0, 0, 0, 0, 0, V{1, 2}}, {kNothing}},
+         {{1, 0, 0, 0, 0, V{1}}, {kDrop, {}, DropReason::kInconsistent}},
+         {{1, 0, 0, 0, 0, V{1, 1}}, {kMulticast, V{2, 3}}},
+     }},
+    {"rank and slot bounds", 2,
+     {
+         {{2, 0, 0, 0, 0, V{1}}, {kDrop, {}, DropReason::kBadRank}},
+         {{0, 4, 0, 0, 0, V{1}}, {kDrop, {}, DropReason::kSlotOutOfRange}},
+         {{0, 0, 0, 0, 0, V(17, 1)}, {kDrop, {}, DropReason::kBadLength}},  // 68 bytes > 64-byte payload
+     }},
+    {"one worker: every contribution completes", 1,
+     {
+         {{0, 0, 0, 0, 0, V{9}}, {kMulticast, V{9}}},
+         {{0, 0, 0, 0, 0, V{9}}, {kUnicast, V{9}}},
+     }},
+};
+
+}  // namespace
+
+TEST(golden_tables) {
+  for (const Scenario& sc : kScenarios) {
+    int before = gs_test::failures();
+    run(sc);
+    std::printf("  %-60s %s\n", sc.name, gs_test::failures() == before ? "ok" : "FAILED");
+  }
+}
+
+GS_TEST_MAIN()
