@@ -1,6 +1,8 @@
 // Scalar kernels, the shared scalar conversions, and the run-time choice of a variant.
 #include "common/kernels.h"
 
+#include <cpuid.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -72,14 +74,19 @@ const Kernels kScalarKernels = {
     f32_to_bf16_loop, quantize_scalar,    dequantize_scalar, max_abs_scalar,
 };
 
+// F16C straight from CPUID (leaf 1, ECX bit 29): not every compiler's __builtin_cpu_supports knows it.
+bool cpu_has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+         __builtin_cpu_supports("avx512vl") && cpu_has_f16c();
 }
 
 const Kernels* choose() {
