@@ -1,0 +1,146 @@
+"""`gradswitch bench` / `gradswitch demo`: N local worker processes allreduce through a switch.
+
+Each worker sums a tensor of `size` bytes `iters` times and checks every result against the
+exact expected sum. Printed: per-worker algorithm bandwidth (tensor bytes / time per allreduce,
+as nccl-tests' algbw), the switch's packet rate, and retransmission counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import sys
+import time
+
+import numpy as np
+
+WIRES = ("float32", "fixed32", "float16", "bfloat16", "int32")
+
+
+def _parse_size(text: str) -> int:
+    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30}
+    t = text.strip().upper()
+    num = t.rstrip("KMGB")
+    unit = t[len(num):]
+    if unit not in units or not num:
+        raise argparse.ArgumentTypeError(f"size {text!r}: use a number with an optional K, M or G suffix")
+    return int(float(num) * units[unit])
+
+
+def add_arguments(p: argparse.ArgumentParser, *, demo: bool) -> None:
+    p.add_argument("--workers", "-n", type=int, default=4, help="worker processes (default: 4)")
+    p.add_argument("--size", type=_parse_size, default=_parse_size("64M" if demo else "16M"),
+                   help="tensor size in bytes, e.g. 4M, 1G (default: %s)" % ("64M" if demo else "16M"))
+    p.add_argument("--iters", type=int, default=3 if demo else 10, help="timed allreduces per worker")
+    p.add_argument("--warmup", type=int, default=1, help="untimed allreduces first (default: 1)")
+    p.add_argument("--wire", choices=WIRES, default="float32", help="element encoding on the wire (default: float32)")
+    p.add_argument("--switch", default=None,
+                   help="host:port of a running switch; default: start one on loopback for the run")
+    p.add_argument("--threads", type=int, default=1, help="switch data threads when starting one (default: 1)")
+    p.add_argument("--drop-rate", type=float, default=0.0,
+                   help="injected loss, on the switch (when started here) and on every worker (default: 0)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds without progress before a worker fails")
+    p.add_argument("--job", default="bench", help="job name (default: bench)")
+
+
+def _expected(n: int, world: int, dtype) -> np.ndarray:
+    # Small integers: exact in fp32, fp16 (< 2048 in sum) and bf16 (< 256 in sum), so every wire checks exactly.
+    base = (np.arange(n, dtype=np.int64) % 16).astype(np.int64)
+    total = sum(base * (r + 1) % 17 for r in range(world))
+    return total.astype(dtype)
+
+
+def _tensor(n: int, rank: int, dtype) -> np.ndarray:
+    return ((np.arange(n, dtype=np.int64) % 16) * (rank + 1) % 17).astype(dtype)
+
+
+def _worker(args, rank: int, results) -> None:
+    import gradswitch
+
+    dtype = np.int32 if args.wire == "int32" else np.float32
+    n = max(1, args.size // 4)
+    try:
+        with gradswitch.connect(args.switch, job=args.job, rank=rank, world_size=args.workers,
+                                wire="float32" if args.wire == "int32" else args.wire,
+                                timeout=args.timeout, drop_rate=args.drop_rate, seed=rank + 1) as g:
+            expected = _expected(n, args.workers, dtype)
+            x = np.empty(n, dtype=dtype)
+            times = []
+            for i in range(args.warmup + args.iters):
+                x[:] = _tensor(n, rank, dtype)
+                t0 = time.perf_counter()
+                g.allreduce(x)
+                dt = time.perf_counter() - t0
+                if not np.array_equal(x, expected):
+                    bad = int(np.flatnonzero(x != expected)[0])
+                    raise AssertionError(f"rank {rank}: wrong sum at element {bad}: {x[bad]} != {expected[bad]}")
+                if i >= args.warmup:
+                    times.append(dt)
+            stats = g.stats() if hasattr(g, "stats") else {}
+        results.put((rank, "ok", times, stats))
+    except BaseException as e:  # report every failure to the parent, never hang it
+        results.put((rank, "error", f"{type(e).__name__}: {e}", {}))
+
+
+def run(args, *, out=sys.stdout) -> int:
+    from gradswitch.local_switch import LocalSwitch
+
+    local = None
+    if args.switch is None:
+        local = LocalSwitch(threads=args.threads, drop_rate=args.drop_rate).start()
+        args.switch = local.address
+        print(f"started gradswitchd on {local.address} ({args.threads} data thread(s))", file=out)
+    try:
+        before = local.stats() if local else None
+        ctx = mp.get_context("spawn")
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_worker, args=(args, r, results)) for r in range(args.workers)]
+        print(f"{args.workers} workers x {args.iters} allreduces of {args.size / 2**20:.1f} MiB, wire {args.wire}",
+              file=out, flush=True)
+        t0 = time.perf_counter()
+        for p in procs:
+            p.start()
+        reports = []
+        deadline = time.monotonic() + args.timeout * (args.iters + args.warmup + 2) + 60
+        while len(reports) < args.workers:
+            try:
+                reports.append(results.get(timeout=max(0.1, deadline - time.monotonic())))
+            except Exception:
+                print("error: workers did not report in time", file=out)
+                break
+        wall = time.perf_counter() - t0
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+        after = local.stats() if local else None
+    finally:
+        if local:
+            local.stop()
+    failed = [r for r in reports if r[1] != "ok"]
+    for rank, _, msg, _ in sorted(failed):
+        print(f"rank {rank} FAILED: {msg}", file=out)
+    if failed or len(reports) < args.workers:
+        return 1
+    print(f"{'rank':>4} {'mean ms':>9} {'best ms':>9} {'algbw Gbit/s':>13} {'retransmits':>11}", file=out)
+    for rank, _, times, stats in sorted(reports):
+        mean = sum(times) / len(times)
+        retx = stats.get("retransmits", "-") if isinstance(stats, dict) else "-"
+        print(f"{rank:>4} {mean * 1e3:9.2f} {min(times) * 1e3:9.2f} {args.size * 8 / mean / 1e9:13.2f} {retx:>11}",
+              file=out)
+    if before and after:
+        pkts = after["pkts_in"] - before["pkts_in"]
+        print(f"switch: {pkts} packets in, {after['pkts_out'] - before['pkts_out']} out, "
+              f"{pkts / wall / 1e6:.3f} Mpps in over the {wall:.1f} s run (incl. start-up); "
+              f"retransmissions answered {after['retx_answered'] - before['retx_answered']}, "
+              f"duplicates {after['duplicates'] - before['duplicates']}, drops {after['drops'] - before['drops']}",
+              file=out)
+    print("all results exact: OK", file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None, *, demo: bool = False) -> int:
+    p = argparse.ArgumentParser(prog="gradswitch demo" if demo else "gradswitch bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p, demo=demo)
+    return run(p.parse_args(argv))

@@ -1,0 +1,42 @@
+"""Shared fixtures: a local switch factory, and the skip-or-fail rule for privileged tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gradswitch.local_switch import LocalSwitch
+
+
+@pytest.fixture
+def switch_factory(tmp_path):
+    """switch_factory(threads=1, slots=None, mtu=None, drop_rate=0.0, extra_args=None) -> LocalSwitch.
+
+    Every switch started through it is stopped at the end of the test; its log is printed when
+    the test fails (pytest shows captured output).
+    """
+    started: list[LocalSwitch] = []
+
+    def make(**kwargs) -> LocalSwitch:
+        sw = LocalSwitch(log_path=tmp_path / f"switch{len(started)}.log", **kwargs)
+        sw.start()
+        started.append(sw)
+        return sw
+
+    yield make
+    for sw in started:
+        sw.stop()
+        print(f"--- gradswitchd log ({sw.command()}) ---\n{sw.log()[-4000:]}")
+
+
+@pytest.fixture
+def switch(switch_factory) -> LocalSwitch:
+    return switch_factory()
+
+
+def require_or_skip(variable: str, reason: str) -> None:
+    """Skips with `reason`, or fails when CI set GRADSWITCH_REQUIRE_<variable>=1."""
+    if os.environ.get(f"GRADSWITCH_REQUIRE_{variable}") == "1":
+        pytest.fail(f"{reason} (GRADSWITCH_REQUIRE_{variable}=1 forbids skipping)")
+    pytest.skip(reason)
