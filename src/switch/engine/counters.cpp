@@ -18,6 +18,7 @@ const char* drop_reason_name(DropReason r) {
     case DropReason::kBadLength: return "bad_length";
     case DropReason::kStaleRound: return "stale_round";
     case DropReason::kInconsistent: return "inconsistent";
+    case DropReason::kBadOffset: return "bad_offset";
     case DropReason::kJobAborted: return "job_aborted";
     case DropReason::kCount_: break;
   }

@@ -79,6 +79,11 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
   if (spec.payload_bytes == 0 || spec.payload_bytes % 4 || spec.payload_bytes > GS_MAX_PAYLOAD_BYTES)
     return fail("payload must be a multiple of 4 bytes, at most " + std::to_string(GS_MAX_PAYLOAD_BYTES));
   if (gs_elem_size(spec.wire) == 0) return fail("unknown wire element type");
+  if (spec.optimizer) {
+    if (spec.wire != GS_ELEM_FLOAT32) return fail("optimization in the switch needs the float32 wire");
+    if (spec.optimizer->params == 0 || spec.optimizer->params > 0xFFFFFFFFull)
+      return fail("an optimizer job needs 1 .. 2^32-1 parameters");
+  }
   unsigned index = config_.max_jobs;
   for (unsigned i = 0; i < config_.max_jobs; ++i) {
     if (table_[i].load(std::memory_order_relaxed) == nullptr) {
@@ -92,6 +97,14 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
   const uint32_t id = (generation << 8) | index;
   Job* job = new (std::nothrow) Job(id, spec, config_.threads);
   if (!job) return fail("out of memory for the job's slots");
+  if (spec.optimizer) {
+    try {
+      job->optimizer = std::make_unique<Optimizer>(*spec.optimizer, spec.payload_bytes / 4);
+    } catch (const std::bad_alloc&) {
+      delete job;
+      return fail("out of memory for the optimizer's parameters and state");
+    }
+  }
   table_[index].store(job, std::memory_order_seq_cst);
   return id;
 }
@@ -171,6 +184,11 @@ bool Engine::slot_status(uint32_t job_id, uint16_t slot, uint8_t version, SlotSt
   return true;
 }
 
+Optimizer* Engine::job_optimizer(uint32_t job_id) const {
+  Job* job = find_job(job_id);
+  return job ? job->optimizer.get() : nullptr;
+}
+
 std::vector<uint32_t> Engine::job_ids() const {
   std::vector<uint32_t> ids;
   for (unsigned i = 0; i < config_.max_jobs; ++i)
@@ -231,6 +249,12 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   if (elem_size == 0) return drop(DropReason::kBadElemType);
   const size_t payload_len = size_t{h.count} * elem_size;
   if (payload_len > spec.payload_bytes || len != GS_HEADER_BYTES + payload_len) return drop(DropReason::kBadLength);
+  if (Optimizer* opt = job->optimizer.get()) {
+    // Each chunk must map onto whole parameters so that its step is applied exactly once.
+    if (h.elem_type != GS_ELEM_FLOAT32) return drop(DropReason::kBadElemType);
+    const uint32_t chunk = spec.payload_bytes / 4;
+    if (h.offset % chunk != 0 || uint64_t{h.offset} + h.count > opt->spec().params) return drop(DropReason::kBadOffset);
+  }
 
   r.src_rank = h.rank;
   r.endpoints = spec.endpoints.data();
@@ -357,6 +381,12 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
       k.f32_to_f16(out, sv.accum, sv.count);
     else
       k.f32_to_bf16(out, sv.accum, sv.count);
+  }
+  if (job->optimizer && sv.count > 0) {
+    // The sum becomes the step's gradient; the result (and so the shadow copy) carries the new
+    // parameters, which is why a retransmission can never apply the step twice.
+    auto* sum = reinterpret_cast<float*>(sv.result + GS_HEADER_BYTES);
+    job->optimizer->step(h.offset, sv.count, sum, spec.world, sum);
   }
   gs_header res{};
   res.magic = GS_MAGIC;

@@ -16,6 +16,7 @@
 
 #include "gradswitch/wire.h"
 #include "switch/engine/counters.h"
+#include "switch/engine/optimizer.h"
 
 namespace gradswitch {
 
@@ -38,6 +39,8 @@ struct JobSpec {
   uint16_t slots = 256;      // pool size = the workers' window
   uint32_t payload_bytes = GS_DEFAULT_PAYLOAD_BYTES;  // largest payload, multiple of 4
   uint32_t key = 0;          // random per job, chosen by the caller
+  // Set for a job that optimizes in the switch (float32 wire only): results carry parameters.
+  std::shared_ptr<const OptimizerSpec> optimizer;
 };
 
 // What one packet turned into: at most one packet to send.
@@ -103,6 +106,8 @@ class Engine {
   bool job_status(uint32_t job_id, JobStatus* out) const;
   bool slot_status(uint32_t job_id, uint16_t slot, uint8_t version, SlotStatus* out) const;
   std::vector<uint32_t> job_ids() const;
+  // The optimizer of an optimizer job (control plane: parameters, state, lr), else nullptr.
+  Optimizer* job_optimizer(uint32_t job_id) const;
   CounterValues total_counters() const;
 
   // ---- data side (thread `thread` only) ----

@@ -58,6 +58,8 @@ class Job {
   std::unique_ptr<Slot[]> slots;
   std::unique_ptr<JobThreadState[]> per_thread;
 
+  std::unique_ptr<Optimizer> optimizer;  // optimizer jobs only
+
   std::atomic<bool> aborted{false};
   uint8_t abort_reason = 0;          // written before `aborted` is released
   uint16_t abort_rank = GS_RANK_ALL;
