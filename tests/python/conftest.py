@@ -6,8 +6,6 @@ import os
 
 import pytest
 
-from gradswitch.local_switch import LocalSwitch
-
 
 @pytest.fixture
 def switch_factory(tmp_path):
@@ -16,6 +14,8 @@ def switch_factory(tmp_path):
     Every switch started through it is stopped at the end of the test; its log is printed when
     the test fails (pytest shows captured output).
     """
+    from gradswitch.local_switch import LocalSwitch
+
     started: list[LocalSwitch] = []
 
     def make(**kwargs) -> LocalSwitch:
@@ -31,7 +31,7 @@ def switch_factory(tmp_path):
 
 
 @pytest.fixture
-def switch(switch_factory) -> LocalSwitch:
+def switch(switch_factory):
     return switch_factory()
 
 

@@ -1,0 +1,626 @@
+#include "switch/control/control_plane.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+#include <random>
+
+namespace gradswitch {
+
+using namespace control;
+
+namespace {
+constexpr size_t kMaxConnections = 4096;
+constexpr size_t kMaxPausedInput = 64 * 1024;  // buffered input of a connection waiting for its JOIN reply
+constexpr size_t kMaxOutput = 1 << 20;          // a client that does not read its replies is closed
+constexpr uint64_t kTimerPeriodNs = 100'000'000;
+
+const char* abort_reason_name(uint8_t r) {
+  switch (r) {
+    case 0: return "none";
+    case GS_ABORT_RANK_LEFT: return "rank_left";
+    case GS_ABORT_IDLE: return "idle";
+    case GS_ABORT_SHUTDOWN: return "shutdown";
+    case GS_ABORT_OPERATOR: return "operator";
+    default: return "unknown";
+  }
+}
+
+std::string counters_text(const CounterValues& v) {
+  std::string s = v.format("");
+  if (s.find("drops=") == std::string::npos) s = "drops=" + std::to_string(v.drops_total()) + " " + s;
+  return s;
+}
+}  // namespace
+
+struct ControlPlane::Conn {
+  enum class Role { kNone, kPending, kJoined, kLeft };
+  uint64_t id = 0;
+  int fd = -1;
+  uint32_t peer_ipv4_be = 0;
+  std::string peer;  // "a.b.c.d:port", for messages
+  LineFramer in;
+  std::string out;
+  bool eof = false;          // the peer closed its side
+  bool too_long = false;     // input is discarded; once the error is sent: FIN, drain, close
+  bool wr_shut = false;
+  uint64_t drain_deadline_ns = 0;
+  bool dead = false;         // close at the end of this step
+  Role role = Role::kNone;
+  std::string job_name;      // kPending, kJoined, kLeft
+  uint32_t job_id = 0;       // kJoined, kLeft
+  uint16_t rank = 0;
+};
+
+struct ControlPlane::PendingJob {
+  std::string name, token;
+  uint16_t world = 0;
+  uint8_t wire = 0;
+  uint64_t deadline_ns = 0;
+  size_t memory = 0;
+  std::vector<uint64_t> conn;  // per rank: connection id, 0 = not joined yet
+  std::vector<uint16_t> port;
+  unsigned joined = 0;
+};
+
+struct ControlPlane::LiveJob {
+  uint32_t id = 0;
+  JobSpec spec;
+  std::string token;
+  size_t memory = 0;
+  std::vector<uint64_t> conn;  // per rank: connection id, 0 = gone (left or closed)
+  unsigned present = 0;
+  bool aborted = false;
+  std::string abort_why;
+  uint64_t start_ns = 0, last_request_ns = 0;
+};
+
+ControlPlane::ControlPlane(Engine& engine, const SwitchConfig& config) : engine_(engine), config_(config) {}
+
+ControlPlane::~ControlPlane() {
+  close_all();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+bool ControlPlane::listen(std::string* error) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("control plane: socket(): ") + std::strerror(errno);
+    return false;
+  }
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(config_.control_port);
+  inet_pton(AF_INET, config_.control_host.c_str(), &a.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 128) != 0) {
+    *error = "control plane: cannot listen on TCP " + describe() + ": " + std::strerror(errno) +
+             " (another gradswitchd running? choose another --control-port)";
+    ::close(fd);
+    return false;
+  }
+  listen_fd_ = fd;
+  return true;
+}
+
+std::string ControlPlane::describe() const {
+  return config_.control_host + ":" + std::to_string(config_.control_port);
+}
+
+void ControlPlane::add_job_listener(std::function<void(const JobEvent&)> l) { listeners_.push_back(std::move(l)); }
+void ControlPlane::add_stats_source(std::function<std::string()> s) { stats_sources_.push_back(std::move(s)); }
+
+void ControlPlane::run(const std::atomic<bool>& stop) {
+  while (!stop.load(std::memory_order_relaxed)) step(100, monotonic_ns());
+  shutdown_jobs(monotonic_ns());
+}
+
+void ControlPlane::step(int timeout_ms, uint64_t now_ns) {
+  std::vector<pollfd> fds;
+  std::vector<Conn*> who;
+  fds.reserve(conns_.size() + 1);
+  fds.push_back({listen_fd_, POLLIN, 0});
+  who.push_back(nullptr);
+  for (auto& [id, c] : conns_) {
+    short ev = POLLRDHUP;
+    bool paused = c->role == Conn::Role::kPending && c->in.buffered() > kMaxPausedInput;
+    if (!c->eof && !paused) ev |= POLLIN;
+    if (!c->out.empty()) ev |= POLLOUT;
+    fds.push_back({c->fd, ev, 0});
+    who.push_back(c.get());
+  }
+  int n = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (n > 0) {
+    for (size_t i = 1; i < fds.size(); ++i) {
+      Conn& c = *who[i];
+      if (fds[i].revents & POLLOUT) flush(c);
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR | POLLRDHUP)) read_input(c, now_ns);
+    }
+    if (fds[0].revents & POLLIN) accept_all(now_ns);
+  }
+  check_timers(now_ns);
+  sweep(now_ns);
+}
+
+void ControlPlane::accept_all(uint64_t now_ns) {
+  for (;;) {
+    sockaddr_in a{};
+    socklen_t alen = sizeof a;
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&a), &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) GS_LOG_WARN("control plane: accept(): %s", std::strerror(errno));
+      return;
+    }
+    if (conns_.size() >= kMaxConnections) {
+      static const char msg[] = "ERR no_resources too many control connections\n";
+      (void)!::send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>();
+    c->id = next_conn_id_++;
+    c->fd = fd;
+    c->peer_ipv4_be = a.sin_addr.s_addr;
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+    c->peer = std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+    GS_LOG_DEBUG("control: connection from %s", c->peer.c_str());
+    conns_.emplace(c->id, std::move(c));
+  }
+}
+
+void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
+  if (c.dead) return;
+  char buf[16384];
+  while (!c.eof) {
+    ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n > 0 && c.too_long) continue;  // draining before the close
+    if (n > 0) {
+      c.in.append(buf, static_cast<size_t>(n));
+      process_lines(c, now_ns);
+      if (c.role == Conn::Role::kPending && c.in.buffered() > kMaxPausedInput) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    c.eof = true;  // closed or reset
+  }
+  // A peer that closed its side is gone, but its complete lines (e.g. a final LEAVE) count.
+  if (c.eof) {
+    process_lines(c, now_ns);
+    c.dead = true;
+  }
+}
+
+void ControlPlane::process_lines(Conn& c, uint64_t now_ns) {
+  std::string line;
+  while (!c.dead && !c.too_long && c.role != Conn::Role::kPending) {
+    auto next = c.in.next(&line);
+    if (next == LineFramer::Next::kNone) return;
+    if (next == LineFramer::Next::kTooLong) {
+      c.too_long = true;
+      c.in = LineFramer();
+      reply_error(c, kErrTooLong, "line over " + std::to_string(kMaxLineBytes) +
+                                      " bytes (terminator included); closing the connection");
+      return;
+    }
+    handle_line(c, line, now_ns);
+  }
+}
+
+void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns) {
+  Error err;
+  auto req = parse_request(line, &err);
+  if (!req) return reply_error(c, err.code, err.message);
+  if (c.role == Conn::Role::kJoined) {
+    auto it = live_.find(c.job_id);
+    if (it != live_.end()) it->second->last_request_ns = now_ns;
+  }
+  const std::string& v = req->verb;
+  if (v == "JOIN") return handle_join(c, *req, now_ns);
+  if (v == "LEAVE") return handle_leave(c, *req, now_ns);
+  if (v == "STATUS") return handle_status(c, *req, now_ns);
+  if (v == "STATS") return handle_stats(c, *req);
+  if (v == "JOBS") return handle_jobs(c, *req);
+  if (v == "PING") {
+    if (!parse_no_args(*req, &err)) return reply_error(c, err.code, err.message);
+    return reply(c, "OK\n");
+  }
+  reply_error(c, kErrBadRequest, "unknown verb '" + v + "' (expected JOIN, LEAVE, STATUS, STATS, JOBS or PING)");
+}
+
+size_t ControlPlane::reserved_memory() const {
+  size_t m = 0;
+  for (auto& [n, p] : pending_) m += p->memory;
+  for (auto& [id, j] : live_) m += j->memory;
+  return m;
+}
+
+void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
+  using Role = Conn::Role;
+  if (c.role == Role::kJoined)
+    return reply_error(c, kErrState, "this connection already joined job '" + c.job_name + "' as rank " +
+                                         std::to_string(c.rank) + " (one JOIN per connection)");
+  if (c.role == Role::kLeft)
+    return reply_error(c, kErrState, "this connection already left job '" + c.job_name +
+                                         "' (one JOIN per connection; open a new one)");
+  if (shutting_down_) return reply_error(c, kErrState, "the switch is shutting down");
+  Error err;
+  auto j = parse_join(r, &err);
+  if (!j) return reply_error(c, err.code, err.message);
+
+  for (auto& [id, live] : live_)
+    if (live->spec.name == j->job && !live->aborted)
+      return reply_error(c, kErrConflict, "job '" + j->job + "' is already running with all " +
+                                              std::to_string(live->spec.world) + " ranks");
+
+  auto it = pending_.find(j->job);
+  if (it != pending_.end()) {
+    PendingJob& p = *it->second;
+    if (p.token != j->token) return reply_error(c, kErrConflict, "job '" + j->job + "' exists with a different token");
+    if (p.world != j->world)
+      return reply_error(c, kErrConflict, "job '" + j->job + "' has world=" + std::to_string(p.world) +
+                                              ", this JOIN says world=" + std::to_string(j->world));
+    if (p.wire != j->wire)
+      return reply_error(c, kErrConflict, "job '" + j->job + "' has wire=" + gs_elem_name(p.wire) +
+                                              ", this JOIN says wire=" + gs_elem_name(j->wire));
+    if (p.conn[j->rank] != 0) {
+      auto other = conns_.find(p.conn[j->rank]);
+      std::string by = other != conns_.end() ? " by " + other->second->peer : "";
+      return reply_error(c, kErrConflict,
+                         "rank " + std::to_string(j->rank) + " of job '" + j->job + "' is already taken" + by);
+    }
+  } else {
+    JobSpec spec;
+    spec.world = j->world;
+    spec.wire = j->wire;
+    spec.slots = static_cast<uint16_t>(config_.slots);
+    spec.payload_bytes = config_.payload_bytes();
+    size_t need = Engine::job_memory_bytes(spec);
+    if (live_.size() + pending_.size() >= config_.max_jobs)
+      return reply_error(c, kErrNoResources, "job table full: " + std::to_string(config_.max_jobs) +
+                                                 " jobs running or joining (--max-jobs)");
+    if (reserved_memory() + need > config_.max_memory)
+      return reply_error(c, kErrNoResources,
+                         "not enough slot memory: job needs " + std::to_string(need) + " bytes, " +
+                             std::to_string(config_.max_memory - std::min<size_t>(reserved_memory(), config_.max_memory)) +
+                             " of " + std::to_string(config_.max_memory) + " left (--max-memory)");
+    auto p = std::make_unique<PendingJob>();
+    p->name = j->job;
+    p->token = j->token;
+    p->world = j->world;
+    p->wire = j->wire;
+    p->memory = need;
+    p->deadline_ns = now_ns + uint64_t(config_.join_timeout_s) * 1'000'000'000ull;
+    p->conn.assign(j->world, 0);
+    p->port.assign(j->world, 0);
+    it = pending_.emplace(j->job, std::move(p)).first;
+  }
+  PendingJob& p = *it->second;
+  p.conn[j->rank] = c.id;
+  p.port[j->rank] = j->port;
+  ++p.joined;
+  c.role = Role::kPending;
+  c.job_name = j->job;
+  c.rank = j->rank;
+  GS_LOG_DEBUG("job '%s': rank %u joined from %s (%u of %u)", p.name.c_str(), j->rank, c.peer.c_str(), p.joined,
+               p.world);
+  if (p.joined == p.world) start_job(p, now_ns);
+}
+
+void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
+  JobSpec spec;
+  spec.name = p.name;
+  spec.world = p.world;
+  spec.wire = p.wire;
+  spec.slots = static_cast<uint16_t>(config_.slots);
+  spec.payload_bytes = config_.payload_bytes();
+  std::random_device rd;
+  do spec.key = rd(); while (spec.key == 0);
+  for (uint16_t r = 0; r < p.world; ++r)
+    spec.endpoints.push_back(Endpoint{conns_.at(p.conn[r])->peer_ipv4_be, htons(p.port[r])});
+
+  std::string error;
+  uint32_t id = engine_.create_job(spec, &error);
+  if (id == 0) return fail_pending(p, {kErrNoResources, "cannot create job '" + p.name + "': " + error});
+
+  auto live = std::make_unique<LiveJob>();
+  live->id = id;
+  live->spec = spec;
+  live->token = p.token;
+  live->memory = p.memory;
+  live->conn = p.conn;
+  live->present = p.world;
+  live->start_ns = live->last_request_ns = now_ns;
+  std::string ok = "OK job_id=" + std::to_string(id) + " key=" + std::to_string(spec.key) +
+                   " slots=" + std::to_string(spec.slots) + " payload=" + std::to_string(spec.payload_bytes) +
+                   " data_port=" + std::to_string(config_.data_port) + " threads=" + std::to_string(config_.threads) +
+                   "\n";
+  std::vector<Conn*> members;
+  for (uint16_t r = 0; r < p.world; ++r) {
+    Conn& c = *conns_.at(p.conn[r]);
+    c.role = Conn::Role::kJoined;
+    c.job_id = id;
+    members.push_back(&c);
+  }
+  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") started: world %u, wire %s, %u slots", spec.name.c_str(), id,
+              spec.world, gs_elem_name(spec.wire), spec.slots);
+  ++jobs_started_;
+  LiveJob& lj = *live;
+  live_.emplace(id, std::move(live));
+  pending_.erase(p.name);  // `p` is gone from here on
+  for (auto& l : listeners_) l({JobEvent::kCreated, id, &lj.spec});
+  for (Conn* c : members) reply(*c, ok);
+  // Requests that arrived while the JOIN reply was held.
+  for (Conn* c : members) process_lines(*c, now_ns);
+}
+
+void ControlPlane::fail_pending(PendingJob& p, const Error& e) {
+  for (uint64_t cid : p.conn) {
+    auto it = conns_.find(cid);
+    if (cid == 0 || it == conns_.end()) continue;
+    Conn& c = *it->second;
+    c.role = Conn::Role::kNone;
+    c.job_name.clear();
+    reply_error(c, e.code, e.message);
+  }
+  std::string name = p.name;
+  pending_.erase(name);
+  // The connections may now process what they sent meanwhile (done at their next input or here).
+  for (auto& [id, c] : conns_)
+    if (c->role == Conn::Role::kNone && c->in.buffered()) process_lines(*c, monotonic_ns());
+}
+
+void ControlPlane::handle_leave(Conn& c, const Request& r, uint64_t now_ns) {
+  Error err;
+  if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
+  if (c.role == Conn::Role::kNone) return reply_error(c, kErrState, "LEAVE without a JOIN on this connection");
+  if (c.role == Conn::Role::kLeft) return reply_error(c, kErrState, "already left job '" + c.job_name + "'");
+  reply(c, "OK\n");
+  depart(c, /*graceful=*/true, now_ns);
+}
+
+void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns) {
+  if (c.role == Conn::Role::kPending) {
+    auto it = pending_.find(c.job_name);
+    if (it != pending_.end()) {
+      PendingJob& p = *it->second;
+      if (p.conn[c.rank] == c.id) {
+        p.conn[c.rank] = 0;
+        --p.joined;
+        GS_LOG_DEBUG("job '%s': rank %u withdrew before the job started", p.name.c_str(), c.rank);
+      }
+      if (p.joined == 0) pending_.erase(it);
+    }
+    c.role = Conn::Role::kNone;
+    return;
+  }
+  if (c.role != Conn::Role::kJoined) return;
+  c.role = Conn::Role::kLeft;
+  auto it = live_.find(c.job_id);
+  if (it == live_.end()) return;
+  LiveJob& j = *it->second;
+  if (j.conn[c.rank] != c.id) return;
+  j.conn[c.rank] = 0;
+  --j.present;
+  if (!graceful && !j.aborted)
+    abort_live(j, GS_ABORT_RANK_LEFT, c.rank, "rank " + std::to_string(c.rank) + " disconnected");
+  end_job_if_empty(j);
+}
+
+void ControlPlane::abort_live(LiveJob& j, uint8_t reason, uint16_t rank, const std::string& why) {
+  if (j.aborted) return;
+  engine_.abort_job(j.id, reason, rank);
+  j.aborted = true;
+  j.abort_why = why;
+  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") aborted: %s", j.spec.name.c_str(), j.id, why.c_str());
+}
+
+void ControlPlane::end_job_if_empty(LiveJob& j) {
+  if (j.present > 0) return;
+  uint32_t id = j.id;
+  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") ended: %s", j.spec.name.c_str(), id,
+              j.aborted ? ("aborted (" + j.abort_why + ")").c_str() : "all ranks left");
+  for (auto& l : listeners_) l({JobEvent::kDestroyed, id, nullptr});
+  engine_.destroy_job(id);
+  live_.erase(id);
+}
+
+void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
+  Error err;
+  auto q = parse_status(r, &err);
+  if (!q) return reply_error(c, err.code, err.message);
+  uint32_t id;
+  if (q->job_id) id = *q->job_id;
+  else if (c.role == Conn::Role::kJoined || c.role == Conn::Role::kLeft) id = c.job_id;
+  else return reply_error(c, kErrBadRequest, "STATUS needs job_id= on a connection that has not joined a job");
+  JobStatus s;
+  if (!engine_.job_status(id, &s)) return reply_error(c, kErrNotFound, "no job with id " + std::to_string(id));
+  auto it = live_.find(id);
+  uint64_t last = s.last_activity_ns;
+  if (it != live_.end()) last = std::max({last, it->second->last_request_ns, it->second->start_ns});
+  std::string out = "OK job_id=" + std::to_string(id) + " name=" + s.name + " world=" + std::to_string(s.world) +
+                    " state=" + (s.aborted ? "aborted" : "running") +
+                    " abort_reason=" + abort_reason_name(s.aborted ? s.abort_reason : 0) + " abort_rank=" +
+                    (s.aborted && s.abort_rank != GS_RANK_ALL ? std::to_string(s.abort_rank) : std::string("-")) +
+                    " idle_ms=" + std::to_string(now_ns > last ? (now_ns - last) / 1'000'000 : 0) + " rank_seq=";
+  for (size_t i = 0; i < s.rank_last_seq.size(); ++i) out += (i ? "," : "") + std::to_string(s.rank_last_seq[i]);
+  if (q->slot) {
+    if (*q->slot >= s.slots)
+      return reply_error(c, kErrBadRequest, "slot=" + std::to_string(*q->slot) + " is out of range (the job has " +
+                                                std::to_string(s.slots) + " slots)");
+    SlotStatus ss;
+    if (!engine_.slot_status(id, *q->slot, q->version, &ss))
+      return reply_error(c, kErrNotFound, "no slot " + std::to_string(*q->slot) + " in job " + std::to_string(id));
+    out += std::string(" slot_state=") + (ss.open ? "open" : ss.complete ? "complete" : "empty") +
+           " slot_seq=" + std::to_string(ss.seq) + " slot_offset=" + std::to_string(ss.offset) + " seen=";
+    bool first = true;
+    for (unsigned b = 0; b < 64; ++b)
+      if (ss.seen >> b & 1) out += (first ? "" : ",") + std::to_string(b), first = false;
+  }
+  reply(c, out + "\n");
+}
+
+std::string ControlPlane::stats_line() const {
+  std::string s = counters_text(engine_.total_counters()) + " jobs=" + std::to_string(live_.size()) +
+                  " joining=" + std::to_string(pending_.size()) + " jobs_started=" + std::to_string(jobs_started_);
+  for (auto& src : stats_sources_) {
+    std::string extra = src();
+    if (!extra.empty()) s += " " + extra;
+  }
+  return s;
+}
+
+void ControlPlane::handle_stats(Conn& c, const Request& r) {
+  Error err;
+  auto q = parse_stats(r, &err);
+  if (!q) return reply_error(c, err.code, err.message);
+  if (!q->job_id) return reply(c, "OK " + stats_line() + "\n");
+  JobStatus s;
+  if (!engine_.job_status(*q->job_id, &s))
+    return reply_error(c, kErrNotFound, "no job with id " + std::to_string(*q->job_id));
+  reply(c, "OK " + counters_text(s.counters) + "\n");
+}
+
+void ControlPlane::handle_jobs(Conn& c, const Request& r) {
+  Error err;
+  if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
+  std::string out = "OK jobs=";
+  bool first = true;
+  for (auto& [id, j] : live_) {
+    out += (first ? "" : ",") + std::to_string(id) + ":" + j->spec.name + ":" + std::to_string(j->spec.world) + ":" +
+           (j->aborted ? "aborted" : "running");
+    first = false;
+  }
+  for (auto& [name, p] : pending_) {
+    out += (first ? "" : ",") + std::string("0:") + name + ":" + std::to_string(p->world) + ":joining";
+    first = false;
+  }
+  reply(c, out + "\n");
+}
+
+void ControlPlane::check_timers(uint64_t now_ns) {
+  if (now_ns < next_timer_check_ns_) return;
+  next_timer_check_ns_ = now_ns + kTimerPeriodNs;
+  for (auto& [id, c] : conns_)
+    if (c->wr_shut && now_ns >= c->drain_deadline_ns) c->dead = true;
+  // Join timeout.
+  std::vector<std::string> expired;
+  for (auto& [name, p] : pending_)
+    if (now_ns >= p->deadline_ns) expired.push_back(name);
+  for (const std::string& name : expired) {
+    auto it = pending_.find(name);
+    if (it == pending_.end() || now_ns < it->second->deadline_ns) continue;
+    PendingJob* p = it->second.get();
+    std::string missing;
+    for (uint16_t r = 0; r < p->world; ++r)
+      if (!p->conn[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    GS_LOG_INFO("job '%s': join timed out, %u of %u ranks joined (missing %s)", p->name.c_str(), p->joined, p->world,
+                missing.c_str());
+    fail_pending(*p, {kErrTimeout, "job '" + p->name + "': " + std::to_string(p->joined) + " of " +
+                                       std::to_string(p->world) + " ranks joined within " +
+                                       std::to_string(config_.join_timeout_s) + " s (missing ranks " + missing +
+                                       "; --join-timeout)"});
+  }
+  // Idle timeout.
+  const uint64_t idle_ns = uint64_t(config_.idle_timeout_s) * 1'000'000'000ull;
+  for (auto& [id, j] : live_) {
+    if (j->aborted) continue;
+    JobStatus s;
+    uint64_t last = std::max(j->last_request_ns, j->start_ns);
+    if (engine_.job_status(id, &s)) last = std::max(last, s.last_activity_ns);
+    if (now_ns > last && now_ns - last > idle_ns)
+      abort_live(*j, GS_ABORT_IDLE, GS_RANK_ALL,
+                 "idle for " + std::to_string(config_.idle_timeout_s) + " s (--idle-timeout)");
+  }
+  // Periodic stats.
+  if (config_.stats_interval_s > 0) {
+    if (next_stats_ns_ == 0) next_stats_ns_ = now_ns + uint64_t(config_.stats_interval_s) * 1'000'000'000ull;
+    if (now_ns >= next_stats_ns_) {
+      next_stats_ns_ = now_ns + uint64_t(config_.stats_interval_s) * 1'000'000'000ull;
+      GS_LOG_INFO("stats: %s", stats_line().c_str());
+    }
+  }
+}
+
+void ControlPlane::shutdown_jobs(uint64_t now_ns) {
+  shutting_down_ = true;
+  while (!pending_.empty()) fail_pending(*pending_.begin()->second, {kErrState, "the switch is shutting down"});
+  for (auto& [id, j] : live_) abort_live(*j, GS_ABORT_SHUTDOWN, GS_RANK_ALL, "the switch is shutting down");
+  for (auto& [id, c] : conns_) flush(*c);
+}
+
+void ControlPlane::close_all() {
+  for (auto& [id, c] : conns_) c->dead = true;
+  sweep(monotonic_ns());
+  for (auto& [id, j] : live_) {
+    for (auto& l : listeners_) l({JobEvent::kDestroyed, id, nullptr});
+    engine_.destroy_job(id);
+  }
+  live_.clear();
+  pending_.clear();
+}
+
+void ControlPlane::reply(Conn& c, const std::string& line) {
+  if (c.dead) return;
+  c.out += line;
+  flush(c);
+}
+
+void ControlPlane::reply_error(Conn& c, const char* code, const std::string& message) {
+  GS_LOG_DEBUG("control: %s: ERR %s %s", c.peer.c_str(), code, message.c_str());
+  reply(c, format_error({code, message}));
+}
+
+void ControlPlane::flush(Conn& c) {
+  while (!c.out.empty() && !c.dead) {
+    ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.out.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    c.dead = true;  // broken pipe or reset
+  }
+  if (c.out.size() > kMaxOutput) {
+    GS_LOG_WARN("control: %s does not read its replies; closing it", c.peer.c_str());
+    c.dead = true;
+  }
+  if (c.too_long && c.out.empty() && !c.wr_shut && !c.dead) {
+    // Closing with unread input would reset the connection and could destroy the error reply
+    // before the client reads it: send FIN, then discard input until EOF or a deadline.
+    ::shutdown(c.fd, SHUT_WR);
+    c.wr_shut = true;
+    c.drain_deadline_ns = monotonic_ns() + 2'000'000'000ull;
+  }
+}
+
+void ControlPlane::sweep(uint64_t now_ns) {
+  std::vector<uint64_t> gone;
+  for (auto& [id, c] : conns_)
+    if (c->dead) gone.push_back(id);
+  for (uint64_t id : gone) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) continue;
+    Conn& c = *it->second;
+    depart(c, /*graceful=*/false, now_ns);
+    GS_LOG_DEBUG("control: %s closed", c.peer.c_str());
+    ::close(c.fd);
+    conns_.erase(it);
+  }
+}
+
+}  // namespace gradswitch

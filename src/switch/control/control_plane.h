@@ -1,0 +1,102 @@
+// The TCP control plane (docs/protocol.md section 1): joins, leaves, status and stats.
+//
+// One thread (the caller of run()/step()) does everything: a poll() loop over non-blocking
+// sockets, line framing, and the job life cycle. Pending joins live here; the engine job is
+// created once every rank has joined and destroyed once every rank's connection is gone.
+// Errors answer only the connection that caused them; no input can stop the loop.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "switch/config.h"
+#include "switch/control/parse.h"
+#include "switch/engine/engine.h"
+
+namespace gradswitch {
+
+// A job appearing or going away, for backends that keep per-job state of their own
+// (called on the control-plane thread; `spec` is null for kDestroyed).
+struct JobEvent {
+  enum Kind { kCreated, kDestroyed } kind;
+  uint32_t job_id;
+  const JobSpec* spec;
+};
+
+class ControlPlane {
+ public:
+  ControlPlane(Engine& engine, const SwitchConfig& config);
+  ~ControlPlane();
+  ControlPlane(const ControlPlane&) = delete;
+  ControlPlane& operator=(const ControlPlane&) = delete;
+
+  // Binds control_host:control_port and listens; false with `error` set.
+  bool listen(std::string* error);
+  // "0.0.0.0:7700"
+  std::string describe() const;
+
+  // Serves until `stop` is set, then ends every job with ABORT(SHUTDOWN) semantics (engine
+  // jobs aborted, pending joins answered with an error) and returns. Connections stay open
+  // until close_all(), so that data threads can still answer DATA packets with ABORT.
+  void run(const std::atomic<bool>& stop);
+  // One poll() round of at most `timeout_ms`, at monotonic time `now_ns`.
+  void step(int timeout_ms, uint64_t now_ns);
+  void shutdown_jobs(uint64_t now_ns);
+  // Closes every connection and destroys every job.
+  void close_all();
+
+  void add_job_listener(std::function<void(const JobEvent&)> listener);
+  // Extra `key=value ...` text appended to the total STATS reply and the stats log line.
+  void add_stats_source(std::function<std::string()> source);
+
+  uint64_t jobs_started() const { return jobs_started_; }
+  size_t connections() const { return conns_.size(); }
+
+ private:
+  struct Conn;
+  struct PendingJob;
+  struct LiveJob;
+
+  void accept_all(uint64_t now_ns);
+  void read_input(Conn& c, uint64_t now_ns);
+  void process_lines(Conn& c, uint64_t now_ns);
+  void handle_line(Conn& c, const std::string& line, uint64_t now_ns);
+  void handle_join(Conn& c, const control::Request& r, uint64_t now_ns);
+  void handle_leave(Conn& c, const control::Request& r, uint64_t now_ns);
+  void handle_status(Conn& c, const control::Request& r, uint64_t now_ns);
+  void handle_stats(Conn& c, const control::Request& r);
+  void handle_jobs(Conn& c, const control::Request& r);
+  void start_job(PendingJob& p, uint64_t now_ns);
+  void fail_pending(PendingJob& p, const control::Error& e);
+  void depart(Conn& c, bool graceful, uint64_t now_ns);  // the connection leaves its job
+  void end_job_if_empty(LiveJob& j);
+  void abort_live(LiveJob& j, uint8_t reason, uint16_t rank, const std::string& why);
+  void check_timers(uint64_t now_ns);
+  void reply(Conn& c, const std::string& line);  // `line` ends with '\n'
+  void reply_error(Conn& c, const char* code, const std::string& message);
+  void flush(Conn& c);
+  void sweep(uint64_t now_ns);
+  std::string stats_line() const;
+  size_t reserved_memory() const;
+
+  Engine& engine_;
+  const SwitchConfig& config_;
+  int listen_fd_ = -1;
+  uint64_t next_conn_id_ = 1;
+  std::map<uint64_t, std::unique_ptr<Conn>> conns_;
+  std::map<std::string, std::unique_ptr<PendingJob>> pending_;  // by name
+  std::map<uint32_t, std::unique_ptr<LiveJob>> live_;           // by job id
+  std::vector<std::function<void(const JobEvent&)>> listeners_;
+  std::vector<std::function<std::string()>> stats_sources_;
+  uint64_t jobs_started_ = 0;
+  uint64_t next_timer_check_ns_ = 0;
+  uint64_t next_stats_ns_ = 0;
+  bool shutting_down_ = false;
+};
+
+}  // namespace gradswitch

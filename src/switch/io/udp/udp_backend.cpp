@@ -1,0 +1,416 @@
+#include "switch/io/udp/udp_backend.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+namespace gradswitch {
+namespace {
+
+constexpr int kSocketBufferBytes = 8 << 20;
+constexpr int kPollMs = 50;                 // the stop flag is seen at least this often
+constexpr size_t kRxPlainBytes = 9216;      // > largest valid datagram (32 + 8940)
+constexpr size_t kRxGroBytes = 65536;       // a GRO-coalesced train of datagrams
+constexpr size_t kMaxGroRxMemory = 8 << 20; // per thread; beyond it (huge --batch) GRO stays off
+constexpr size_t kArenaBytes = 256 * 1024;  // results of one burst, copied out of the engine
+constexpr size_t kMaxGroups = 1024;
+constexpr size_t kMaxEndpoints = 8192;
+constexpr size_t kMaxTxMsgs = 1024;         // UIO_MAXIOV: most messages per sendmmsg
+constexpr uint32_t kMaxGsoSegments = 64;
+constexpr uint32_t kMaxGsoBytes = 60000;
+
+// A run of results that go to the same destinations: one GSO write per destination, or one
+// datagram per result and destination without GSO. Segments are back to back in the arena;
+// all have `seg` bytes except possibly the last.
+struct Group {
+  uint32_t job_id;
+  uint16_t dest_rank;  // GS_RANK_ALL or a rank
+  uint16_t n_eps;
+  uint32_t ep_off;     // into the endpoint pool
+  uint32_t off;        // into the arena
+  uint32_t seg, nseg, bytes;
+  uint64_t sent_pkts, sent_bytes;
+};
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void set_buffer(int fd, int opt, int force_opt, const char* what, bool* warned) {
+  int v = kSocketBufferBytes;
+  ::setsockopt(fd, SOL_SOCKET, opt, &v, sizeof v);
+  int got = 0;
+  socklen_t len = sizeof got;
+  ::getsockopt(fd, SOL_SOCKET, opt, &got, &len);
+  if (got / 2 < kSocketBufferBytes) {  // the kernel reports twice what it grants
+    ::setsockopt(fd, SOL_SOCKET, force_opt, &v, sizeof v);  // needs CAP_NET_ADMIN
+    ::getsockopt(fd, SOL_SOCKET, opt, &got, &len);
+  }
+  if (got / 2 < kSocketBufferBytes && !*warned) {
+    *warned = true;
+    GS_LOG_WARN("UDP %s buffer capped at %d KiB by net.core.%s_max (asked for %d KiB); bursts may be dropped: "
+                "sysctl -w net.core.%s_max=%d",
+                what, got / 2 / 1024, opt == SO_RCVBUF ? "rmem" : "wmem", kSocketBufferBytes / 1024,
+                opt == SO_RCVBUF ? "rmem" : "wmem", 2 * kSocketBufferBytes);
+  }
+}
+
+class UdpBackend final : public Backend {
+ public:
+  struct alignas(64) Thread {
+    unsigned index = 0;
+    int fd = -1;
+    bool gso = false, gro = false;
+    uint64_t rng = 0;
+    uint64_t drop_threshold = 0;  // drop when rng output < threshold
+    size_t rx_size = 0;
+    std::vector<uint8_t> rx_buf;
+    std::vector<mmsghdr> rx_msgs;
+    std::vector<iovec> rx_iov;
+    std::vector<uint8_t> rx_ctrl;
+    std::vector<uint8_t> arena;
+    size_t arena_used = 0;
+    std::vector<Group> groups;
+    std::vector<Endpoint> eps;
+    size_t eps_used = 0;
+    std::vector<mmsghdr> tx_msgs;
+    std::vector<iovec> tx_iov;
+    std::vector<sockaddr_in> tx_addr;
+    std::vector<uint8_t> tx_ctrl;
+    std::vector<uint32_t> tx_group;
+    // Read by the control thread (udp_backend_stats); written by this thread only.
+    std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0};
+  };
+
+  UdpBackend(Engine& engine, const SwitchConfig& config) : engine_(engine), config_(config) {}
+  ~UdpBackend() override {
+    for (auto& t : threads_)
+      if (t->fd >= 0) ::close(t->fd);
+  }
+
+  bool open(std::string* error);
+  std::string describe() const override;
+  int run(const std::atomic<bool>& stop) override;
+  std::string stats() const;
+
+ private:
+  void loop(Thread& t, const std::atomic<bool>& stop);
+  void queue(Thread& t, const IngestResult& r);
+  void flush(Thread& t);
+  void send_msgs(Thread& t, size_t n);
+
+  Engine& engine_;
+  const SwitchConfig& config_;
+  std::vector<std::unique_ptr<Thread>> threads_;
+};
+
+bool UdpBackend::open(std::string* error) {
+  bool warned_rx = false, warned_tx = false;
+  const unsigned batch = config_.batch;
+  for (unsigned i = 0; i < config_.threads; ++i) {
+    auto t = std::make_unique<Thread>();
+    t->index = i;
+    t->fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const unsigned port = config_.data_port + i;
+    if (t->fd < 0) {
+      *error = std::string("udp backend: socket(): ") + std::strerror(errno);
+      return false;
+    }
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, config_.control_host.c_str(), &a.sin_addr);
+    if (::bind(t->fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      *error = "udp backend: cannot bind UDP " + config_.control_host + ":" + std::to_string(port) + ": " +
+               std::strerror(errno) + " (another gradswitchd running? choose another --data-port)";
+      ::close(t->fd);
+      return false;
+    }
+    set_buffer(t->fd, SO_RCVBUF, SO_RCVBUFFORCE, "receive", &warned_rx);
+    set_buffer(t->fd, SO_SNDBUF, SO_SNDBUFFORCE, "send", &warned_tx);
+
+    t->gso = config_.udp_gso == "on";
+    int one = 1;
+    t->gro = size_t(batch) * kRxGroBytes <= kMaxGroRxMemory &&
+             ::setsockopt(t->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+    t->rx_size = t->gro ? kRxGroBytes : kRxPlainBytes;
+    t->rng = config_.seed ^ (0x5851f42d4c957f2dull * (i + 1));
+    t->drop_threshold = config_.drop_rate >= 1.0 ? UINT64_MAX
+                                                 : static_cast<uint64_t>(config_.drop_rate * 18446744073709551616.0);
+
+    t->rx_buf.resize(size_t(batch) * t->rx_size);
+    t->rx_msgs.resize(batch);
+    t->rx_iov.resize(batch);
+    t->rx_ctrl.assign(size_t(batch) * CMSG_SPACE(sizeof(int)), 0);
+    t->arena.resize(kArenaBytes);
+    t->groups.reserve(kMaxGroups);
+    t->eps.resize(kMaxEndpoints);
+    t->tx_msgs.resize(kMaxTxMsgs);
+    t->tx_iov.resize(kMaxTxMsgs);
+    t->tx_addr.resize(kMaxTxMsgs);
+    t->tx_ctrl.assign(kMaxTxMsgs * CMSG_SPACE(sizeof(uint16_t)), 0);
+    t->tx_group.resize(kMaxTxMsgs);
+    threads_.push_back(std::move(t));
+  }
+  return true;
+}
+
+std::string UdpBackend::describe() const {
+  unsigned n = config_.threads;
+  std::string ports = std::to_string(config_.data_port);
+  if (n > 1) ports += "-" + std::to_string(config_.data_port + n - 1);
+  bool gro = !threads_.empty() && threads_[0]->gro;
+  return "udp " + ports + " (" + std::to_string(n) + (n == 1 ? " thread" : " threads") + ", batch " +
+         std::to_string(config_.batch) + ", gso " + config_.udp_gso + ", gro " + (gro ? "on" : "off") + ")";
+}
+
+std::string UdpBackend::stats() const {
+  uint64_t inj = 0, err = 0, trunc = 0, gso = 0, gro = 0;
+  for (auto& t : threads_) {
+    inj += t->injected_drops.load(std::memory_order_relaxed);
+    err += t->send_errors.load(std::memory_order_relaxed);
+    trunc += t->truncated.load(std::memory_order_relaxed);
+    gso += t->gso_writes.load(std::memory_order_relaxed);
+    gro += t->gro_trains.load(std::memory_order_relaxed);
+  }
+  return "udp.injected_drops=" + std::to_string(inj) + " udp.send_errors=" + std::to_string(err) +
+         " udp.truncated=" + std::to_string(trunc) + " udp.gso_writes=" + std::to_string(gso) +
+         " udp.gro_trains=" + std::to_string(gro);
+}
+
+int UdpBackend::run(const std::atomic<bool>& stop) {
+  std::vector<std::thread> workers;
+  for (auto& t : threads_) workers.emplace_back([this, &t, &stop] { loop(*t, stop); });
+  for (auto& w : workers) w.join();
+  return 0;
+}
+
+void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
+  const unsigned batch = config_.batch;
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (unsigned i = 0; i < batch; ++i) {
+      t.rx_iov[i] = {t.rx_buf.data() + size_t(i) * t.rx_size, t.rx_size};
+      msghdr& h = t.rx_msgs[i].msg_hdr;
+      h = msghdr{};
+      h.msg_iov = &t.rx_iov[i];
+      h.msg_iovlen = 1;
+      if (t.gro) {
+        h.msg_control = t.rx_ctrl.data() + i * CMSG_SPACE(sizeof(int));
+        h.msg_controllen = CMSG_SPACE(sizeof(int));
+      }
+    }
+    int n = ::recvmmsg(t.fd, t.rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) {
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        GS_LOG_WARN("udp thread %u: recvmmsg(): %s", t.index, std::strerror(errno));
+      pollfd p{t.fd, POLLIN, 0};
+      ::poll(&p, 1, kPollMs);
+      continue;
+    }
+    const uint64_t now = monotonic_ns();
+    engine_.begin_burst(t.index);
+    for (int i = 0; i < n; ++i) {
+      const msghdr& h = t.rx_msgs[i].msg_hdr;
+      const uint8_t* data = t.rx_buf.data() + size_t(i) * t.rx_size;
+      size_t len = t.rx_msgs[i].msg_len;
+      if (h.msg_flags & MSG_TRUNC) {
+        // Longer than any valid datagram: hand the engine a length it rejects (bad_length).
+        Counters::bump(t.truncated);
+        len = t.rx_size;
+      }
+      size_t seg = len;  // a GRO train is a run of datagrams of `seg` bytes (the last may be shorter)
+      if (t.gro) {
+        for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c))
+          if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+            int s;
+            std::memcpy(&s, CMSG_DATA(c), sizeof s);
+            if (s > 0 && size_t(s) < len) {
+              seg = size_t(s);
+              Counters::bump(t.gro_trains);
+            }
+          }
+      }
+      size_t off = 0;
+      do {
+        const size_t l = std::min(seg, len - off);
+        if (t.drop_threshold && splitmix64(t.rng) < t.drop_threshold) {
+          Counters::bump(t.injected_drops);
+        } else {
+          IngestResult r = engine_.ingest(t.index, data + off, l, now);
+          if (r.kind == IngestResult::kSend) queue(t, r);
+        }
+        off += l;
+      } while (off < len);
+    }
+    engine_.end_burst(t.index);
+    flush(t);
+  }
+  flush(t);
+}
+
+// Copies a result out of the engine (r.data and r.endpoints are only valid until the next
+// ingest) and appends it to the current group when it goes to the same destinations.
+void UdpBackend::queue(Thread& t, const IngestResult& r) {
+  const bool all = r.dest_rank == GS_RANK_ALL;
+  const uint16_t n_eps = all ? r.world : 1;
+  if (r.len == 0 || r.len > 65507 || r.endpoints == nullptr || n_eps == 0 || (!all && r.dest_rank >= r.world)) {
+    Counters::bump(t.send_errors);
+    return;
+  }
+  if (t.arena_used + r.len > t.arena.size() || t.eps_used + n_eps > t.eps.size() || t.groups.size() == kMaxGroups)
+    flush(t);
+  std::memcpy(t.arena.data() + t.arena_used, r.data, r.len);
+  if (!t.groups.empty()) {
+    Group& g = t.groups.back();
+    if (t.gso && g.job_id == r.job_id && g.dest_rank == r.dest_rank && g.bytes == g.seg * g.nseg && r.len <= g.seg &&
+        g.nseg < kMaxGsoSegments && g.bytes + r.len <= kMaxGsoBytes) {
+      ++g.nseg;
+      g.bytes += r.len;
+      t.arena_used += r.len;
+      return;
+    }
+  }
+  Group g{};
+  g.job_id = r.job_id;
+  g.dest_rank = r.dest_rank;
+  g.n_eps = n_eps;
+  g.ep_off = static_cast<uint32_t>(t.eps_used);
+  g.off = static_cast<uint32_t>(t.arena_used);
+  g.seg = g.bytes = r.len;
+  g.nseg = 1;
+  if (all) std::memcpy(&t.eps[t.eps_used], r.endpoints, sizeof(Endpoint) * n_eps);
+  else t.eps[t.eps_used] = r.endpoints[r.dest_rank];
+  t.eps_used += n_eps;
+  t.arena_used += r.len;
+  t.groups.push_back(g);
+}
+
+void UdpBackend::flush(Thread& t) {
+  size_t m = 0;
+  for (uint32_t gi = 0; gi < t.groups.size(); ++gi) {
+    Group& g = t.groups[gi];
+    const bool gso = g.nseg > 1 && t.gso;
+    const uint32_t writes = gso ? 1 : g.nseg;
+    for (uint16_t e = 0; e < g.n_eps; ++e) {
+      const Endpoint& ep = t.eps[g.ep_off + e];
+      for (uint32_t w = 0; w < writes; ++w) {
+        if (m == kMaxTxMsgs) {
+          send_msgs(t, m);
+          m = 0;
+        }
+        sockaddr_in& a = t.tx_addr[m];
+        a = sockaddr_in{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = ep.ipv4_be;
+        a.sin_port = ep.port_be;
+        uint32_t off = g.off + w * g.seg;
+        t.tx_iov[m] = {t.arena.data() + off, gso ? g.bytes : std::min(g.seg, g.off + g.bytes - off)};
+        msghdr& h = t.tx_msgs[m].msg_hdr;
+        h = msghdr{};
+        h.msg_name = &a;
+        h.msg_namelen = sizeof a;
+        h.msg_iov = &t.tx_iov[m];
+        h.msg_iovlen = 1;
+        if (gso) {
+          h.msg_control = t.tx_ctrl.data() + m * CMSG_SPACE(sizeof(uint16_t));
+          h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+          cmsghdr* c = CMSG_FIRSTHDR(&h);
+          c->cmsg_level = SOL_UDP;
+          c->cmsg_type = UDP_SEGMENT;
+          c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+          uint16_t s = static_cast<uint16_t>(g.seg);
+          std::memcpy(CMSG_DATA(c), &s, sizeof s);
+        }
+        t.tx_group[m] = gi;
+        ++m;
+      }
+    }
+  }
+  if (m) send_msgs(t, m);
+  for (const Group& g : t.groups)
+    if (g.sent_pkts) engine_.count_sent(t.index, g.job_id, static_cast<uint32_t>(g.sent_pkts), g.sent_bytes);
+  t.groups.clear();
+  t.arena_used = 0;
+  t.eps_used = 0;
+}
+
+void UdpBackend::send_msgs(Thread& t, size_t n) {
+  size_t i = 0;
+  int retries = 0;
+  while (i < n) {
+    int k = ::sendmmsg(t.fd, &t.tx_msgs[i], static_cast<unsigned>(n - i), 0);
+    if (k > 0) {
+      for (int j = 0; j < k; ++j) {
+        Group& g = t.groups[t.tx_group[i + j]];
+        const bool gso = t.tx_msgs[i + j].msg_hdr.msg_controllen != 0;
+        g.sent_pkts += gso ? g.nseg : 1;
+        g.sent_bytes += t.tx_iov[i + j].iov_len;
+        if (gso) Counters::bump(t.gso_writes);
+      }
+      i += size_t(k);
+      retries = 0;
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if ((errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) && retries++ < 20) {
+      pollfd p{t.fd, POLLOUT, 0};
+      ::poll(&p, 1, 5);
+      continue;
+    }
+    msghdr& h = t.tx_msgs[i].msg_hdr;
+    if (h.msg_controllen != 0 && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT || errno == EMSGSIZE)) {
+      // The kernel or the route cannot segment: fall back to one datagram per result for good.
+      if (t.gso) GS_LOG_WARN("udp thread %u: UDP GSO failed (%s); sending datagrams one by one", t.index,
+                             std::strerror(errno));
+      t.gso = false;
+      Group& g = t.groups[t.tx_group[i]];
+      const auto* base = static_cast<const uint8_t*>(t.tx_iov[i].iov_base);
+      for (uint32_t off = 0; off < t.tx_iov[i].iov_len; off += g.seg) {
+        size_t l = std::min<size_t>(g.seg, t.tx_iov[i].iov_len - off);
+        if (::sendto(t.fd, base + off, l, 0, static_cast<sockaddr*>(h.msg_name), h.msg_namelen) == ssize_t(l)) {
+          ++g.sent_pkts;
+          g.sent_bytes += l;
+        } else {
+          Counters::bump(t.send_errors);
+        }
+      }
+    } else {
+      Counters::bump(t.send_errors);
+    }
+    ++i;
+    retries = 0;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_udp_backend(Engine& engine, const SwitchConfig& config, std::string* error) {
+  auto b = std::make_unique<UdpBackend>(engine, config);
+  if (!b->open(error)) return nullptr;
+  return b;
+}
+
+std::string udp_backend_stats(const Backend& backend) {
+  auto* u = dynamic_cast<const UdpBackend*>(&backend);
+  return u ? u->stats() : "";
+}
+
+}  // namespace gradswitch

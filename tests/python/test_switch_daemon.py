@@ -1,0 +1,549 @@
+"""Black-box tests of the gradswitchd binary: options, signals, control plane, data-plane hygiene.
+
+Only plain sockets and subprocess: no gradswitch Python package. Every wait is bounded by a
+deadline; waiting is never itself the assertion.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def daemon_path() -> Path:
+    """The gradswitchd under test: $GRADSWITCHD, else the build-switchd build."""
+    path = Path(os.environ.get("GRADSWITCHD", REPO / "build-switchd" / "src" / "switch" / "gradswitchd"))
+    if not path.exists():
+        pytest.skip(f"gradswitchd not built ({path}); set GRADSWITCHD or build build-switchd")
+    return path
+
+
+HEADER = struct.Struct(">HBBIIHHBBHIIbbH")
+MAGIC, VERSION = 0x4753, 1
+MSG_DATA, MSG_RESULT, MSG_ABORT = 1, 2, 3
+INT32 = 1
+ABORT_RANK_LEFT = 1
+
+ALL_OPTIONS = [
+    "control-host", "control-port", "data-port", "threads", "slots", "mtu", "max-jobs", "join-timeout",
+    "idle-timeout", "drop-rate", "seed", "batch", "stats-interval", "log-level", "backend", "max-memory",
+]
+
+
+def header(job_id, key, rank, slot, count, seq=0, offset=0, mtype=MSG_DATA, elem=INT32, magic=MAGIC):
+    return HEADER.pack(magic, VERSION, mtype, job_id, key, rank, slot, 0, elem, count, seq, offset,
+                       -128, -128, 0)
+
+
+def data_packet(job_id, key, rank, slot, values, seq=0, offset=0):
+    payload = struct.pack(f"<{len(values)}i", *values)
+    return header(job_id, key, rank, slot, len(values), seq, offset) + payload
+
+
+def parse_ok(line: str) -> dict[str, str]:
+    assert line.startswith("OK"), line
+    return dict(tok.split("=", 1) for tok in line.split()[1:])
+
+
+class Daemon:
+    """A gradswitchd on free local ports, its stderr in a file."""
+
+    def __init__(self, tmp_path: Path, *args: str, threads: int = 2):
+        self.threads = threads
+        self.log_path = tmp_path / f"gradswitchd-{time.monotonic_ns()}.log"
+        for _ in range(20):
+            base = random.randrange(20000, 60000, 8)
+            self.control_port, self.data_port = base, base + 1
+            cmd = [str(daemon_path()), "--control-host", "127.0.0.1", "--control-port", str(base),
+                   "--data-port", str(base + 1), "--threads", str(threads), *args]
+            with open(self.log_path, "w") as log:
+                self.proc = subprocess.Popen(cmd, stderr=log, stdout=subprocess.DEVNULL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if "gradswitchd 0." in self.log() and ": control " in self.log():
+                    return
+                time.sleep(0.02)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"gradswitchd did not start in 10 s:\n{self.log()}")
+            if "cannot" not in self.log():  # not a port clash: a real failure
+                raise AssertionError(f"gradswitchd exited {self.proc.returncode}:\n{self.log()}")
+        raise AssertionError("no free ports for gradswitchd")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("gradswitchd ignored SIGTERM for 10 s") from None
+        return self.proc.returncode
+
+    def connect(self) -> Client:
+        return Client(self.control_port)
+
+    def stats(self, job_id: int | None = None) -> dict[str, int]:
+        with self.connect() as c:
+            kv = parse_ok(c.request("STATS" + (f" job_id={job_id}" if job_id is not None else "")))
+        return {k: int(v) for k, v in kv.items()}
+
+
+class Client:
+    """A control-plane connection with line-level helpers and timeouts."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.buf = b""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.sock.close()
+
+    def send(self, data: bytes | str):
+        self.sock.sendall(data.encode() if isinstance(data, str) else data)
+
+    def readline(self, timeout: float = 5.0) -> str:
+        self.sock.settimeout(timeout)
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"closed by the switch (buffered {self.buf!r})")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode()
+
+    def request(self, line: str) -> str:
+        self.send(line + "\n")
+        return self.readline()
+
+    def nothing_pending(self) -> bool:
+        """True when no reply is waiting (checked after a PING round trip on another client)."""
+        self.sock.settimeout(0.0)
+        try:
+            chunk = self.sock.recv(65536)
+        except BlockingIOError:
+            return not self.buf
+        finally:
+            self.sock.settimeout(5)
+        self.buf += chunk
+        return False
+
+
+def udp_socket() -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # a window of results must fit
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(5)
+    return s
+
+
+class Job:
+    """`world` ranks joined to one job, each with its own control connection and UDP socket."""
+
+    def __init__(self, daemon: Daemon, name: str, world: int = 2, token: str = "tok"):
+        self.daemon = daemon
+        self.udp = [udp_socket() for _ in range(world)]
+        self.ctl = [daemon.connect() for _ in range(world)]
+        for r in range(world):
+            port = self.udp[r].getsockname()[1]
+            self.ctl[r].send(f"JOIN job={name} world={world} rank={r} wire=int32 token={token} port={port}\n")
+        replies = [parse_ok(c.readline()) for c in self.ctl]
+        assert all(rep == replies[0] for rep in replies), replies
+        self.job_id, self.key = int(replies[0]["job_id"]), int(replies[0]["key"])
+        self.reply = replies[0]
+
+    def port_of(self, slot: int) -> int:
+        return self.daemon.data_port + slot % self.daemon.threads
+
+    def allreduce_round(self, slot: int, seq: int) -> None:
+        """Every rank sends one chunk to `slot`; every rank must get the exact sum back."""
+        world = len(self.udp)
+        for r, s in enumerate(self.udp):
+            s.sendto(data_packet(self.job_id, self.key, r, slot, [r + seq, -r, 7], seq=seq),
+                     ("127.0.0.1", self.port_of(slot)))
+        want = [sum(r + seq for r in range(world)), -sum(range(world)), 7 * world]
+        for s in self.udp:
+            pkt = s.recv(65536)
+            h = HEADER.unpack(pkt[:32])
+            assert h[2] == MSG_RESULT and h[6] == slot and h[10] == seq, h
+            assert list(struct.unpack("<3i", pkt[32:])) == want
+
+    def close(self):
+        for c in self.ctl:
+            c.close()
+        for s in self.udp:
+            s.close()
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = Daemon(tmp_path, "--join-timeout", "2")
+    yield d
+    rc = d.stop()
+    print(f"--- gradswitchd log ---\n{d.log()[-4000:]}")
+    assert rc == 0, f"gradswitchd exited {rc}"
+
+
+def wait_for(predicate, what: str, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(daemon_path()), *args], capture_output=True, text=True, timeout=10)
+
+
+def test_help_lists_every_option_with_its_default():
+    out = run_cli("--help")
+    assert out.returncode == 0, out.stderr
+    for name in ALL_OPTIONS:
+        lines = [ln for ln in out.stdout.splitlines() if f"--{name} " in ln]
+        assert lines, f"--{name} missing from --help"
+        assert "(default " in lines[0], lines[0]
+    assert "(default 7700)" in out.stdout and "(default 256)" in out.stdout
+
+
+def test_version():
+    out = run_cli("--version")
+    assert out.returncode == 0 and out.stdout.startswith("gradswitchd 0."), out
+
+
+@pytest.mark.parametrize(
+    "args, mentions",
+    [
+        (["--threads", "0"], "--threads"),
+        (["--threads", "many"], "--threads"),
+        (["--mtu", "9001"], "--mtu"),
+        (["--mtu", "100"], "--mtu"),
+        (["--control-port", "70000"], "--control-port"),
+        (["--control-host", "not-an-ip"], "--control-host"),
+        (["--drop-rate", "1.5"], "--drop-rate"),
+        (["--drop-rate", "nan"], "--drop-rate"),
+        (["--backend", "rdma"], "--backend"),
+        (["--log-level", "loud"], "--log-level"),
+        (["--max-memory", "12Q"], "--max-memory"),
+        (["--max-jobs", "1000"], "--max-jobs"),
+        (["--no-such-option"], "--no-such-option"),
+        (["--slots"], "--slots"),
+        (["stray"], "stray"),
+        (["--data-port", "65535", "--threads", "2"], "--data-port"),
+        (["--", "-l", "0"], "dpdk"),
+    ],
+)
+def test_bad_option_is_a_clear_error(args, mentions):
+    out = run_cli(*args)
+    assert out.returncode != 0
+    assert mentions in out.stderr, out.stderr
+    assert "Try 'gradswitchd --help'" in out.stderr
+
+
+def test_sigterm_stops_cleanly_with_a_running_job(tmp_path):
+    d = Daemon(tmp_path)
+    job = Job(d, "sigterm")
+    job.allreduce_round(slot=0, seq=0)
+    assert d.stop() == 0
+    log = d.log()
+    assert "aborted: the switch is shutting down" in log
+    assert "stopped after" in log and "completed=1" in log
+    # Connections were closed by the switch.
+    with pytest.raises(ConnectionError):
+        job.ctl[0].readline(timeout=5)
+    job.close()
+
+
+def test_sigint_stops_idle_daemon(tmp_path):
+    d = Daemon(tmp_path)
+    d.proc.send_signal(signal.SIGINT)
+    assert d.proc.wait(timeout=10) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Control plane
+
+
+def test_join_reply_and_allreduce(daemon):
+    job = Job(daemon, "basic", world=3)
+    assert job.reply["slots"] == "256" and job.reply["payload"] == "1440"
+    assert job.reply["data_port"] == str(daemon.data_port) and job.reply["threads"] == "2"
+    for seq, slot in enumerate(range(6)):
+        job.allreduce_round(slot, seq)
+    st = parse_ok(job.ctl[1].request("STATUS slot=5 version=0"))
+    assert st["state"] == "running" and st["rank_seq"] == "5,5,5"
+    assert st["slot_state"] == "complete" and st["seen"] == "0,1,2" and st["slot_seq"] == "5"
+    jobs = parse_ok(job.ctl[0].request("JOBS"))["jobs"]
+    assert f"{job.job_id}:basic:3:running" in jobs.split(",")
+    per_job = daemon.stats(job.job_id)
+    assert per_job["completed"] == 6 and per_job["pkts_in"] == 18
+    for c in job.ctl:
+        assert c.request("LEAVE") == "OK"
+    wait_for(lambda: "ended: all ranks left" in daemon.log(), "the job to end")
+    job.close()
+
+
+BAD_LINES = [
+    ("", "bad_request"),
+    ("ping", "bad_request"),
+    ("FROB x=1", "bad_request"),
+    ("PING extra=1", "bad_request"),
+    ("JOIN job", "bad_request"),
+    ("JOIN job=a world=2 rank=0 wire=int32 token=t", "bad_request"),  # no port
+    ("JOIN job=a world=2 rank=0 wire=int64 token=t port=5", "bad_request"),
+    ("JOIN job=a world=0 rank=0 wire=int32 token=t port=5", "bad_request"),
+    ("JOIN job=a world=65 rank=0 wire=int32 token=t port=5", "bad_request"),
+    ("JOIN job=a world=2 rank=2 wire=int32 token=t port=5", "bad_request"),  # rank out of range
+    ("JOIN job=a world=2 rank=-1 wire=int32 token=t port=5", "bad_request"),
+    ("JOIN job=a/b world=2 rank=0 wire=int32 token=t port=5", "bad_request"),
+    ("JOIN job=a world=2 rank=0 rank=1 wire=int32 token=t port=5", "bad_request"),
+    ("JOIN job=a world=2 rank=0 wire=int32 token=t port=0", "bad_request"),
+    ("JOIN job=a world=99999999999999999999999 rank=0 wire=int32 token=t port=5", "bad_request"),
+    ("STATUS", "bad_request"),  # not joined and no job_id
+    ("STATUS job_id=12345", "not_found"),
+    ("STATUS job_id=1 slot=3", "bad_request"),
+    ("STATS job_id=4294967296", "bad_request"),
+    ("STATS job_id=77", "not_found"),
+    ("LEAVE", "state"),
+    ("JOBS now=1", "bad_request"),
+    ("PING\tx", "bad_request"),
+    ("\x00\x01\xff", "bad_request"),
+]
+
+
+def test_malformed_requests_get_err_and_the_connection_survives(daemon):
+    job = Job(daemon, "bystander")
+    with daemon.connect() as c:
+        for line, code in BAD_LINES:
+            c.send(line.encode("latin-1") + b"\n")
+            reply = c.readline()
+            assert reply.startswith(f"ERR {code} "), (line, reply)
+            assert len(reply.split(" ", 2)) == 3 and reply.split(" ", 2)[2].strip(), reply  # has a message
+        c.send(b"PING\r\n")  # CRLF is fine
+        assert c.readline() == "OK"
+    # The other client's job never saw any of it.
+    assert all(c.nothing_pending() for c in job.ctl)
+    job.allreduce_round(slot=1, seq=0)
+    job.close()
+
+
+def test_oversized_line_is_refused_and_closed(daemon):
+    with daemon.connect() as ok:
+        # 4095 bytes + "\n" is the longest allowed line: parsed (and rejected as a bad verb).
+        ok.send("X" * 4095 + "\n")
+        assert ok.readline().startswith("ERR bad_request ")
+        assert ok.request("PING") == "OK"
+    with daemon.connect() as c:
+        c.send("PING " + "a=b " * 2000)  # no newline, over the limit
+        assert c.readline().startswith("ERR too_long ")
+        with pytest.raises(ConnectionError):
+            c.readline()
+    with daemon.connect() as c:
+        assert c.request("PING") == "OK"
+
+
+def test_join_conflicts_answer_only_the_offender(daemon):
+    a = daemon.connect()
+    a.send("JOIN job=cj world=2 rank=0 wire=int32 token=good port=9\n")
+    offenders = [
+        ("JOIN job=cj world=3 rank=1 wire=int32 token=good port=9", "ERR conflict "),   # world disagrees
+        ("JOIN job=cj world=2 rank=1 wire=float32 token=good port=9", "ERR conflict "),  # wire disagrees
+        ("JOIN job=cj world=2 rank=1 wire=int32 token=evil port=9", "ERR conflict "),    # other token
+        ("JOIN job=cj world=2 rank=0 wire=int32 token=good port=9", "ERR conflict "),    # duplicate rank
+    ]
+    for line, want in offenders:
+        with daemon.connect() as b:
+            reply = b.request(line)
+            assert reply.startswith(want), (line, reply)
+            assert "evil" not in reply
+    assert a.nothing_pending()
+    # JOIN twice on one connection.
+    u = [udp_socket(), udp_socket()]
+    c = daemon.connect()
+    c.send(f"JOIN job=cj world=2 rank=1 wire=int32 token=good port={u[1].getsockname()[1]}\n")
+    ok_a, ok_c = parse_ok(a.readline()), parse_ok(c.readline())
+    assert ok_a == ok_c
+    assert c.request("JOIN job=other world=1 rank=0 wire=int32 token=t port=9").startswith("ERR state ")
+    # The job is running; a latecomer cannot take a rank.
+    with daemon.connect() as late:
+        reply = late.request("JOIN job=cj world=2 rank=1 wire=int32 token=good port=9")
+        assert reply.startswith("ERR conflict "), reply
+    a.close()
+    c.close()
+
+
+def test_join_timeout(daemon):
+    with daemon.connect() as a:
+        a.send("JOIN job=lonely world=3 rank=1 wire=int32 token=t port=9\n")
+        t0 = time.monotonic()
+        reply = a.readline(timeout=10)
+        assert reply.startswith("ERR timeout ") and "missing ranks 0,2" in reply, reply
+        assert 1.5 < time.monotonic() - t0 < 8
+        # The connection may try again.
+        assert a.request("PING") == "OK"
+
+
+def test_requests_queued_behind_a_held_join_are_answered_in_order(daemon):
+    u = [udp_socket(), udp_socket()]
+    a, b = daemon.connect(), daemon.connect()
+    a.send(f"JOIN job=q world=2 rank=0 wire=int32 token=t port={u[0].getsockname()[1]}\nPING\n")
+    assert b.request("PING") == "OK"
+    assert a.nothing_pending()  # the PING waits behind the JOIN
+    b.send(f"JOIN job=q world=2 rank=1 wire=int32 token=t port={u[1].getsockname()[1]}\n")
+    assert a.readline().startswith("OK job_id=") and a.readline() == "OK"
+    assert b.readline().startswith("OK job_id=")
+    a.close()
+    b.close()
+
+
+def test_disconnect_aborts_the_job_and_data_gets_abort(daemon):
+    job = Job(daemon, "crash", world=2)
+    job.allreduce_round(slot=0, seq=0)
+    job.ctl[1].close()  # rank 1 "crashes"
+    st = wait_for(lambda: (s := parse_ok(job.ctl[0].request("STATUS")))["state"] == "aborted" and s,
+                  "the job to be aborted")
+    assert st["abort_reason"] == "rank_left" and st["abort_rank"] == "1"
+    job.udp[0].sendto(data_packet(job.job_id, job.key, 0, 2, [1, 2, 3], seq=1), ("127.0.0.1", job.port_of(2)))
+    h = HEADER.unpack(job.udp[0].recv(65536)[:32])
+    assert h[2] == MSG_ABORT and h[5] == 1 and h[12] == ABORT_RANK_LEFT, h
+    assert "aborted: rank 1 disconnected" in daemon.log()
+    job.ctl[0].close()
+    wait_for(lambda: "ended: aborted (rank 1 disconnected)" in daemon.log(), "the job to be destroyed")
+    # Its name is free again.
+    again = Job(daemon, "crash", world=1)
+    again.allreduce_round(slot=0, seq=0)
+    again.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data plane hygiene
+
+
+def test_flood_of_bad_datagrams_is_counted_and_harmless(daemon):
+    job = Job(daemon, "victim", world=2)
+    job.allreduce_round(slot=0, seq=0)
+    rng = random.Random(7)
+    flood = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    jid, key = job.job_id, job.key
+
+    def garbage_long():
+        b = bytearray(rng.randbytes(rng.randrange(32, 1500)))
+        if b[0:2] == b"GS":
+            b[0] = 0
+        return bytes(b)
+
+    categories = {
+        "drop.short_packet": lambda: rng.randbytes(rng.randrange(0, 32)),
+        "drop.bad_magic": garbage_long,
+        "drop.bad_version": lambda: header(jid, key, 0, 2, 0)[:2] + b"\x09" + header(jid, key, 0, 2, 0)[3:],
+        "drop.bad_type": lambda: header(jid, key, 0, 2, 0, mtype=MSG_RESULT),
+        "drop.unknown_job": lambda: data_packet(rng.randrange(1 << 32) | 1 << 31, key, 0, 2, [1]),
+        "drop.wrong_key": lambda: data_packet(jid, key ^ rng.randrange(1, 1 << 32), 0, 2, [1]),
+        "drop.bad_rank": lambda: data_packet(jid, key, rng.randrange(2, 1 << 16), 2, [1]),
+        "drop.slot_out_of_range": lambda: data_packet(jid, key, 0, rng.randrange(256, 1 << 16) & ~1, [1]),
+        "drop.bad_elem_type": lambda: header(jid, key, 0, 2, 1, elem=9) + b"\0" * 4,
+        # count beyond the packet
+        "drop.bad_length": lambda: header(jid, key, 0, 2, rng.randrange(2, 1 << 16)) + b"\0" * 4,
+        "drop.wrong_thread": lambda: data_packet(jid, key, 0, 3, [1]),  # odd slot sent to thread 0's port
+    }
+    before = daemon.stats()
+    per_category = 40
+    for name, make in categories.items():
+        for _ in range(per_category):
+            flood.sendto(make(), ("127.0.0.1", daemon.data_port))
+        # Paced per category so that the kernel's socket buffer never overflows.
+        wait_for(lambda name=name: daemon.stats()[name] - before[name] >= per_category,
+                 f"{name} to be counted")
+    after = daemon.stats()
+    for name in categories:
+        assert after[name] - before[name] == per_category, (name, after[name] - before[name])
+    assert after["drops"] - before["drops"] == per_category * len(categories)
+    assert after["completed"] == before["completed"]
+    # The switch is up and the job unaffected.
+    job.allreduce_round(slot=2, seq=1)
+    assert parse_ok(job.ctl[0].request("STATUS"))["state"] == "running"
+    flood.close()
+    job.close()
+
+
+def test_injected_drops_are_counted(tmp_path):
+    d = Daemon(tmp_path, "--drop-rate", "1", threads=1)
+    try:
+        job = Job(d, "lossy", world=1)
+        for i in range(10):
+            job.udp[0].sendto(data_packet(job.job_id, job.key, 0, i, [i]), ("127.0.0.1", d.data_port))
+        wait_for(lambda: d.stats()["udp.injected_drops"] == 10, "10 injected drops")
+        assert d.stats()["pkts_in"] == 0
+        job.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_many_results_in_flight_arrive_intact(daemon):
+    """A window of slots at once: bursts of results (UDP GSO writes) reach every rank intact."""
+    job = Job(daemon, "window", world=3)
+    slots = 96
+    for r, s in enumerate(job.udp):
+        for slot in range(slots):
+            pkt = data_packet(job.job_id, job.key, r, slot, [slot] * 300 + [r], seq=slot, offset=slot * 301)
+            s.sendto(pkt, ("127.0.0.1", job.port_of(slot)))
+    for s in job.udp:
+        got = {}
+        for _ in range(slots):
+            pkt = s.recv(65536)
+            h = HEADER.unpack(pkt[:32])
+            assert h[2] == MSG_RESULT and h[9] == 301, h
+            got[h[6]] = list(struct.unpack("<301i", pkt[32:]))
+        assert sorted(got) == list(range(slots))
+        assert all(v == [3 * slot] * 300 + [0 + 1 + 2] for slot, v in got.items())
+    stats = daemon.stats()
+    assert stats["completed"] == slots and stats["pkts_out"] == 3 * slots
+    print("udp.gso_writes", stats["udp.gso_writes"])
+    job.close()
+
+
+def test_idle_job_is_aborted(tmp_path):
+    d = Daemon(tmp_path, "--idle-timeout", "1", threads=1)
+    try:
+        job = Job(d, "sleepy", world=1)
+        other = d.connect()  # requests on an unrelated connection do not keep the job alive
+        def aborted():
+            st = parse_ok(other.request(f"STATUS job_id={job.job_id}"))
+            return st if st["state"] == "aborted" else None
+
+        st = wait_for(aborted, "the idle abort", timeout=8)
+        assert st["abort_reason"] == "idle" and int(st["idle_ms"]) >= 1000
+        job.udp[0].sendto(data_packet(job.job_id, job.key, 0, 0, [1]), ("127.0.0.1", d.data_port))
+        h = HEADER.unpack(job.udp[0].recv(65536)[:32])
+        assert h[2] == MSG_ABORT and h[12] == 2, h  # GS_ABORT_IDLE
+        other.close()
+        job.close()
+    finally:
+        assert d.stop() == 0
