@@ -30,7 +30,6 @@ for target in build/fuzz/fuzz/fuzz_*; do
   corpus=build/fuzz/corpus-$name
   mkdir -p "$corpus"
   [ -f "fuzz/seeds_${name#fuzz_}.py" ] && python3 "fuzz/seeds_${name#fuzz_}.py" "$corpus"
-  [ "$name" = fuzz_ingest ] && python3 fuzz/make_seeds.py "$corpus"
   "$target" -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus" 2>&1 | tail -n 3
 done
 

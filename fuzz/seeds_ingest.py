@@ -1,6 +1,6 @@
 """Writes a seed corpus for fuzz_ingest: valid DATA packets of the fuzz target's two jobs.
 
-Usage: python3 fuzz/make_seeds.py DIR
+Usage: python3 fuzz/seeds_ingest.py DIR
 """
 
 import struct
