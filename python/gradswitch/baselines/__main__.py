@@ -1,0 +1,61 @@
+"""python -m gradswitch.baselines --system hostagg,gloo -n 4 --nbytes 16M --iters 5 [--testbed NAME]"""
+
+import argparse
+import json
+import sys
+
+from ..testbed import Testbed, TestbedError
+from .runner import SYSTEMS, BaselineError, run
+
+
+def _size(s: str) -> int:
+    s = s.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
+    return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--system", default=",".join(SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)} (default all)"
+    )
+    p.add_argument("-n", "--workers", type=int, default=4)
+    p.add_argument("--nbytes", type=_size, default=_size("4M"), help="gradient bytes (float32), e.g. 64M")
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--testbed", default=None, help="use this existing testbed (else a temporary one)")
+    p.add_argument("--rate", default="1gbit", help="temporary testbed link rate")
+    p.add_argument("--mtu", type=int, default=1500)
+    p.add_argument("--loss", type=float, default=0.0)
+    p.add_argument("--json", action="store_true", help="one JSON line per result")
+
+
+def run_args(a) -> int:
+    systems = [s.strip() for s in a.system.split(",") if s.strip()]
+    try:
+        if a.testbed:
+            tb, owned = Testbed.attach(a.testbed), False
+        else:
+            tb, owned = Testbed(workers=a.workers, rate=a.rate, mtu=a.mtu, loss=a.loss, name="bl").up(), True
+        rc = 0
+        try:
+            for s in systems:
+                r = run(s, tb, a.nbytes, a.iters, a.workers, a.warmup)
+                print(json.dumps(r.as_dict()) if a.json else r.summary(), flush=True)
+                rc |= 0 if r.ok else 2
+        finally:
+            if owned:
+                tb.down()
+        return rc
+    except (TestbedError, BaselineError) as e:
+        print(f"gradswitch baselines: error: {e}", file=sys.stderr)
+        return 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gradswitch.baselines")
+    add_arguments(p)
+    return run_args(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

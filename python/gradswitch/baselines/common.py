@@ -1,0 +1,121 @@
+"""Shared pieces of the baselines: deterministic gradients, verification, results, process plumbing."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+def grad(rank: int, n: int, it: int = 0) -> np.ndarray:
+    """Worker `rank`'s float32 gradient for iteration `it`: small integers, so any sum order is exact."""
+    idx = np.arange(n, dtype=np.int64)
+    return (((idx * 7 + rank * 13 + it * 5) % 61) - 30).astype(np.float32)
+
+
+def expected_sum(world: int, n: int, it: int = 0, ranks=None) -> np.ndarray:
+    out = np.zeros(n, dtype=np.float32)
+    for r in range(world) if ranks is None else ranks:
+        out += grad(r, n, it)
+    return out
+
+
+def check(result: np.ndarray, world: int, it: int) -> float:
+    """Max abs error of `result` against the exact sum (0.0 when right)."""
+    exp = expected_sum(world, result.size, it)
+    return float(np.max(np.abs(result - exp))) if result.size else 0.0
+
+
+def emit(**kw) -> None:
+    """Worker side: one JSON result line on stdout (prefixed so other output cannot be mistaken for it)."""
+    print("GSRESULT " + json.dumps(kw), flush=True)
+
+
+def parse_results(text: str) -> list[dict]:
+    return [json.loads(ln.split(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("GSRESULT ")]
+
+
+@dataclass
+class Result:
+    system: str
+    workers: int
+    nbytes: int
+    iters: int
+    times: list[float] = field(default_factory=list)  # per timed iteration: slowest rank's allreduce time
+    ok: bool = False
+    max_err: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times) if self.times else float("nan")
+
+    @property
+    def algbw_gbps(self) -> float:
+        """Gradient bits per second: nbytes * 8 / median time."""
+        return self.nbytes * 8 / self.median / 1e9 if self.times else float("nan")
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["median_s"] = self.median
+        d["algbw_gbps"] = self.algbw_gbps
+        return d
+
+    def summary(self) -> str:
+        return (
+            f"{self.system:12s} N={self.workers} {self.nbytes / 2**20:9.3f} MiB"
+            f"  median {self.median * 1e3:9.3f} ms"
+            f"  {self.algbw_gbps:7.3f} Gbit/s  {'OK' if self.ok else f'WRONG SUM max_err={self.max_err:g}'}"
+        )
+
+
+def combine(
+    system: str,
+    workers: int,
+    nbytes: int,
+    iters: int,
+    per_rank: list[dict],
+    expect_ranks: int,
+    extra: dict | None = None,
+) -> Result:
+    """Merge worker result lines: time of iteration i = max over ranks."""
+    res = Result(system, workers, nbytes, iters, extra=extra or {})
+    if len(per_rank) != expect_ranks:
+        res.extra["error"] = f"got {len(per_rank)} of {expect_ranks} rank results"
+        return res
+    ts = [r["times"] for r in per_rank if r.get("times") is not None]
+    if ts and all(len(t) == len(ts[0]) for t in ts):
+        res.times = [max(col) for col in zip(*ts, strict=True)]
+    res.max_err = max(float(r.get("max_err", 0.0)) for r in per_rank)
+    res.ok = all(r.get("ok") for r in per_rank) and res.max_err == 0.0 and len(res.times) == iters
+    return res
+
+
+def wait_all(procs: list[tuple[str, subprocess.Popen]], timeout: float) -> list[tuple[str, int, str, str]]:
+    """Wait for named processes; on timeout kill all of them. Returns (name, rc, stdout, stderr)."""
+    deadline = time.time() + timeout
+    out = []
+    for name, p in procs:
+        try:
+            so, se = p.communicate(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            for _, q in procs:
+                if q.poll() is None:
+                    q.kill()
+            so, se = p.communicate()
+            se = (se or "") + f"\n[killed after {timeout}s timeout]"
+        out.append((name, p.returncode, so or "", se or ""))
+    return out
+
+
+def fail_text(outs) -> str:
+    return "\n".join(f"--- {n} rc={rc}\n{se.strip()[-2000:]}" for n, rc, so, se in outs if rc != 0)
+
+
+def python() -> str:
+    return sys.executable

@@ -1,0 +1,275 @@
+"""Run a baseline on a testbed: `run(system, tb, nbytes, iters)` -> Result (sums verified by every rank).
+
+Systems: hostagg (aggregator on `host`), gloo (torch.distributed ring), mpi_allreduce (MPI_Allreduce),
+mpi_reduce_bcast (MPI_Reduce to `host` + MPI_Bcast, paper 000 Case 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import tempfile
+
+from ..testbed import Testbed, TestbedError
+from .common import Result, combine, fail_text, parse_results, python, wait_all
+
+SYSTEMS = ("hostagg", "gloo", "mpi_allreduce", "mpi_reduce_bcast")
+
+
+class BaselineError(RuntimeError):
+    pass
+
+
+def _workers(tb: Testbed, workers: int | None) -> int:
+    n = tb.workers if workers is None else workers
+    if not 1 <= n <= tb.workers:
+        raise BaselineError(f"workers={n}: the testbed has {tb.workers} worker namespaces")
+    return n
+
+
+def run_hostagg(
+    tb: Testbed,
+    nbytes: int,
+    iters: int,
+    workers: int | None = None,
+    warmup: int = 1,
+    chunk: int | None = None,
+    port: int = 17000,
+    timeout: float = 120,
+) -> Result:
+    n = _workers(tb, workers)
+    if chunk is None:  # small enough to pipeline (>= 32 chunks), big enough to keep per-chunk cost low
+        chunk = min(1 << 20, max(64 << 10, (nbytes // 32) // 4096 * 4096))
+    total = iters + warmup
+    srv = tb.python(
+        "host",
+        "gradswitch.baselines.hostagg",
+        "server",
+        "--port",
+        port,
+        "--world",
+        n,
+        "--nbytes",
+        nbytes,
+        "--chunk",
+        chunk,
+        "--iters",
+        total,
+        stdout=-1,
+        stderr=-1,
+        text=True,
+    )
+    first = srv.stdout.readline()  # READY once listening (workers also retry connecting)
+    if not first.startswith("READY"):
+        outs = wait_all([("server", srv)], 5)
+        raise BaselineError("hostagg server did not start:\n" + fail_text(outs) + first)
+    procs = [("server", srv)] + [
+        (
+            f"w{r}",
+            tb.python(
+                f"w{r}",
+                "gradswitch.baselines.hostagg",
+                "worker",
+                "--connect",
+                f"{tb.address('host')}:{port}",
+                "--rank",
+                r,
+                "--world",
+                n,
+                "--nbytes",
+                nbytes,
+                "--iters",
+                total,
+                "--warmup",
+                warmup,
+                "--chunk",
+                chunk,
+                stdout=-1,
+                stderr=-1,
+                text=True,
+            ),
+        )
+        for r in range(n)
+    ]
+    outs = wait_all(procs, timeout)
+    if any(rc != 0 for _, rc, _, _ in outs):
+        raise BaselineError("hostagg failed:\n" + fail_text(outs))
+    rs = [r for _, _, so, _ in outs for r in parse_results(so) if r.get("role") != "server"]
+    return combine("hostagg", n, nbytes, iters, rs, n, {"chunk": chunk})
+
+
+def run_gloo(
+    tb: Testbed,
+    nbytes: int,
+    iters: int,
+    workers: int | None = None,
+    warmup: int = 1,
+    port: int = 17100,
+    timeout: float = 180,
+) -> Result:
+    n = _workers(tb, workers)
+    master = f"{tb.address('w0')}:{port}"
+    procs = [
+        (
+            f"w{r}",
+            tb.python(
+                f"w{r}",
+                "gradswitch.baselines.gloo",
+                "--master",
+                master,
+                "--rank",
+                r,
+                "--world",
+                n,
+                "--nbytes",
+                nbytes,
+                "--iters",
+                iters + warmup,
+                "--warmup",
+                warmup,
+                "--ifname",
+                tb.interface(f"w{r}"),
+                stdout=-1,
+                stderr=-1,
+                text=True,
+            ),
+        )
+        for r in range(n)
+    ]
+    outs = wait_all(procs, timeout)
+    if any(rc != 0 for _, rc, _, _ in outs):
+        raise BaselineError("gloo failed:\n" + fail_text(outs))
+    rs = [r for _, _, so, _ in outs for r in parse_results(so)]
+    return combine("gloo", n, nbytes, iters, rs, n)
+
+
+_RSH = """#!/bin/sh
+# rsh agent for mpirun: `agent [opts] HOST CMD...` -> run CMD in testbed namespace gs-{name}-HOST
+while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done
+h="$1"; shift
+exec ip netns exec "gs-{name}-$h" /bin/sh -c "$*"
+"""
+
+
+def mpirun_command(tb: Testbed, hosts: list[str], prog: list[str], agent: str) -> list[str]:
+    """mpirun line that runs from the `host` namespace and starts one rank per listed testbed host."""
+    if shutil.which("mpirun") is None:
+        raise BaselineError(
+            "mpirun not found: apt-get install openmpi-bin libopenmpi-dev; pip install mpi4py"
+        )
+    net = str(tb.subnet)
+    return [
+        "mpirun",
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        str(len(hosts)),
+        "-H",
+        ",".join(f"{h}:1" for h in hosts),
+        "--map-by",
+        "node",
+        "--mca",
+        "plm_rsh_agent",
+        agent,
+        "--mca",
+        "plm_rsh_no_tree_spawn",
+        "1",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "tcp,self",
+        "--mca",
+        "btl_tcp_if_include",
+        net,
+        "--mca",
+        "oob_tcp_if_include",
+        net,
+        "-x",
+        "PYTHONPATH",
+        "-x",
+        "OMPI_ALLOW_RUN_AS_ROOT",
+        "-x",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+        *prog,
+    ]
+
+
+def run_mpi(
+    tb: Testbed,
+    nbytes: int,
+    iters: int,
+    workers: int | None = None,
+    warmup: int = 1,
+    mode: str = "allreduce",
+    timeout: float = 180,
+) -> Result:
+    n = _workers(tb, workers)
+    hosts = (["host"] if mode == "reduce_bcast" else []) + [f"w{r}" for r in range(n)]
+    d = tempfile.mkdtemp(prefix="gs-mpi-")
+    try:
+        agent = os.path.join(d, "netns-rsh")
+        with open(agent, "w") as f:
+            f.write(_RSH.replace("{name}", tb.name))
+        os.chmod(agent, stat.S_IRWXU)
+        cmd = mpirun_command(
+            tb,
+            hosts,
+            [
+                python(),
+                "-m",
+                "gradswitch.baselines.mpi",
+                "--mode",
+                mode,
+                "--nbytes",
+                str(nbytes),
+                "--iters",
+                str(iters + warmup),
+                "--warmup",
+                str(warmup),
+                "--out",
+                d,
+            ],
+            agent,
+        )
+        env = {
+            "OMPI_ALLOW_RUN_AS_ROOT": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1",
+        }
+        p = tb.popen("host", cmd, env=env, stdout=-1, stderr=-1, text=True)
+        outs = wait_all([("mpirun", p)], timeout)
+        name, rc, so, se = outs[0]
+        if rc != 0:
+            raise BaselineError(
+                f"mpirun ({mode}) failed rc={rc}:\n{se.strip()[-3000:]}\n{so.strip()[-1000:]}"
+            )
+        rs = []
+        for f in sorted(os.listdir(d)):
+            if f.startswith("rank") and f.endswith(".json"):
+                with open(os.path.join(d, f)) as fh:
+                    rs.append(json.load(fh))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return combine(f"mpi_{mode}", n, nbytes, iters, rs, len(hosts))
+
+
+def run(
+    system: str, tb: Testbed, nbytes: int, iters: int, workers: int | None = None, warmup: int = 1, **kw
+) -> Result:
+    """Run `iters` timed allreduces (after `warmup`) of `nbytes` float32 bytes with `workers` workers."""
+    if nbytes <= 0 or nbytes % 4:
+        raise BaselineError("nbytes must be a positive multiple of 4 (float32 gradients)")
+    if system == "hostagg":
+        return run_hostagg(tb, nbytes, iters, workers, warmup, **kw)
+    if system == "gloo":
+        return run_gloo(tb, nbytes, iters, workers, warmup, **kw)
+    if system in ("mpi_allreduce", "mpi_reduce_bcast"):
+        return run_mpi(tb, nbytes, iters, workers, warmup, mode=system[4:], **kw)
+    raise BaselineError(f"unknown system {system!r}: one of {', '.join(SYSTEMS)}")
+
+
+__all__ = ["SYSTEMS", "BaselineError", "Result", "run", "run_hostagg", "run_gloo", "run_mpi", "TestbedError"]

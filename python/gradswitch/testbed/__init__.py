@@ -1,0 +1,32 @@
+"""Emulated cluster for gradswitch: worker, host and switch network namespaces joined by a bridge.
+
+from gradswitch.testbed import Testbed
+with Testbed(workers=4, rate="1gbit") as tb:
+    tb.exec("w0", ["ping", "-c1", tb.address("host")])
+"""
+
+from .core import (
+    PREFIX,
+    STATE_DIR,
+    LinkOptions,
+    Testbed,
+    TestbedError,
+    check_environment,
+    leftovers,
+    list_testbeds,
+    parse_rate,
+    remove_testbed,
+)
+
+__all__ = [
+    "PREFIX",
+    "STATE_DIR",
+    "LinkOptions",
+    "Testbed",
+    "TestbedError",
+    "check_environment",
+    "leftovers",
+    "list_testbeds",
+    "parse_rate",
+    "remove_testbed",
+]

@@ -1,0 +1,195 @@
+"""`gradswitch testbed up|down|status|exec` — wire with `add_parser(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .core import (
+    DEFAULT_SUBNET,
+    Testbed,
+    TestbedError,
+    fmt_rate,
+    list_testbeds,
+    load_state,
+    remove_testbed,
+)
+
+
+def _safe(fn):
+    """Sub-command handler that prints TestbedError as one clean message and returns 1."""
+
+    def run(a) -> int:
+        try:
+            return fn(a)
+        except TestbedError as e:
+            print(f"gradswitch testbed: error: {e}", file=sys.stderr)
+            return 1
+
+    run.__name__ = fn.__name__
+    return run
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `testbed` sub-command (with up/down/status/exec) to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "testbed",
+        help="emulated cluster in network namespaces (needs root)",
+        description="Emulated cluster: N worker namespaces (w0..), a host namespace "
+        "(host) and a switch namespace (switch) joined by a bridge.",
+    )
+    sub = p.add_subparsers(dest="testbed_cmd", metavar="{up,down,status,exec}")
+    sub.required = True
+
+    def common(sp):
+        sp.add_argument(
+            "--name",
+            default=os.environ.get("GRADSWITCH_TESTBED", "tb"),
+            help="testbed name, objects are called gs-<name>-... (default tb or $GRADSWITCH_TESTBED)",
+        )
+
+    up = sub.add_parser("up", help="create the testbed")
+    common(up)
+    up.add_argument("-n", "--workers", type=int, default=4, help="worker namespaces (default 4)")
+    up.add_argument(
+        "--rate",
+        default="1gbit",
+        help="per-link rate, both directions, tc tbf; 'none' = unshaped (default 1gbit)",
+    )
+    up.add_argument(
+        "--delay", default="0ms", help="one-way delay per link (only 0ms: no netem in this kernel)"
+    )
+    up.add_argument("--mtu", type=int, default=1500, help="link MTU, 1500 or 9000 (default 1500)")
+    up.add_argument(
+        "--loss",
+        type=float,
+        default=0.0,
+        help="random drop probability per packet, per link direction (default 0)",
+    )
+    up.add_argument("--burst", type=int, default=None, help="tbf bucket bytes (default auto)")
+    up.add_argument("--queue", default="5ms", help="tbf queue length as time at rate (default 5ms)")
+    up.add_argument(
+        "--offload",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="TSO/GSO/GRO on links (auto: off when loss > 0, so loss is per packet)",
+    )
+    up.add_argument(
+        "--subnet",
+        default=DEFAULT_SUBNET,
+        help=f"address range inside the namespaces (default {DEFAULT_SUBNET})",
+    )
+    up.set_defaults(func=_safe(_up))
+
+    down = sub.add_parser("down", help="remove the testbed (everything named gs-<name>-*)")
+    common(down)
+    down.add_argument("--all", action="store_true", help="remove every gradswitch testbed on this machine")
+    down.set_defaults(func=_safe(_down))
+
+    st = sub.add_parser("status", help="what exists")
+    common(st)
+    st.add_argument("--json", action="store_true")
+    st.add_argument("-v", "--verbose", action="store_true", help="also qdisc and nft counters")
+    st.set_defaults(func=_safe(_status))
+
+    ex = sub.add_parser("exec", help="run a command on a host: exec w0 -- ping -c1 host")
+    common(ex)
+    ex.add_argument("host", help="w0..w{N-1}, host or switch")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command ...")
+    ex.set_defaults(func=_safe(_exec))
+    return p
+
+
+def _up(a) -> int:
+    offload = {"auto": None, "on": True, "off": False}[a.offload]
+    tb = Testbed(
+        workers=a.workers,
+        rate=a.rate,
+        delay=a.delay,
+        mtu=a.mtu,
+        loss=a.loss,
+        name=a.name,
+        subnet=a.subnet,
+        burst=a.burst,
+        queue=a.queue,
+        offload=offload,
+    )
+    tb.up()
+    d = tb.describe()
+    print(f"testbed {a.name} up: {a.workers} workers, rate {d['rate']}, mtu {d['mtu']}, loss {d['loss']}")
+    for h, info in d["hosts"].items():
+        print(f"  {h:7s} {info['address']:15s} netns {info['netns']}  if {info['if']}")
+    return 0
+
+
+def _down(a) -> int:
+    names = list_testbeds() if a.all else [a.name]
+    for n in names:
+        removed = remove_testbed(n)
+        print(
+            f"testbed {n}: removed {len(removed)} objects" + (f" ({', '.join(removed)})" if removed else "")
+        )
+    return 0
+
+
+def _status(a) -> int:
+    names = list_testbeds()
+    if a.json:
+        out = {}
+        for n in names:
+            st = load_state(n)
+            out[n] = Testbed.attach(n).describe() if st else {"state": "no state file (stray namespaces)"}
+            if st:
+                out[n]["complete"] = st.complete
+        print(json.dumps(out, indent=1))
+        return 0
+    if not names:
+        print("no gradswitch testbeds")
+        return 0
+    for n in names:
+        st = load_state(n)
+        if st is None:
+            print(f"{n}: namespaces without a state file; `gradswitch testbed down --name {n}` removes them")
+            continue
+        tb = Testbed.attach(n)
+        from .core import _netns_list
+
+        live = set(_netns_list())
+        flag = "" if st.complete else " (INCOMPLETE: up failed or still running)"
+        print(
+            f"{n}: {st.workers} workers, rate {fmt_rate(tb.link.rate)}, mtu {tb.link.mtu}, "
+            f"loss {tb.link.loss}, "
+            f"offload {'on' if tb.link.offloads_on() else 'off'}{flag}"
+        )
+        for h in tb.hosts:
+            ns = tb.netns(h)
+            print(f"  {h:7s} {tb.address(h):15s} {ns:20s} {'ok' if ns in live else 'MISSING'}")
+        if a.verbose and tb.netns("switch") in live:
+            for h in tb.endpoints:
+                for host, dev in ((h, tb.interface(h)), ("switch", tb.port(h))):
+                    r = tb.exec(host, ["tc", "-s", "qdisc", "show", "dev", dev], check=False)
+                    print(f"  [{host}:{dev}] " + " ".join(r.stdout.split()))
+            r = tb.exec("switch", ["nft", "list", "ruleset"], check=False)
+            if r.stdout.strip():
+                print(r.stdout)
+    return 0
+
+
+def _exec(a) -> int:
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    if not cmd:
+        raise TestbedError("nothing to run: gradswitch testbed exec w0 -- ping -c1 host")
+    tb = Testbed.attach(a.name)
+    os.execvpe("ip", tb._cmd(a.host, cmd), tb.env())
+    return 127  # not reached
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="gradswitch")
+    sub = parser.add_subparsers(dest="cmd")
+    sub.required = True
+    add_parser(sub)
+    a = parser.parse_args(argv)
+    return a.func(a)

@@ -1,0 +1,653 @@
+"""Emulated cluster: network namespaces, veth links, a Linux bridge, tc shaping and nftables loss.
+
+Topology (name ``tb``, N workers)::
+
+    gs-tb-w0 ... gs-tb-w{N-1}, gs-tb-host     one namespace per machine, one interface ``gs-eth0``
+         |  veth (gs-eth0 <-> gs-p-<host>)    per-link rate / loss / MTU
+    gs-tb-switch                              ports gs-p-w0.. gs-p-host joined by bridge ``gs-br0``,
+                                              which also carries the switch's own address
+
+Every kernel object lives inside a namespace this module creates (veth pairs are created directly
+in their namespaces, nothing is ever created in the caller's namespace), so deleting the namespaces
+removes links, qdiscs, nftables tables and routes. The only other objects are the state file under
+``/run/gradswitch-testbed/`` and the per-namespace ``/etc/netns/gs-<name>-<host>/hosts`` files
+(``ip netns exec`` bind-mounts them over /etc/hosts so ``w0``, ``host``, ``switch`` resolve).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PREFIX = "gs-"
+STATE_DIR = Path(os.environ.get("GRADSWITCH_TESTBED_STATE", "/run/gradswitch-testbed"))
+ETC_NETNS = Path("/etc/netns")
+HOST_IF = "gs-eth0"
+BRIDGE = "gs-br0"
+DEFAULT_SUBNET = "10.66.0.0/24"
+HOST_QUEUE_BYTES = 8 << 20  # tbf limit on the hosts' egress (the switch ports use LinkOptions.queue)
+# python/ directory that holds the gradswitch package (for PYTHONPATH of processes in namespaces)
+PYTHON_ROOT = Path(__file__).absolute().parents[2]
+
+
+class TestbedError(RuntimeError):
+    """Anything that went wrong creating, using or removing a testbed; the message says what to check."""
+
+
+# ----------------------------------------------------------------------------------------- parsing
+_RATE_UNITS = {
+    "bit": 1,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+    "bps": 8,
+    "kbps": 8e3,
+    "mbps": 8e6,
+    "gbps": 8e9,
+    "k": 1e3,
+    "m": 1e6,
+    "g": 1e9,
+    "": 1,
+}
+
+
+def parse_rate(rate) -> int | None:
+    """'1gbit', '500mbit', '100M', 1e9 -> bits per second; None/'none'/0 -> None (unshaped)."""
+    if rate is None:
+        return None
+    if isinstance(rate, (int, float)):
+        return int(rate) if rate > 0 else None
+    s = str(rate).strip().lower()
+    if s in ("", "none", "0", "off", "unlimited"):
+        return None
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", s)
+    if not m or m.group(2) not in _RATE_UNITS:
+        raise TestbedError(f"cannot parse rate {rate!r}: use e.g. '100mbit', '1gbit', '2.5gbit' or 'none'")
+    return int(float(m.group(1)) * _RATE_UNITS[m.group(2)])
+
+
+def parse_time(t) -> float:
+    """'0ms', '2ms', '150us', '1s', 0.002 -> seconds."""
+    if isinstance(t, (int, float)):
+        return float(t)
+    s = str(t).strip().lower()
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(s|ms|us|ns|)", s)
+    if not m:
+        raise TestbedError(f"cannot parse time {t!r}: use e.g. '0ms', '2ms', '100us'")
+    scale = {"s": 1, "": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def fmt_rate(bps: int | None) -> str:
+    if bps is None:
+        return "none"
+    for unit, div in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bps >= div and bps % div == 0:
+            return f"{bps // int(div)}{unit}"
+    return f"{bps}bit"
+
+
+# ----------------------------------------------------------------------------------------- helpers
+REQUIRED_TOOLS = ("ip", "tc", "nft")
+
+
+def check_environment(need_ethtool: bool = False) -> None:
+    """Raise TestbedError (with the fix) when not root or a tool is missing."""
+    if os.geteuid() != 0:
+        raise TestbedError(
+            "the testbed needs root (it creates network namespaces, veth links, qdiscs and nftables "
+            "tables): run as root, e.g. `sudo gradswitch testbed up`"
+        )
+    tools = list(REQUIRED_TOOLS) + (["ethtool"] if need_ethtool else [])
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        pkgs = {"ip": "iproute2", "tc": "iproute2", "nft": "nftables", "ethtool": "ethtool"}
+        raise TestbedError(
+            f"missing tools: {', '.join(missing)}; install with "
+            f"`apt-get install {' '.join(sorted({pkgs[t] for t in missing}))}`"
+        )
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise TestbedError(f"`ip netns list` failed ({r.stderr.strip()}): is iproute2 netns support there?")
+
+
+def _run(cmd: list[str], *, input: str | None = None, check: bool = True, timeout: float = 30):
+    r = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
+    if check and r.returncode != 0:
+        raise TestbedError(f"command failed (rc={r.returncode}): {' '.join(cmd)}\n{r.stderr.strip()}")
+    return r
+
+
+def _netns_list() -> list[str]:
+    r = _run(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+def _valid_name(name: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]{1,12}", name):
+        raise TestbedError(f"testbed name {name!r}: use 1-12 characters of [a-z0-9]")
+    return name
+
+
+@dataclass
+class LinkOptions:
+    rate: int | None = 1_000_000_000  # bit/s, None = unshaped
+    delay: float = 0.0  # seconds, one way, per link
+    mtu: int = 1500
+    loss: float = 0.0  # drop probability per packet, per direction, per link
+    burst: int | None = None  # tbf bucket in bytes; None = auto
+    queue: float = 0.005  # tbf queue length expressed as time at `rate` (seconds)
+    offload: bool | None = None  # TSO/GSO/GRO on the links; None = on unless loss > 0
+
+    def tbf_params(self) -> tuple[int, int]:
+        """(burst, limit) in bytes for tbf at this rate."""
+        assert self.rate is not None
+        bps = self.rate / 8
+        frame = self.mtu + 14
+        if self.burst is not None:
+            burst = max(int(self.burst), frame)
+        else:
+            # enough for ~1 ms at rate (timer slack on a busy 2-core box), never below 2 frames, and
+            # when offloads are on a whole GSO packet: tbf counts a 64 KiB GSO skb as ~68 KB (headers
+            # of every segment) and software-segments anything larger than the bucket, which made a
+            # 500 Mbit/s link CPU-bound with a 67 KB bucket (measured); 96 KiB leaves room
+            burst = max(int(bps * 1e-3), 2 * frame)
+            if self.offloads_on():
+                burst = max(burst, 98304)
+        limit = max(int(bps * self.queue), 4 * burst, 64 * frame)
+        return burst, limit
+
+    def offloads_on(self) -> bool:
+        return (self.loss <= 0) if self.offload is None else bool(self.offload)
+
+
+@dataclass
+class State:
+    name: str
+    workers: int
+    subnet: str
+    link: dict
+    namespaces: list[str] = field(default_factory=list)  # created so far, in order
+    files: list[str] = field(default_factory=list)  # created so far
+    complete: bool = False
+    created: float = 0.0
+    pid: int = 0
+
+
+class Testbed:
+    """N worker namespaces + 1 host namespace, each with one veth link to a switch namespace whose
+    bridge joins them. Use as a context manager or call up()/down().
+
+    >>> with Testbed(workers=3, rate="1gbit") as tb:
+    ...     tb.exec("w0", ["ping", "-c1", tb.address("w1")])
+    """
+
+    def __init__(
+        self,
+        workers: int = 2,
+        rate="1gbit",
+        delay="0ms",
+        mtu: int = 1500,
+        loss: float = 0.0,
+        name: str = "tb",
+        subnet: str = DEFAULT_SUBNET,
+        burst: int | None = None,
+        queue="5ms",
+        offload: bool | None = None,
+        fail_at: str | None = None,
+    ):
+        if workers < 1:
+            raise TestbedError("workers must be >= 1")
+        if mtu not in (1500, 9000) and not (576 <= mtu <= 9000):
+            raise TestbedError(f"mtu {mtu}: use 1500 or 9000 (anything in 576..9000 is accepted)")
+        if not 0.0 <= float(loss) < 1.0:
+            raise TestbedError(f"loss {loss}: a probability in [0, 1)")
+        self.name = _valid_name(name)
+        self.workers = int(workers)
+        self.subnet = ipaddress.ip_network(subnet)
+        if self.subnet.num_addresses < 16 + self.workers:
+            raise TestbedError(f"subnet {subnet} too small for {workers} workers")
+        self.link = LinkOptions(
+            rate=parse_rate(rate),
+            delay=parse_time(delay),
+            mtu=int(mtu),
+            loss=float(loss),
+            burst=burst,
+            queue=parse_time(queue),
+            offload=offload,
+        )
+        if self.link.delay > 0:
+            raise TestbedError(
+                f"delay={delay!r} is not supported on this kernel: it has no sch_netem, sch_fq or sch_etf "
+                "(checked /proc/config.gz), so nothing can hold packets back; use delay='0ms'"
+            )
+        self.fail_at = fail_at or os.environ.get("GRADSWITCH_TESTBED_FAIL_AT") or None
+        self._state: State | None = None
+
+    # ------------------------------------------------------------------------------- naming
+    @property
+    def hosts(self) -> list[str]:
+        return [f"w{i}" for i in range(self.workers)] + ["host", "switch"]
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Hosts that have a link to the switch (all but the switch)."""
+        return [f"w{i}" for i in range(self.workers)] + ["host"]
+
+    def _canon(self, host: str) -> str:
+        h = {"sw": "switch", "h": "host"}.get(host, host)
+        if re.fullmatch(r"\d+", h):
+            h = f"w{h}"
+        if h not in self.hosts:
+            raise TestbedError(f"unknown host {host!r}: one of {', '.join(self.hosts)}")
+        return h
+
+    def netns(self, host: str) -> str:
+        return f"{PREFIX}{self.name}-{self._canon(host)}"
+
+    def address(self, host: str) -> str:
+        h = self._canon(host)
+        base = self.subnet.network_address
+        off = {"switch": 1, "host": 2}.get(h)
+        if off is None:
+            off = 10 + int(h[1:])
+        return str(base + off)
+
+    def interface(self, host: str) -> str:
+        """Name of the host's interface toward the switch (the bridge for the switch itself)."""
+        return BRIDGE if self._canon(host) == "switch" else HOST_IF
+
+    def port(self, host: str) -> str:
+        """Name of the switch-side port of host's link (inside the switch namespace)."""
+        return f"{PREFIX}p-{self._canon(host)}"
+
+    @property
+    def state_file(self) -> Path:
+        return STATE_DIR / f"{self.name}.json"
+
+    # ------------------------------------------------------------------------------- lifecycle
+    def __enter__(self) -> Testbed:
+        self.up()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    def _save(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self._state), indent=1))
+        tmp.replace(self.state_file)
+
+    def _step(self, what: str) -> None:
+        if self.fail_at and self.fail_at == what:
+            raise TestbedError(f"injected failure at step {what!r} (fail_at)")
+
+    def up(self) -> Testbed:
+        check_environment(need_ethtool=not self.link.offloads_on())
+        existing = [n for n in _netns_list() if n.startswith(f"{PREFIX}{self.name}-")]
+        if existing or self.state_file.exists():
+            raise TestbedError(
+                f"testbed {self.name!r} already exists ({', '.join(existing) or self.state_file}): "
+                f"run `gradswitch testbed down --name {self.name}` or pick another name"
+            )
+        self._state = State(
+            name=self.name,
+            workers=self.workers,
+            subnet=str(self.subnet),
+            link=asdict(self.link),
+            created=time.time(),
+            pid=os.getpid(),
+        )
+        try:
+            self._save()
+            self._build()
+            self._state.complete = True
+            self._save()
+        except BaseException as e:
+            try:
+                self.down()
+            except Exception as e2:  # pragma: no cover - reported together with the original error
+                raise TestbedError(f"{e}\n(and cleaning up failed too: {e2})") from e
+            if isinstance(e, TestbedError):
+                raise
+            if isinstance(e, Exception):
+                raise TestbedError(f"testbed up failed and was rolled back: {e}") from e
+            raise
+        return self
+
+    def _ns_add(self, host: str) -> None:
+        ns = self.netns(host)
+        _run(["ip", "netns", "add", ns])
+        self._state.namespaces.append(ns)
+        self._save()
+
+    def _build(self) -> None:
+        lk = self.link
+        mtu = str(lk.mtu)
+        plen = self.subnet.prefixlen
+        # 1. namespaces, loopback, /etc/netns/<ns>/hosts
+        hosts_txt = "127.0.0.1 localhost\n" + "".join(
+            f"{self.address(h)} {h} {self.netns(h)}\n" for h in self.hosts
+        )
+        for h in self.hosts:
+            self._step(f"netns:{h}")
+            self._ns_add(h)
+            d = ETC_NETNS / self.netns(h)
+            d.mkdir(parents=True, exist_ok=True)
+            self._state.files.append(str(d))
+            self._save()
+            (d / "hosts").write_text(hosts_txt)
+            self.ip(h, "link", "set", "lo", "up")
+        sw = "switch"
+        # no IPv6 (router/neighbour solicitations would only add noise to counters)
+        for h in self.hosts:
+            self.exec(
+                h,
+                [
+                    "sh",
+                    "-c",
+                    "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; "
+                    "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+                ],
+                check=False,
+            )
+        # 2. bridge with the switch's address
+        self._step("bridge")
+        self.ip(
+            sw,
+            "link",
+            "add",
+            BRIDGE,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+            "mcast_snooping",
+            "0",
+        )
+        self.ip(sw, "link", "set", BRIDGE, "mtu", mtu)
+        self.ip(sw, "addr", "add", f"{self.address(sw)}/{plen}", "dev", BRIDGE)
+        # bridged IPv4 must not traverse iptables (br_netfilter) in the switch namespace: pure cost
+        for key in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"):
+            p = f"/proc/sys/net/bridge/{key}"
+            self.exec(sw, ["sh", "-c", f"[ -w {p} ] && echo 0 > {p} || true"], check=False)
+        # 3. links
+        for h in self.endpoints:
+            self._step(f"link:{h}")
+            port = self.port(h)
+            self.ip(
+                sw,
+                "link",
+                "add",
+                port,
+                "mtu",
+                mtu,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                HOST_IF,
+                "netns",
+                self.netns(h),
+                "mtu",
+                mtu,
+            )
+            self.ip(sw, "link", "set", port, "master", BRIDGE)
+            self.ip(h, "addr", "add", f"{self.address(h)}/{plen}", "dev", HOST_IF)
+            if not lk.offloads_on():
+                for ns_host, dev in ((h, HOST_IF), (sw, port)):
+                    self.exec(ns_host, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"])
+        # 4. shaping: egress of both ends of every link
+        if lk.rate is not None:
+            burst, limit = lk.tbf_params()
+            # host side: a NIC queue, deep enough that senders see backpressure rather than local
+            # drops (4 TCP flows out of `host` into a 5 ms queue lost 2000 packets and ~30% of the rate);
+            # switch side: a switch port buffer of `queue` time at rate
+            host_limit = max(limit, HOST_QUEUE_BYTES)
+            for h in self.endpoints:
+                self._step(f"shape:{h}")
+                for ns_host, dev, lim in ((h, HOST_IF, host_limit), (sw, self.port(h), limit)):
+                    self.tc(
+                        ns_host,
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        dev,
+                        "root",
+                        "tbf",
+                        "rate",
+                        f"{lk.rate}bit",
+                        "burst",
+                        str(burst),
+                        "limit",
+                        str(lim),
+                    )
+        # 5. loss: netdev ingress+egress hooks on the switch-side ports (silent to both endpoints)
+        if lk.loss > 0:
+            self._step("loss")
+            thr = int(round(lk.loss * 1_000_000))
+            chains = []
+            for h in self.endpoints:
+                p = self.port(h)
+                ident = p.replace("-", "_")
+                for hook, tag in (("ingress", "up"), ("egress", "down")):
+                    chains.append(
+                        f'  chain {tag}_{ident} {{ type filter hook {hook} device "{p}" priority 0; '
+                        f"meta protocol ip numgen random mod 1000000 < {thr} counter drop; }}\n"
+                    )
+            rules = "table netdev gs_loss {\n" + "".join(chains) + "}\n"
+            self.exec(sw, ["nft", "-f", "-"], input=rules)
+        # 6. everything up
+        self._step("up")
+        self.ip(sw, "link", "set", BRIDGE, "up")
+        for h in self.endpoints:
+            self.ip(sw, "link", "set", self.port(h), "up")
+            self.ip(h, "link", "set", HOST_IF, "up")
+        self._wait_links()
+
+    def _wait_links(self, timeout: float = 5.0) -> None:
+        """Wait until the bridge ports forward (no STP: normally immediate)."""
+        deadline = time.time() + timeout
+        while True:
+            r = self.exec("switch", ["bridge", "link", "show"], check=False)
+            states = re.findall(r"state (\w+)", r.stdout)
+            if len(states) >= len(self.endpoints) and all(s == "forwarding" for s in states):
+                return
+            if time.time() > deadline:
+                raise TestbedError(f"bridge ports not forwarding after {timeout}s:\n{r.stdout}")
+            time.sleep(0.05)
+
+    def down(self) -> None:
+        """Remove everything this testbed created (works from another process via the state file)."""
+        remove_testbed(self.name)
+        self._state = None
+
+    # ------------------------------------------------------------------------------- use
+    def _cmd(self, host: str, cmd) -> list[str]:
+        ns = self.netns(host)
+        if isinstance(cmd, str):
+            cmd = ["sh", "-c", cmd]
+        return ["ip", "netns", "exec", ns, *map(str, cmd)]
+
+    def env(self, extra: dict | None = None) -> dict:
+        """Environment for processes in the namespaces: PYTHONPATH reaches this gradswitch package."""
+        env = dict(os.environ)
+        pp = [str(PYTHON_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(pp))
+        if extra:
+            env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def exec(
+        self,
+        host: str,
+        cmd,
+        *,
+        check: bool = True,
+        timeout: float | None = 60,
+        input: str | None = None,
+        env: dict | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run cmd (list, or str for `sh -c`) in host's namespace; returns CompletedProcess (text)."""
+        full = self._cmd(host, cmd)
+        r = subprocess.run(
+            full, capture_output=True, text=True, timeout=timeout, input=input, env=self.env(env)
+        )
+        if check and r.returncode != 0:
+            raise TestbedError(
+                f"on {host}: `{' '.join(full[4:])}` failed rc={r.returncode}\n{r.stderr.strip()}"
+            )
+        return r
+
+    def popen(self, host: str, cmd, env: dict | None = None, **kw) -> subprocess.Popen:
+        """Start cmd in host's namespace (subprocess.Popen keyword arguments pass through)."""
+        return subprocess.Popen(self._cmd(host, cmd), env=self.env(env), **kw)
+
+    def python(self, host: str, module: str, *args, **kw) -> subprocess.Popen:
+        """Start `python -m module args` in host's namespace."""
+        return self.popen(host, [sys.executable, "-m", module, *map(str, args)], **kw)
+
+    def ip(self, host: str, *args: str):
+        return _run(["ip", "-n", self.netns(host), *args])
+
+    def tc(self, host: str, *args: str):
+        return self.exec(host, ["tc", *args])
+
+    # ------------------------------------------------------------------------------- inspection
+    @classmethod
+    def attach(cls, name: str = "tb") -> Testbed:
+        """A Testbed object for an existing testbed (created by another process)."""
+        st = load_state(name)
+        if st is None:
+            raise TestbedError(
+                f"no testbed {name!r} (no {STATE_DIR / (name + '.json')}): run `gradswitch testbed up`"
+            )
+        lk = st.link
+        tb = cls.__new__(cls)
+        tb.name = st.name
+        tb.workers = st.workers
+        tb.subnet = ipaddress.ip_network(st.subnet)
+        tb.link = LinkOptions(**lk)
+        tb.fail_at = None
+        tb._state = st
+        return tb
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "workers": self.workers,
+            "rate": fmt_rate(self.link.rate),
+            "mtu": self.link.mtu,
+            "loss": self.link.loss,
+            "offload": self.link.offloads_on(),
+            "tbf_burst_limit": list(self.link.tbf_params()) if self.link.rate else None,
+            "hosts": {
+                h: {"netns": self.netns(h), "address": self.address(h), "if": self.interface(h)}
+                for h in self.hosts
+            },
+        }
+
+
+# ----------------------------------------------------------------------------------------- module level
+def load_state(name: str) -> State | None:
+    f = STATE_DIR / f"{name}.json"
+    try:
+        return State(**json.loads(f.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as e:
+        raise TestbedError(f"state file {f} is unreadable ({e}); remove it after `testbed down`") from e
+
+
+def list_testbeds() -> list[str]:
+    names = set()
+    if STATE_DIR.is_dir():
+        names |= {p.stem for p in STATE_DIR.glob("*.json")}
+    for ns in _netns_list():
+        m = re.fullmatch(rf"{PREFIX}([a-z0-9]{{1,12}})-(w\d+|host|switch)", ns)
+        if m:
+            names.add(m.group(1))
+    return sorted(names)
+
+
+def _ns_pids(ns: str) -> list[int]:
+    r = _run(["ip", "netns", "pids", ns], check=False)
+    return [int(x) for x in r.stdout.split() if x.isdigit()]
+
+
+def remove_testbed(name: str) -> list[str]:
+    """Kill processes left in the testbed's namespaces, delete the namespaces (and with them every
+    link, qdisc and nft table) and the /etc/netns files and state file. Returns what was removed."""
+    _valid_name(name)
+    st = load_state(name)
+    pat = re.compile(rf"{PREFIX}{name}-(w\d+|host|switch)")
+    nss = [n for n in _netns_list() if pat.fullmatch(n)]
+    if st:
+        nss = list(dict.fromkeys([n for n in st.namespaces if n in nss] + nss))
+    removed = []
+    # processes first: a namespace with live processes keeps its interfaces alive after `ip netns del`
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = [p for ns in nss for p in _ns_pids(ns) if p != os.getpid()]
+        if not pids:
+            break
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 2.0
+        while time.time() < deadline and any(_ns_pids(ns) for ns in nss):
+            time.sleep(0.05)
+    errors = []
+    for ns in nss:
+        r = _run(["ip", "netns", "del", ns], check=False)
+        if r.returncode != 0:
+            errors.append(f"ip netns del {ns}: {r.stderr.strip()}")
+        else:
+            removed.append(ns)
+    dirs = {str(ETC_NETNS / f"{PREFIX}{name}-{h}") for h in ("host", "switch")}
+    if ETC_NETNS.is_dir():
+        dirs |= {str(p) for p in ETC_NETNS.iterdir() if pat.fullmatch(p.name)}
+    if st:
+        dirs |= set(st.files)
+    for d in sorted(dirs):
+        if Path(d).exists():
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    try:
+        if ETC_NETNS.is_dir() and not any(ETC_NETNS.iterdir()):
+            ETC_NETNS.rmdir()
+    except OSError:
+        pass
+    f = STATE_DIR / f"{name}.json"
+    if f.exists():
+        f.unlink()
+        removed.append(str(f))
+    if errors:
+        raise TestbedError("testbed down left things behind:\n" + "\n".join(errors))
+    return removed
+
+
+def leftovers(name: str) -> list[str]:
+    """Everything of testbed `name` that still exists (empty after a clean down)."""
+    out = [n for n in _netns_list() if n.startswith(f"{PREFIX}{name}-")]
+    if ETC_NETNS.is_dir():
+        out += [str(p) for p in ETC_NETNS.iterdir() if p.name.startswith(f"{PREFIX}{name}-")]
+    if (STATE_DIR / f"{name}.json").exists():
+        out.append(str(STATE_DIR / f"{name}.json"))
+    r = _run(["ip", "-o", "link", "show"], check=False)
+    out += [ln for ln in r.stdout.splitlines() if re.search(rf": {PREFIX}(eth0|p-|br0)", ln)]
+    return out
