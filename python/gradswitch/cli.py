@@ -49,10 +49,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench.main(argv[1:], demo=argv[0] == "demo")
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
+    func = getattr(args, "func", None)
+    if func is None:  # no command, or a command group without its sub-command
+        parser.parse_args([*argv, "--help"])
         return 2
-    return args.func(args)
+    return func(args)
 
 
 if __name__ == "__main__":
