@@ -8,9 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
+#include <deque>
+#include <optional>
 #include <random>
 
 namespace gradswitch {
@@ -22,6 +26,12 @@ constexpr size_t kMaxConnections = 4096;
 constexpr size_t kMaxPausedInput = 64 * 1024;  // buffered input of a connection waiting for its JOIN reply
 constexpr size_t kMaxOutput = 1 << 20;          // a client that does not read its replies is closed
 constexpr uint64_t kTimerPeriodNs = 100'000'000;
+// Per connection and poll round: bytes read (binary uploads) and written (STATE_GET), so that one
+// large transfer cannot stall the other connections.
+constexpr size_t kReadBudget = 1 << 20;
+constexpr size_t kWriteBudget = 4 << 20;
+// The state blob is the switch's memory as it is: little-endian floats and counters.
+static_assert(std::endian::native == std::endian::little, "the STATE_GET/STATE_SET layout assumes little-endian");
 
 const char* abort_reason_name(uint8_t r) {
   switch (r) {
@@ -50,7 +60,7 @@ struct ControlPlane::Conn {
   LineFramer in;
   std::string out;
   bool eof = false;          // the peer closed its side
-  bool too_long = false;     // input is discarded; once the error is sent: FIN, drain, close
+  bool closing = false;      // input is discarded; once the error is sent: FIN, drain, close
   bool wr_shut = false;
   uint64_t drain_deadline_ns = 0;
   bool dead = false;         // close at the end of this step
@@ -58,6 +68,32 @@ struct ControlPlane::Conn {
   std::string job_name;      // kPending, kJoined, kLeft
   uint32_t job_id = 0;       // kJoined, kLeft
   uint16_t rank = 0;
+
+  // The payload of PARAMS / STATE_SET being received (docs/protocol.md §1.3). Until it is complete,
+  // input bytes are payload, not request lines.
+  struct BinaryIn {
+    enum Kind { kParams, kState, kDiscard } kind = kDiscard;
+    uint64_t total = 0, done = 0;
+    uint32_t job_id = 0;
+    uint64_t param_offset = 0;  // kParams: first element written
+    StateHeader expect;         // kState: what the header must say
+    uint8_t header[kStateHeaderBytes] = {};
+    Error error;                // kDiscard: the reply once the payload is consumed
+    std::string ok;             // the reply on success
+  };
+  std::optional<BinaryIn> bin;
+  // Raw bytes sent after `out` (STATE_GET): borrowed from the job's optimizer, which lives as long
+  // as this connection is joined (no request is processed until the stream is sent), or owned.
+  struct Segment {
+    const uint8_t* borrowed = nullptr;
+    std::string owned;
+    size_t len = 0, sent = 0;
+    const uint8_t* data() const { return borrowed ? borrowed : reinterpret_cast<const uint8_t*>(owned.data()); }
+  };
+  std::deque<Segment> stream;
+  bool input_paused() const {
+    return (role == Role::kPending || !stream.empty()) && in.buffered() > kMaxPausedInput;
+  }
 };
 
 struct ControlPlane::PendingJob {
@@ -66,6 +102,7 @@ struct ControlPlane::PendingJob {
   uint8_t wire = 0;
   uint64_t deadline_ns = 0;
   size_t memory = 0;
+  std::shared_ptr<const OptimizerSpec> optimizer;  // optimizer jobs only
   std::vector<uint64_t> conn;  // per rank: connection id, 0 = not joined yet
   std::vector<uint16_t> port;
   unsigned joined = 0;
@@ -132,9 +169,8 @@ void ControlPlane::step(int timeout_ms, uint64_t now_ns) {
   who.push_back(nullptr);
   for (auto& [id, c] : conns_) {
     short ev = POLLRDHUP;
-    bool paused = c->role == Conn::Role::kPending && c->in.buffered() > kMaxPausedInput;
-    if (!c->eof && !paused) ev |= POLLIN;
-    if (!c->out.empty()) ev |= POLLOUT;
+    if (!c->eof && !c->input_paused()) ev |= POLLIN;
+    if (!c->out.empty() || !c->stream.empty()) ev |= POLLOUT;
     fds.push_back({c->fd, ev, 0});
     who.push_back(c.get());
   }
@@ -142,7 +178,12 @@ void ControlPlane::step(int timeout_ms, uint64_t now_ns) {
   if (n > 0) {
     for (size_t i = 1; i < fds.size(); ++i) {
       Conn& c = *who[i];
-      if (fds[i].revents & POLLOUT) flush(c);
+      if (fds[i].revents & POLLOUT) {
+        const bool streaming = !c.stream.empty();
+        flush(c);
+        // Requests that arrived while a STATE_GET stream was going out.
+        if (streaming && c.stream.empty() && c.in.buffered()) process_lines(c, now_ns);
+      }
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR | POLLRDHUP)) read_input(c, now_ns);
     }
     if (fds[0].revents & POLLIN) accept_all(now_ns);
@@ -183,14 +224,16 @@ void ControlPlane::accept_all(uint64_t now_ns) {
 
 void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
   if (c.dead) return;
-  char buf[16384];
-  while (!c.eof) {
+  char buf[65536];
+  size_t budget = kReadBudget;
+  while (!c.eof && budget > 0) {  // the rest of a large upload waits for the next poll round
     ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-    if (n > 0 && c.too_long) continue;  // draining before the close
+    if (n > 0) budget -= std::min(budget, static_cast<size_t>(n));
+    if (n > 0 && c.closing) continue;  // draining before the close
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
       process_lines(c, now_ns);
-      if (c.role == Conn::Role::kPending && c.in.buffered() > kMaxPausedInput) break;
+      if (c.input_paused()) break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -206,24 +249,41 @@ void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
 
 void ControlPlane::process_lines(Conn& c, uint64_t now_ns) {
   std::string line;
-  while (!c.dead && !c.too_long && c.role != Conn::Role::kPending) {
+  while (!c.dead && !c.closing && c.role != Conn::Role::kPending && c.stream.empty()) {
+    if (c.bin) {
+      feed_binary(c);
+      if (c.bin) return;  // waits for more payload
+      continue;
+    }
     auto next = c.in.next(&line);
     if (next == LineFramer::Next::kNone) return;
-    if (next == LineFramer::Next::kTooLong) {
-      c.too_long = true;
-      c.in = LineFramer();
-      reply_error(c, kErrTooLong, "line over " + std::to_string(kMaxLineBytes) +
-                                      " bytes (terminator included); closing the connection");
-      return;
-    }
+    if (next == LineFramer::Next::kTooLong)
+      return close_with_error(c, kErrTooLong, "line over " + std::to_string(kMaxLineBytes) +
+                                                  " bytes (terminator included); closing the connection");
     handle_line(c, line, now_ns);
   }
+}
+
+void ControlPlane::close_with_error(Conn& c, const char* code, const std::string& message) {
+  c.closing = true;
+  c.in = LineFramer();
+  c.bin.reset();
+  reply_error(c, code, message);
 }
 
 void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns) {
   Error err;
   auto req = parse_request(line, &err);
-  if (!req) return reply_error(c, err.code, err.message);
+  if (!req) {
+    // A binary request whose line is malformed: the length of what follows is unknown.
+    std::string_view verb(line);
+    verb.remove_prefix(std::min(verb.find_first_not_of(' '), verb.size()));
+    verb = verb.substr(0, verb.find(' '));
+    if (verb == "PARAMS" || verb == "STATE_SET")
+      return close_with_error(c, err.code, err.message + "; the length of the payload that follows is unknown: "
+                                                         "closing the connection");
+    return reply_error(c, err.code, err.message);
+  }
   if (c.role == Conn::Role::kJoined) {
     auto it = live_.find(c.job_id);
     if (it != live_.end()) it->second->last_request_ns = now_ns;
@@ -238,7 +298,176 @@ void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns
     if (!parse_no_args(*req, &err)) return reply_error(c, err.code, err.message);
     return reply(c, "OK\n");
   }
-  reply_error(c, kErrBadRequest, "unknown verb '" + v + "' (expected JOIN, LEAVE, STATUS, STATS, JOBS or PING)");
+  if (v == "PARAMS" || v == "STATE_SET") return handle_upload(c, *req);
+  if (v == "SETLR") return handle_setlr(c, *req);
+  if (v == "STATE_GET") return handle_state_get(c, *req);
+  reply_error(c, kErrBadRequest,
+              "unknown verb '" + v + "' (expected JOIN, LEAVE, STATUS, STATS, JOBS, PING, PARAMS, SETLR, STATE_GET or "
+                                     "STATE_SET)");
+}
+
+// ---- Optimizer jobs: PARAMS, SETLR, STATE_GET, STATE_SET (docs/protocol.md §1.3) ----
+
+Optimizer* ControlPlane::joined_optimizer(Conn& c, const std::string& verb, Error* err) {
+  if (c.role != Conn::Role::kJoined) {
+    *err = {kErrState, verb + " needs a connection that has joined an optimizer job (JOIN ... optimizer=...)"};
+    return nullptr;
+  }
+  Optimizer* opt = engine_.job_optimizer(c.job_id);
+  if (!opt) {
+    *err = {kErrState, "job '" + c.job_name + "' does not optimize in the switch (it was joined without optimizer=)"};
+    return nullptr;
+  }
+  return opt;
+}
+
+void ControlPlane::handle_upload(Conn& c, const Request& r) {
+  auto length = binary_length(r);
+  if (!length)
+    return close_with_error(c, kErrBadRequest,
+                            r.verb + (r.verb == "PARAMS" ? " needs count=<0..4294967295>" : " needs bytes=<n>") +
+                                ": the length of the payload that follows is unknown; closing the connection");
+  Conn::BinaryIn b;
+  b.total = *length;
+  b.job_id = c.job_id;
+  Error err;
+  Optimizer* opt = joined_optimizer(c, r.verb, &err);
+  if (opt && c.rank != 0) {
+    err = {kErrState, r.verb + " is rank 0's (this connection is rank " + std::to_string(c.rank) + ")"};
+    opt = nullptr;
+  }
+  if (opt && r.verb == "PARAMS") {
+    auto p = parse_params(r, &err);
+    if (!p) {
+      opt = nullptr;
+    } else if (p->offset + p->count > opt->spec().params) {
+      err = {kErrBadRequest, "offset=" + std::to_string(p->offset) + " count=" + std::to_string(p->count) +
+                                 " is beyond the job's " + std::to_string(opt->spec().params) + " parameters"};
+      opt = nullptr;
+    } else {
+      b.kind = Conn::BinaryIn::kParams;
+      b.param_offset = p->offset;
+      b.ok = "OK\n";
+    }
+  } else if (opt) {
+    auto bytes = parse_state_set(r, &err);
+    const uint32_t chunk = config_.payload_bytes() / 4;
+    b.expect = state_header_for(opt->spec(), chunk, opt->lr());
+    if (!bytes) {
+      opt = nullptr;
+    } else if (*bytes != state_blob_bytes(b.expect)) {
+      err = {kErrConflict, "STATE_SET bytes=" + std::to_string(*bytes) + " does not fit this job: its state is " +
+                               std::to_string(state_blob_bytes(b.expect)) + " bytes"};
+      opt = nullptr;
+    } else {
+      b.kind = Conn::BinaryIn::kState;
+      b.ok = "OK\n";
+    }
+  }
+  if (!opt) {
+    b.kind = Conn::BinaryIn::kDiscard;
+    b.error = err;
+  }
+  c.bin = std::move(b);
+  // process_lines() feeds it from the bytes already buffered and those still to come.
+}
+
+void ControlPlane::feed_binary(Conn& c) {
+  Conn::BinaryIn& b = *c.bin;
+  while (b.done < b.total) {
+    const size_t avail = c.in.buffered();
+    if (avail == 0) return;
+    size_t want = static_cast<size_t>(std::min<uint64_t>(avail, b.total - b.done));
+    Optimizer* opt = b.kind == Conn::BinaryIn::kDiscard ? nullptr : engine_.job_optimizer(b.job_id);
+    if (!opt && b.kind != Conn::BinaryIn::kDiscard) {  // cannot happen while joined; be safe
+      b.kind = Conn::BinaryIn::kDiscard;
+      b.error = {kErrState, "the job ended during the upload"};
+    }
+    if (b.kind == Conn::BinaryIn::kDiscard) {
+      c.in.take(nullptr, want);
+    } else if (b.kind == Conn::BinaryIn::kParams) {
+      c.in.take(reinterpret_cast<char*>(opt->params() + b.param_offset) + b.done, want);
+    } else if (b.done < kStateHeaderBytes) {
+      want = std::min<size_t>(want, kStateHeaderBytes - b.done);
+      c.in.take(reinterpret_cast<char*>(b.header) + b.done, want);
+      if (b.done + want == kStateHeaderBytes) {
+        Error err;
+        if (!decode_state_header(b.header, b.expect, &err)) {
+          b.kind = Conn::BinaryIn::kDiscard;
+          b.error = err;
+        }
+      }
+    } else {
+      const uint64_t array_bytes = b.expect.params * 4;
+      const uint64_t pos = b.done - kStateHeaderBytes;
+      const uint64_t a = pos / array_bytes;
+      char* dst;
+      uint64_t room;
+      if (a < b.expect.arrays) {
+        float* arr = a == 0 ? opt->params() : opt->state(static_cast<unsigned>(a - 1));
+        dst = reinterpret_cast<char*>(arr) + (pos - a * array_bytes);
+        room = array_bytes - (pos - a * array_bytes);
+      } else {
+        const uint64_t off = pos - b.expect.arrays * array_bytes;
+        dst = reinterpret_cast<char*>(opt->steps()) + off;
+        room = uint64_t{b.expect.chunks} * 4 - off;
+      }
+      want = static_cast<size_t>(std::min<uint64_t>(want, room));
+      c.in.take(dst, want);
+    }
+    b.done += want;
+  }
+  // Complete.
+  if (b.kind == Conn::BinaryIn::kState) {
+    float lr;
+    std::memcpy(&lr, b.header + 28, 4);
+    if (Optimizer* opt = engine_.job_optimizer(b.job_id)) opt->set_lr(lr);
+  }
+  // The data threads read what was written only after this reply reached rank 0 (a step needs its
+  // next DATA packet); the fence orders the writes before the reply's send().
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  Conn::BinaryIn done = std::move(b);
+  c.bin.reset();
+  if (done.kind == Conn::BinaryIn::kDiscard) reply_error(c, done.error.code, done.error.message);
+  else reply(c, done.ok);
+}
+
+void ControlPlane::handle_setlr(Conn& c, const Request& r) {
+  Error err;
+  auto lr = parse_setlr(r, &err);
+  if (!lr) return reply_error(c, err.code, err.message);
+  Optimizer* opt = joined_optimizer(c, "SETLR", &err);
+  if (!opt) return reply_error(c, err.code, err.message);
+  opt->set_lr(*lr);
+  reply(c, "OK lr=" + format_float(*lr) + "\n");
+}
+
+void ControlPlane::handle_state_get(Conn& c, const Request& r) {
+  Error err;
+  if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
+  Optimizer* opt = joined_optimizer(c, "STATE_GET", &err);
+  if (!opt) return reply_error(c, err.code, err.message);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const StateHeader h = state_header_for(opt->spec(), config_.payload_bytes() / 4, opt->lr());
+  const uint64_t bytes = state_blob_bytes(h);
+  std::string line = "OK bytes=" + std::to_string(bytes) + " algo=" + optimizer_algo_name(opt->spec().algo) +
+                     " params=" + std::to_string(h.params) + " arrays=" + std::to_string(h.arrays) +
+                     " chunk=" + std::to_string(h.chunk) + " chunks=" + std::to_string(h.chunks) +
+                     " lr=" + format_float(h.lr) + "\n";
+  uint8_t header[kStateHeaderBytes];
+  encode_state_header(h, header);
+  line.append(reinterpret_cast<const char*>(header), sizeof header);
+  for (unsigned a = 0; a < h.arrays; ++a) {
+    Conn::Segment s;
+    s.borrowed = reinterpret_cast<const uint8_t*>(a == 0 ? opt->params() : opt->state(a - 1));
+    s.len = h.params * 4;
+    c.stream.push_back(std::move(s));
+  }
+  Conn::Segment steps;
+  steps.owned.assign(reinterpret_cast<const char*>(opt->steps()), size_t{h.chunks} * 4);
+  steps.len = steps.owned.size();
+  c.stream.push_back(std::move(steps));
+  reply(c, line);  // sends the line, the header and then the stream as the peer reads
 }
 
 size_t ControlPlane::reserved_memory() const {
@@ -276,6 +505,14 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
     if (p.wire != j->wire)
       return reply_error(c, kErrConflict, "job '" + j->job + "' has wire=" + gs_elem_name(p.wire) +
                                               ", this JOIN says wire=" + gs_elem_name(j->wire));
+    if (bool(p.optimizer) != j->optimizer.has_value() ||
+        (p.optimizer && !same_optimizer(*p.optimizer, *j->optimizer)))
+      return reply_error(c, kErrConflict,
+                         "job '" + j->job + "' has " +
+                             (p.optimizer ? describe_optimizer(*p.optimizer) : std::string("no optimizer")) +
+                             ", this JOIN says " +
+                             (j->optimizer ? describe_optimizer(*j->optimizer) : std::string("no optimizer")) +
+                             " (every rank must give the same optimizer keys)");
     if (p.conn[j->rank] != 0) {
       auto other = conns_.find(p.conn[j->rank]);
       std::string by = other != conns_.end() ? " by " + other->second->peer : "";
@@ -288,21 +525,30 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
     spec.wire = j->wire;
     spec.slots = static_cast<uint16_t>(config_.slots);
     spec.payload_bytes = config_.payload_bytes();
-    size_t need = Engine::job_memory_bytes(spec);
+    const size_t slot_bytes = Engine::job_memory_bytes(spec);
+    const size_t opt_bytes = j->optimizer ? optimizer_memory_bytes(*j->optimizer, spec.payload_bytes / 4) : 0;
+    const size_t need = slot_bytes + opt_bytes;
     if (live_.size() + pending_.size() >= config_.max_jobs)
       return reply_error(c, kErrNoResources, "job table full: " + std::to_string(config_.max_jobs) +
                                                  " jobs running or joining (--max-jobs)");
-    if (reserved_memory() + need > config_.max_memory)
+    if (reserved_memory() + need > config_.max_memory) {
+      std::string what = j->optimizer ? "memory: job needs " + std::to_string(need) + " bytes (slots " +
+                                            std::to_string(slot_bytes) + " + optimizer " + std::to_string(opt_bytes) +
+                                            " for " + std::to_string(j->optimizer->params) + " parameters, " +
+                                            optimizer_algo_name(j->optimizer->algo) + ")"
+                                      : "slot memory: job needs " + std::to_string(need) + " bytes";
       return reply_error(c, kErrNoResources,
-                         "not enough slot memory: job needs " + std::to_string(need) + " bytes, " +
+                         "not enough " + what + ", " +
                              std::to_string(config_.max_memory - std::min<size_t>(reserved_memory(), config_.max_memory)) +
                              " of " + std::to_string(config_.max_memory) + " left (--max-memory)");
+    }
     auto p = std::make_unique<PendingJob>();
     p->name = j->job;
     p->token = j->token;
     p->world = j->world;
     p->wire = j->wire;
     p->memory = need;
+    if (j->optimizer) p->optimizer = std::make_shared<const OptimizerSpec>(*j->optimizer);
     p->deadline_ns = now_ns + uint64_t(config_.join_timeout_s) * 1'000'000'000ull;
     p->conn.assign(j->world, 0);
     p->port.assign(j->world, 0);
@@ -327,6 +573,7 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
   spec.wire = p.wire;
   spec.slots = static_cast<uint16_t>(config_.slots);
   spec.payload_bytes = config_.payload_bytes();
+  spec.optimizer = p.optimizer;
   std::random_device rd;
   do spec.key = rd(); while (spec.key == 0);
   for (uint16_t r = 0; r < p.world; ++r)
@@ -346,8 +593,14 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
   live->start_ns = live->last_request_ns = now_ns;
   std::string ok = "OK job_id=" + std::to_string(id) + " key=" + std::to_string(spec.key) +
                    " slots=" + std::to_string(spec.slots) + " payload=" + std::to_string(spec.payload_bytes) +
-                   " data_port=" + std::to_string(config_.data_port) + " threads=" + std::to_string(config_.threads) +
-                   "\n";
+                   " data_port=" + std::to_string(config_.data_port) + " threads=" + std::to_string(config_.threads);
+  if (spec.optimizer) {
+    const StateHeader h = state_header_for(*spec.optimizer, spec.payload_bytes / 4, spec.optimizer->lr);
+    ok += std::string(" optimizer=") + optimizer_algo_name(spec.optimizer->algo) + " params=" +
+          std::to_string(h.params) + " chunk=" + std::to_string(h.chunk) + " state_bytes=" +
+          std::to_string(state_blob_bytes(h));
+  }
+  ok += "\n";
   std::vector<Conn*> members;
   for (uint16_t r = 0; r < p.world; ++r) {
     Conn& c = *conns_.at(p.conn[r]);
@@ -355,8 +608,9 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
     c.job_id = id;
     members.push_back(&c);
   }
-  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") started: world %u, wire %s, %u slots", spec.name.c_str(), id,
-              spec.world, gs_elem_name(spec.wire), spec.slots);
+  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") started: world %u, wire %s, %u slots%s%s", spec.name.c_str(), id,
+              spec.world, gs_elem_name(spec.wire), spec.slots, spec.optimizer ? ", " : "",
+              spec.optimizer ? describe_optimizer(*spec.optimizer).c_str() : "");
   ++jobs_started_;
   LiveJob& lj = *live;
   live_.emplace(id, std::move(live));
@@ -585,10 +839,30 @@ void ControlPlane::reply_error(Conn& c, const char* code, const std::string& mes
 }
 
 void ControlPlane::flush(Conn& c) {
-  while (!c.out.empty() && !c.dead) {
-    ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  size_t budget = kWriteBudget;
+  while (!c.dead && budget > 0) {
+    Conn::Segment* seg = nullptr;
+    const uint8_t* data;
+    size_t len;
+    if (!c.out.empty()) {
+      data = reinterpret_cast<const uint8_t*>(c.out.data());
+      len = c.out.size();
+    } else if (!c.stream.empty()) {
+      seg = &c.stream.front();
+      if (seg->sent == seg->len) {
+        c.stream.pop_front();
+        continue;
+      }
+      data = seg->data() + seg->sent;
+      len = seg->len - seg->sent;
+    } else {
+      break;
+    }
+    ssize_t n = ::send(c.fd, data, std::min(len, budget), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
-      c.out.erase(0, static_cast<size_t>(n));
+      budget -= static_cast<size_t>(n);
+      if (seg) seg->sent += static_cast<size_t>(n);
+      else c.out.erase(0, static_cast<size_t>(n));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -599,7 +873,7 @@ void ControlPlane::flush(Conn& c) {
     GS_LOG_WARN("control: %s does not read its replies; closing it", c.peer.c_str());
     c.dead = true;
   }
-  if (c.too_long && c.out.empty() && !c.wr_shut && !c.dead) {
+  if (c.closing && c.out.empty() && !c.wr_shut && !c.dead) {
     // Closing with unread input would reset the connection and could destroy the error reply
     // before the client reads it: send FIN, then discard input until EOF or a deadline.
     ::shutdown(c.fd, SHUT_WR);

@@ -1,4 +1,5 @@
-// The TCP control plane (docs/protocol.md section 1): joins, leaves, status and stats.
+// The TCP control plane (docs/protocol.md section 1): joins, leaves, status and stats, and for
+// optimizer jobs parameter upload, learning rate, checkpoint and restore (§1.3).
 //
 // One thread (the caller of run()/step()) does everything: a poll() loop over non-blocking
 // sockets, line framing, and the job life cycle. Pending joins live here; the engine job is
@@ -71,6 +72,13 @@ class ControlPlane {
   void handle_status(Conn& c, const control::Request& r, uint64_t now_ns);
   void handle_stats(Conn& c, const control::Request& r);
   void handle_jobs(Conn& c, const control::Request& r);
+  void handle_upload(Conn& c, const control::Request& r);  // PARAMS, STATE_SET
+  void handle_setlr(Conn& c, const control::Request& r);
+  void handle_state_get(Conn& c, const control::Request& r);
+  void feed_binary(Conn& c);  // consumes buffered payload bytes of an upload; replies when complete
+  Optimizer* joined_optimizer(Conn& c, const std::string& verb, control::Error* err);
+  // Answers the error, then FIN, drain and close (the input can no longer be framed).
+  void close_with_error(Conn& c, const char* code, const std::string& message);
   void start_job(PendingJob& p, uint64_t now_ns);
   void fail_pending(PendingJob& p, const control::Error& e);
   void depart(Conn& c, bool graceful, uint64_t now_ns);  // the connection leaves its job

@@ -1,6 +1,9 @@
 #include "switch/control/parse.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
 #include <initializer_list>
 
 #include "gradswitch/wire.h"
@@ -34,6 +37,20 @@ LineFramer::Next LineFramer::next(std::string* line) {
   line->assign(buf_, pos_, end - pos_);
   pos_ = nl + 1;
   return Next::kLine;
+}
+
+size_t LineFramer::take(char* dst, size_t n) {
+  n = std::min(n, buf_.size() - pos_);
+  if (dst) std::memcpy(dst, buf_.data() + pos_, n);
+  pos_ += n;
+  if (pos_ == buf_.size()) {
+    buf_.clear();
+    pos_ = 0;
+  } else if (pos_ > 65536) {
+    buf_.erase(0, pos_);
+    pos_ = 0;
+  }
+  return n;
 }
 
 const std::string* Request::find(std::string_view key) const {
@@ -110,8 +127,10 @@ std::optional<Request> parse_request(std::string_view line, Error* err) {
       *err = {kErrBadRequest, "request contains a non-printable or non-ASCII byte (tokens are separated by spaces)"};
       return std::nullopt;
     }
-  if (!std::all_of(tok.begin(), tok.end(), [](char c) { return c >= 'A' && c <= 'Z'; })) {
-    *err = {kErrBadRequest, "bad verb '" + shown(tok) + "' (verbs are upper case: JOIN LEAVE STATUS STATS JOBS PING)"};
+  if (tok[0] < 'A' || tok[0] > 'Z' ||
+      !std::all_of(tok.begin(), tok.end(), [](char c) { return (c >= 'A' && c <= 'Z') || c == '_'; })) {
+    *err = {kErrBadRequest,
+            "bad verb '" + shown(tok) + "' (verbs are upper case: JOIN LEAVE STATUS STATS JOBS PING PARAMS SETLR ...)"};
     return std::nullopt;
   }
   r.verb = tok;
@@ -173,8 +192,132 @@ static bool number_arg(const Request& r, const char* key, uint64_t lo, uint64_t 
   return true;
 }
 
+// Optimizer keys of JOIN: the ones every algorithm takes, then the algorithm's own.
+static constexpr const char* kJoinKeys[] = {"job", "world", "rank", "wire", "token", "port"};
+static constexpr const char* kOptCommonKeys[] = {"optimizer", "params", "lr", "weight_decay", "average"};
+static std::vector<const char*> algo_keys(OptimizerAlgo a) {
+  switch (a) {
+    case OptimizerAlgo::kSgd: return {"momentum", "dampening", "nesterov"};
+    case OptimizerAlgo::kAdagrad: return {"eps", "eps_mode", "lr_decay", "initial_accumulator"};
+    case OptimizerAlgo::kAdam:
+    case OptimizerAlgo::kAdamW: return {"beta1", "beta2", "eps", "eps_mode"};
+    case OptimizerAlgo::kSmorms3: return {"eps"};
+  }
+  return {};
+}
+static bool is_optimizer_key(std::string_view k) {
+  for (const char* c : kOptCommonKeys)
+    if (k == c) return true;
+  for (auto a : {OptimizerAlgo::kSgd, OptimizerAlgo::kAdagrad, OptimizerAlgo::kAdam, OptimizerAlgo::kSmorms3})
+    for (const char* c : algo_keys(a))
+      if (k == c) return true;
+  return false;
+}
+
+static bool float_arg(const Request& r, const char* key, float lo, float hi, bool hi_open, float* out, Error* err) {
+  const std::string* v = r.find(key);
+  if (!v) return true;  // keeps the default
+  auto f = parse_float(*v);
+  if (!f || *f < lo || *f > hi || (hi_open && *f == hi)) {
+    *err = {kErrBadRequest, std::string(key) + "=" + shown(*v) + " is not a number in [" + format_float(lo) + ", " +
+                                (std::isinf(hi) ? std::string("inf") : format_float(hi)) + (hi_open ? ")" : "]")};
+    return false;
+  }
+  *out = *f;
+  return true;
+}
+
+static bool bool_arg(const Request& r, const char* key, bool* out, Error* err) {
+  const std::string* v = r.find(key);
+  if (!v) return true;
+  if (*v != "0" && *v != "1") {
+    *err = {kErrBadRequest, std::string(key) + "=" + shown(*v) + " must be 0 or 1"};
+    return false;
+  }
+  *out = *v == "1";
+  return true;
+}
+
+static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8_t wire, Error* err) {
+  OptimizerSpec o;
+  const std::string* v = r.find("optimizer");
+  if (!parse_optimizer_algo(*v, &o.algo)) {
+    *err = {kErrBadRequest, "optimizer=" + shown(*v) + " is unknown (sgd|adagrad|adam|adamw|smorms3)"};
+    return std::nullopt;
+  }
+  const auto own = algo_keys(o.algo);
+  for (const auto& [k, val] : r.args) {
+    if (!is_optimizer_key(k)) continue;
+    bool ok = std::find_if(std::begin(kOptCommonKeys), std::end(kOptCommonKeys), [&](const char* c) { return k == c; }) !=
+                  std::end(kOptCommonKeys) ||
+              std::find_if(own.begin(), own.end(), [&](const char* c) { return k == c; }) != own.end();
+    if (!ok) {
+      std::string list;
+      for (const char* c : kOptCommonKeys) list += std::string(list.empty() ? "" : " ") + c;
+      for (const char* c : own) list += std::string(" ") + c;
+      *err = {kErrBadRequest, "key '" + k + "' does not apply to optimizer=" + optimizer_algo_name(o.algo) +
+                                  " (its keys: " + list + ")"};
+      return std::nullopt;
+    }
+  }
+  if (wire != GS_ELEM_FLOAT32) {
+    *err = {kErrBadRequest, std::string("optimizer= needs wire=float32 (the switch holds fp32 parameters), not wire=") +
+                                gs_elem_name(wire)};
+    return std::nullopt;
+  }
+  uint64_t n;
+  if (!number_arg(r, "params", 1, 0xFFFFFFFFull, &n, err)) return std::nullopt;
+  o.params = n;
+  if (!r.find("lr")) {
+    *err = {kErrBadRequest, "JOIN with optimizer= needs lr="};
+    return std::nullopt;
+  }
+  const float inf = INFINITY;
+  if (!float_arg(r, "lr", 0, inf, false, &o.lr, err) ||
+      !float_arg(r, "weight_decay", 0, inf, false, &o.weight_decay, err) ||
+      !float_arg(r, "momentum", 0, inf, false, &o.momentum, err) ||
+      !float_arg(r, "dampening", -inf, inf, false, &o.dampening, err) ||
+      !float_arg(r, "beta1", 0, 1, true, &o.beta1, err) || !float_arg(r, "beta2", 0, 1, true, &o.beta2, err) ||
+      !float_arg(r, "eps", 0, inf, false, &o.eps, err) || !float_arg(r, "lr_decay", 0, inf, false, &o.lr_decay, err) ||
+      !float_arg(r, "initial_accumulator", 0, inf, false, &o.initial_accumulator, err) ||
+      !bool_arg(r, "nesterov", &o.nesterov, err) || !bool_arg(r, "average", &o.average, err))
+    return std::nullopt;
+  if (const std::string* m = r.find("eps_mode")) {
+    if (*m == "paper") o.eps_placement = EpsPlacement::kInsideSqrt;
+    else if (*m == "torch") o.eps_placement = EpsPlacement::kOutsideSqrt;
+    else {
+      *err = {kErrBadRequest, "eps_mode=" + shown(*m) + " is unknown (paper|torch)"};
+      return std::nullopt;
+    }
+  }
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+    *err = {kErrBadRequest, "nesterov=1 needs momentum > 0 and dampening=0 (as torch.optim.SGD)"};
+    return std::nullopt;
+  }
+  if (o.algo == OptimizerAlgo::kSmorms3 && !(o.eps > 0)) {
+    *err = {kErrBadRequest, "optimizer=smorms3 needs eps > 0 (it divides by v + eps with v = 0 at first)"};
+    return std::nullopt;
+  }
+  return o;
+}
+
 std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
-  if (!check_keys(r, {"job", "world", "rank", "wire", "token", "port"}, err)) return std::nullopt;
+  for (const auto& [k, v] : r.args) {
+    bool ok = is_optimizer_key(k);
+    for (const char* c : kJoinKeys) ok = ok || k == c;
+    if (!ok) {
+      *err = {kErrBadRequest, "unknown key '" + k +
+                                  "' for JOIN (keys: job world rank wire token port, and for optimization in the "
+                                  "switch optimizer params lr ...)"};
+      return std::nullopt;
+    }
+  }
+  if (!r.find("optimizer"))
+    for (const auto& [k, v] : r.args)
+      if (is_optimizer_key(k)) {
+        *err = {kErrBadRequest, "key '" + k + "' needs optimizer=<sgd|adagrad|adam|adamw|smorms3>"};
+        return std::nullopt;
+      }
   JoinRequest j;
   const std::string* v;
   if (!required(r, "job", &v, err)) return std::nullopt;
@@ -207,6 +350,10 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
   j.token = *v;
   if (!number_arg(r, "port", 1, 65535, &n, err)) return std::nullopt;
   j.port = static_cast<uint16_t>(n);
+  if (r.find("optimizer")) {
+    j.optimizer = parse_optimizer_keys(r, j.wire, err);
+    if (!j.optimizer) return std::nullopt;
+  }
   return j;
 }
 
@@ -235,5 +382,187 @@ static std::optional<QueryRequest> parse_query(const Request& r, bool with_slot,
 std::optional<QueryRequest> parse_status(const Request& r, Error* err) { return parse_query(r, true, err); }
 std::optional<QueryRequest> parse_stats(const Request& r, Error* err) { return parse_query(r, false, err); }
 bool parse_no_args(const Request& r, Error* err) { return check_keys(r, {}, err); }
+
+std::optional<float> parse_float(std::string_view s) {
+  // The grammar first (from_chars would also take inf, nan and hexadecimal forms).
+  size_t i = 0, digits = 0;
+  if (i < s.size() && s[i] == '-') ++i;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i, ++digits;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i, ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    size_t exp_digits = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i, ++exp_digits;
+    if (exp_digits == 0) return std::nullopt;
+  }
+  if (i != s.size() || s.size() > 64) return std::nullopt;
+  float v = 0;
+  auto res = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::general);
+  if (res.ec != std::errc() || res.ptr != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string format_float(float v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+static bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+bool same_optimizer(const OptimizerSpec& a, const OptimizerSpec& b) {
+  return a.algo == b.algo && a.params == b.params && same_bits(a.lr, b.lr) && same_bits(a.momentum, b.momentum) &&
+         same_bits(a.dampening, b.dampening) && a.nesterov == b.nesterov && same_bits(a.weight_decay, b.weight_decay) &&
+         same_bits(a.beta1, b.beta1) && same_bits(a.beta2, b.beta2) && same_bits(a.eps, b.eps) &&
+         same_bits(a.lr_decay, b.lr_decay) && same_bits(a.initial_accumulator, b.initial_accumulator) &&
+         a.eps_placement == b.eps_placement && a.average == b.average;
+}
+
+std::string describe_optimizer(const OptimizerSpec& s) {
+  std::string out = std::string("optimizer=") + optimizer_algo_name(s.algo) + " params=" + std::to_string(s.params) +
+                    " lr=" + format_float(s.lr) + " weight_decay=" + format_float(s.weight_decay) +
+                    " average=" + (s.average ? "1" : "0");
+  const std::string eps_mode = s.eps_placement == EpsPlacement::kInsideSqrt ? "paper" : "torch";
+  switch (s.algo) {
+    case OptimizerAlgo::kSgd:
+      out += " momentum=" + format_float(s.momentum) + " dampening=" + format_float(s.dampening) +
+             " nesterov=" + (s.nesterov ? "1" : "0");
+      break;
+    case OptimizerAlgo::kAdagrad:
+      out += " eps=" + format_float(s.eps) + " eps_mode=" + eps_mode + " lr_decay=" + format_float(s.lr_decay) +
+             " initial_accumulator=" + format_float(s.initial_accumulator);
+      break;
+    case OptimizerAlgo::kAdam:
+    case OptimizerAlgo::kAdamW:
+      out += " beta1=" + format_float(s.beta1) + " beta2=" + format_float(s.beta2) + " eps=" + format_float(s.eps) +
+             " eps_mode=" + eps_mode;
+      break;
+    case OptimizerAlgo::kSmorms3: out += " eps=" + format_float(s.eps); break;
+  }
+  return out;
+}
+
+std::optional<uint64_t> binary_length(const Request& r) {
+  if (r.verb == "PARAMS") {
+    const std::string* c = r.find("count");
+    if (!c) return std::nullopt;
+    auto n = parse_number(*c, 0xFFFFFFFFull);
+    if (!n) return std::nullopt;
+    return *n * 4;
+  }
+  if (r.verb == "STATE_SET") {
+    const std::string* b = r.find("bytes");
+    if (!b) return std::nullopt;
+    return parse_number(*b, kMaxStateBytes);
+  }
+  return std::nullopt;
+}
+
+std::optional<ParamsRequest> parse_params(const Request& r, Error* err) {
+  if (!check_keys(r, {"offset", "count"}, err)) return std::nullopt;
+  ParamsRequest p;
+  if (!number_arg(r, "offset", 0, 0xFFFFFFFFull, &p.offset, err)) return std::nullopt;
+  if (!number_arg(r, "count", 0, 0xFFFFFFFFull, &p.count, err)) return std::nullopt;
+  return p;
+}
+
+std::optional<float> parse_setlr(const Request& r, Error* err) {
+  if (!check_keys(r, {"lr"}, err)) return std::nullopt;
+  const std::string* v;
+  if (!required(r, "lr", &v, err)) return std::nullopt;
+  auto f = parse_float(*v);
+  if (!f || *f < 0) {
+    *err = {kErrBadRequest, "lr=" + shown(*v) + " is not a finite number >= 0"};
+    return std::nullopt;
+  }
+  return *f;
+}
+
+std::optional<uint64_t> parse_state_set(const Request& r, Error* err) {
+  if (!check_keys(r, {"bytes"}, err)) return std::nullopt;
+  uint64_t n;
+  if (!number_arg(r, "bytes", 0, kMaxStateBytes, &n, err)) return std::nullopt;
+  return n;
+}
+
+StateHeader state_header_for(const OptimizerSpec& spec, uint32_t chunk, float lr) {
+  StateHeader h;
+  h.algo = static_cast<uint8_t>(spec.algo);
+  h.arrays = static_cast<uint8_t>(1 + optimizer_state_arrays(spec.algo));
+  h.chunk = chunk;
+  h.params = spec.params;
+  h.chunks = chunk ? static_cast<uint32_t>((spec.params + chunk - 1) / chunk) : 0;
+  h.lr = lr;
+  return h;
+}
+
+uint64_t state_blob_bytes(const StateHeader& h) {
+  return kStateHeaderBytes + uint64_t{h.arrays} * h.params * 4 + uint64_t{h.chunks} * 4;
+}
+
+static void put_le(uint8_t* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+static uint64_t get_le(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= uint64_t{p[i]} << (8 * i);
+  return v;
+}
+
+void encode_state_header(const StateHeader& h, uint8_t out[kStateHeaderBytes]) {
+  std::memset(out, 0, kStateHeaderBytes);
+  std::memcpy(out, kStateMagic, 8);
+  out[8] = h.algo;
+  out[9] = h.arrays;
+  put_le(out + 12, h.chunk, 4);
+  put_le(out + 16, h.params, 8);
+  put_le(out + 24, h.chunks, 4);
+  uint32_t lr_bits;
+  std::memcpy(&lr_bits, &h.lr, 4);
+  put_le(out + 28, lr_bits, 4);
+}
+
+std::optional<StateHeader> decode_state_header(const uint8_t in[kStateHeaderBytes], const StateHeader& expect,
+                                               Error* err) {
+  if (std::memcmp(in, kStateMagic, 8) != 0) {
+    *err = {kErrBadRequest, "STATE_SET data does not start with the magic GSOPTST1 (not a gradswitch checkpoint)"};
+    return std::nullopt;
+  }
+  StateHeader h;
+  h.algo = in[8];
+  h.arrays = in[9];
+  h.chunk = static_cast<uint32_t>(get_le(in + 12, 4));
+  h.params = get_le(in + 16, 8);
+  h.chunks = static_cast<uint32_t>(get_le(in + 24, 4));
+  uint32_t lr_bits = static_cast<uint32_t>(get_le(in + 28, 4));
+  std::memcpy(&h.lr, &lr_bits, 4);
+  auto algo_name = [](uint8_t a) {
+    return a <= static_cast<uint8_t>(OptimizerAlgo::kSmorms3) ? std::string(optimizer_algo_name(OptimizerAlgo(a)))
+                                                              : "#" + std::to_string(a);
+  };
+  std::string diff;
+  if (h.algo != expect.algo) diff = "algorithm " + algo_name(h.algo) + " (job: " + algo_name(expect.algo) + ")";
+  else if (h.arrays != expect.arrays)
+    diff = std::to_string(h.arrays) + " arrays (job: " + std::to_string(expect.arrays) + ")";
+  else if (h.params != expect.params)
+    diff = std::to_string(h.params) + " parameters (job: " + std::to_string(expect.params) + ")";
+  else if (h.chunk != expect.chunk || h.chunks != expect.chunks)
+    diff = "chunks of " + std::to_string(h.chunk) + " elements (job: " + std::to_string(expect.chunk) +
+           "; restore on a switch with the same --mtu)";
+  else if (in[10] != 0 || in[11] != 0)
+    diff = "non-zero reserved bytes 10-11";
+  else if (!std::isfinite(h.lr) || h.lr < 0)
+    diff = "an lr that is not a finite number >= 0";
+  if (!diff.empty()) {
+    *err = {kErrConflict, "the checkpoint does not fit this job: it has " + diff};
+    return std::nullopt;
+  }
+  return h;
+}
 
 }  // namespace gradswitch::control

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "switch/engine/optimizer.h"
+
 namespace gradswitch::control {
 
 inline constexpr size_t kMaxLineBytes = 4096;  // including the '\n'
@@ -42,6 +44,9 @@ class LineFramer {
   // exceeds the limit, after which the framer is unusable (the connection is closed).
   Next next(std::string* line);
   size_t buffered() const { return buf_.size() - pos_; }
+  // Removes up to `n` raw bytes (binary payloads) from the buffer, copying them to `dst` unless
+  // it is null; returns how many.
+  size_t take(char* dst, size_t n);
 
  private:
   std::string buf_;
@@ -64,6 +69,8 @@ struct JoinRequest {
   uint8_t wire = 0;  // gs_elem_type
   std::string token;
   uint16_t port = 0;
+  // Set when the JOIN carries optimizer= (the switch then optimizes: docs/protocol.md §1.3).
+  std::optional<OptimizerSpec> optimizer;
 };
 
 // STATUS and STATS arguments.
@@ -77,7 +84,54 @@ struct QueryRequest {
 std::optional<JoinRequest> parse_join(const Request& r, Error* err);
 std::optional<QueryRequest> parse_status(const Request& r, Error* err);
 std::optional<QueryRequest> parse_stats(const Request& r, Error* err);
-bool parse_no_args(const Request& r, Error* err);  // LEAVE, JOBS, PING
+bool parse_no_args(const Request& r, Error* err);  // LEAVE, JOBS, PING, STATE_GET
+
+// ---- Optimizer jobs (docs/protocol.md §1.3) ----
+
+// PARAMS offset=<o> count=<n>, followed by n * 4 bytes.
+struct ParamsRequest {
+  uint64_t offset = 0;
+  uint64_t count = 0;
+};
+// The announced payload length of a binary request (PARAMS: count * 4, STATE_SET: bytes), or
+// nullopt when it cannot be known (missing or malformed): the connection must then be closed,
+// since the bytes that follow cannot be told apart from request lines.
+std::optional<uint64_t> binary_length(const Request& r);
+inline constexpr uint64_t kMaxStateBytes = uint64_t{1} << 40;  // STATE_SET bytes= limit
+
+std::optional<ParamsRequest> parse_params(const Request& r, Error* err);
+std::optional<float> parse_setlr(const Request& r, Error* err);
+std::optional<uint64_t> parse_state_set(const Request& r, Error* err);  // bytes=
+
+// A float32 value: [-]digits[.digits][(e|E)[+|-]digits] (also ".5", "5."), rounded to nearest;
+// inf, nan and out-of-range values are rejected.
+std::optional<float> parse_float(std::string_view s);
+// Shortest decimal text that parses back to the same float32.
+std::string format_float(float v);
+// Equal hyperparameters (the JOINs of one job must agree; floats compared bit for bit).
+bool same_optimizer(const OptimizerSpec& a, const OptimizerSpec& b);
+// "optimizer=adam params=1000 lr=0.001 beta1=0.9 ..." with every key that applies to the algorithm.
+std::string describe_optimizer(const OptimizerSpec& s);
+
+// The checkpoint blob of STATE_GET / STATE_SET: a 32-byte header, then `arrays` arrays of
+// `params` float32 (the parameters, then the algorithm's state arrays), then `chunks` uint32
+// step counters; everything little-endian.
+inline constexpr size_t kStateHeaderBytes = 32;
+inline constexpr char kStateMagic[8] = {'G', 'S', 'O', 'P', 'T', 'S', 'T', '1'};
+struct StateHeader {
+  uint8_t algo = 0;     // OptimizerAlgo
+  uint8_t arrays = 0;   // 1 + optimizer_state_arrays(algo)
+  uint32_t chunk = 0;   // elements per chunk (payload / 4)
+  uint64_t params = 0;
+  uint32_t chunks = 0;  // ceil(params / chunk)
+  float lr = 0;
+};
+StateHeader state_header_for(const OptimizerSpec& spec, uint32_t chunk, float lr);
+uint64_t state_blob_bytes(const StateHeader& h);
+void encode_state_header(const StateHeader& h, uint8_t out[kStateHeaderBytes]);
+// Decodes and checks the header against `expect` (all but lr must match); the error says what differs.
+std::optional<StateHeader> decode_state_header(const uint8_t in[kStateHeaderBytes], const StateHeader& expect,
+                                               Error* err);
 
 // Helpers, exposed for tests.
 bool is_valid_name(std::string_view s);  // [A-Za-z0-9._:-]{1,64}

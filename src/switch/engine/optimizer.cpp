@@ -21,48 +21,50 @@ struct Step {
   float wd;
 };
 
-GS_SIMD_CLONES void sgd_plain(float* __restrict p, const float* g, float* out, size_t n,
-                              Step s) {
+// Every kernel reads the gradient from `io` and writes the new parameters there: the engine's
+// result buffer holds the sum and then the parameters. Distinct restrict pointers let the loops
+// vectorise without runtime alias checks (an aliased `out` and gradient made them fall back to
+// scalar code).
+GS_SIMD_CLONES void sgd_plain(float* __restrict p, float* __restrict io, size_t n, Step s) {
   for (size_t i = 0; i < n; ++i) {
-    float grad = g[i] * s.scale + s.wd * p[i];
+    float grad = io[i] * s.scale + s.wd * p[i];
     p[i] -= s.lr * grad;
-    out[i] = p[i];
+    io[i] = p[i];
   }
 }
 
-GS_SIMD_CLONES void sgd_momentum(float* __restrict p, float* __restrict buf, const float* g,
-                                 float* out, size_t n, Step s, float momentum, float dampening,
-                                 bool nesterov, bool first) {
+GS_SIMD_CLONES void sgd_momentum(float* __restrict p, float* __restrict buf, float* __restrict io, size_t n,
+                                 Step s, float momentum, float dampening, bool nesterov, bool first) {
   for (size_t i = 0; i < n; ++i) {
-    float grad = g[i] * s.scale + s.wd * p[i];
+    float grad = io[i] * s.scale + s.wd * p[i];
     float b = first ? grad : momentum * buf[i] + (1.0f - dampening) * grad;
     buf[i] = b;
     float d = nesterov ? grad + momentum * b : b;
     p[i] -= s.lr * d;
-    out[i] = p[i];
+    io[i] = p[i];
   }
 }
 
-GS_SIMD_CLONES void adagrad(float* __restrict p, float* __restrict h, const float* g,
-                            float* out, size_t n, Step s, float eps, bool eps_inside) {
+GS_SIMD_CLONES void adagrad(float* __restrict p, float* __restrict h, float* __restrict io, size_t n, Step s,
+                            float eps, bool eps_inside) {
   for (size_t i = 0; i < n; ++i) {
-    float grad = g[i] * s.scale + s.wd * p[i];
+    float grad = io[i] * s.scale + s.wd * p[i];
     float acc = h[i] + grad * grad;
     h[i] = acc;
     float denom = eps_inside ? std::sqrt(acc + eps) : std::sqrt(acc) + eps;
     p[i] -= s.lr * grad / denom;
-    out[i] = p[i];
+    io[i] = p[i];
   }
 }
 
-GS_SIMD_CLONES void adam(float* __restrict p, float* __restrict m, float* __restrict v, const float* g,
-                         float* out, size_t n, Step s, float b1, float b2, float eps, float bc1,
-                         float bc2, bool eps_inside, bool decoupled) {
+GS_SIMD_CLONES void adam(float* __restrict p, float* __restrict m, float* __restrict v, float* __restrict io,
+                         size_t n, Step s, float b1, float b2, float eps, float bc1, float bc2, bool eps_inside,
+                         bool decoupled) {
   const float lr_t = s.lr / bc1;
   const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
   for (size_t i = 0; i < n; ++i) {
     float param = p[i];
-    float grad = g[i] * s.scale;
+    float grad = io[i] * s.scale;
     if (decoupled)
       param *= 1.0f - s.lr * s.wd;
     else
@@ -75,14 +77,14 @@ GS_SIMD_CLONES void adam(float* __restrict p, float* __restrict m, float* __rest
     float denom = eps_inside ? std::sqrt(vi / bc2 + eps) : std::sqrt(vi) * inv_sqrt_bc2 + eps;
     param -= lr_t * mi / denom;
     p[i] = param;
-    out[i] = param;
+    io[i] = param;
   }
 }
 
 GS_SIMD_CLONES void smorms3(float* __restrict p, float* __restrict sm, float* __restrict m, float* __restrict v,
-                            const float* g, float* out, size_t n, Step st, float eps) {
+                            float* __restrict io, size_t n, Step st, float eps) {
   for (size_t i = 0; i < n; ++i) {
-    float grad = g[i] * st.scale + st.wd * p[i];
+    float grad = io[i] * st.scale + st.wd * p[i];
     float x_prev = m[i] * m[i] / (v[i] + eps);
     float s = 1.0f + (1.0f - x_prev) * sm[i];
     float rho = 1.0f / (s + 1.0f);
@@ -93,7 +95,7 @@ GS_SIMD_CLONES void smorms3(float* __restrict p, float* __restrict sm, float* __
     m[i] = mi;
     v[i] = vi;
     p[i] -= std::min(st.lr, x) / std::sqrt(vi + eps) * grad;
-    out[i] = p[i];
+    io[i] = p[i];
   }
 }
 
@@ -156,29 +158,30 @@ bool Optimizer::step(uint64_t offset, size_t n, const float* grad_sum, unsigned 
   ++t;
   Step s{lr(), spec_.average && world ? 1.0f / static_cast<float>(world) : 1.0f, spec_.weight_decay};
   float* p = params() + offset;
+  if (out != grad_sum) std::memmove(out, grad_sum, n * sizeof(float));  // the kernels work in place
   const bool eps_inside = spec_.eps_placement == EpsPlacement::kInsideSqrt;
   switch (spec_.algo) {
     case OptimizerAlgo::kSgd:
       if (spec_.momentum == 0.0f)
-        sgd_plain(p, grad_sum, out, n, s);
+        sgd_plain(p, out, n, s);
       else
-        sgd_momentum(p, state(0) + offset, grad_sum, out, n, s, spec_.momentum, spec_.dampening, spec_.nesterov,
+        sgd_momentum(p, state(0) + offset, out, n, s, spec_.momentum, spec_.dampening, spec_.nesterov,
                      t == 1);
       break;
     case OptimizerAlgo::kAdagrad:
       s.lr = s.lr / (1.0f + static_cast<float>(t - 1) * spec_.lr_decay);
-      adagrad(p, state(0) + offset, grad_sum, out, n, s, spec_.eps, eps_inside);
+      adagrad(p, state(0) + offset, out, n, s, spec_.eps, eps_inside);
       break;
     case OptimizerAlgo::kAdam:
     case OptimizerAlgo::kAdamW: {
       const float bc1 = 1.0f - std::pow(spec_.beta1, static_cast<float>(t));
       const float bc2 = 1.0f - std::pow(spec_.beta2, static_cast<float>(t));
-      adam(p, state(0) + offset, state(1) + offset, grad_sum, out, n, s, spec_.beta1, spec_.beta2, spec_.eps, bc1,
+      adam(p, state(0) + offset, state(1) + offset, out, n, s, spec_.beta1, spec_.beta2, spec_.eps, bc1,
            bc2, eps_inside, spec_.algo == OptimizerAlgo::kAdamW);
       break;
     }
     case OptimizerAlgo::kSmorms3:
-      smorms3(p, state(0) + offset, state(1) + offset, state(2) + offset, grad_sum, out, n, s, spec_.eps);
+      smorms3(p, state(0) + offset, state(1) + offset, state(2) + offset, out, n, s, spec_.eps);
       break;
   }
   return true;
