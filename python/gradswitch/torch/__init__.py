@@ -1,0 +1,69 @@
+"""PyTorch integration of gradswitch (docs/torch.md).
+
+    import gradswitch.torch                 # registers the torch.distributed backend "gradswitch"
+    dist.init_process_group("gradswitch")   # GRADSWITCH_SWITCH=host:port; allreduce SUM/AVG on the switch
+
+- ProcessGroupGradswitch / Options: the backend (other collectives through an internal gloo group);
+- GradswitchState + allreduce_hook / fixed32_hook / float16_hook / bfloat16_hook: DDP comm hooks for
+  users who keep gloo or nccl as their process group;
+- ChunkedOverlap: uniform-chunk overlap of backward and communication (paper 001's PCCO);
+- DistributedOptimizer, broadcast_parameters, broadcast_optimizer_state: Horovod-style API.
+"""
+
+from __future__ import annotations
+
+try:
+    import torch as _torch  # noqa: F401
+    import torch.distributed as _dist
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "gradswitch.torch needs PyTorch: pip install 'gradswitch[torch]' (torch==2.13.0)"
+    ) from e
+
+if not _dist.is_available():  # pragma: no cover
+    raise ImportError("gradswitch.torch needs a PyTorch built with torch.distributed")
+
+from ._backend import (
+    BACKEND_NAME,
+    SUPPORTED_OPS,
+    FutureWork,
+    Options,
+    ProcessGroupGradswitch,
+    gradswitch_group,
+    register,
+)
+from ._channel import SUPPORTED_DTYPES, Channel
+from .hooks import (
+    GradswitchState,
+    allreduce_hook,
+    bfloat16_hook,
+    fixed32_hook,
+    float16_hook,
+    state_hook,
+)
+from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
+from .overlap import ChunkedOverlap
+
+register()
+
+__all__ = [
+    "BACKEND_NAME",
+    "SUPPORTED_DTYPES",
+    "SUPPORTED_OPS",
+    "Channel",
+    "ChunkedOverlap",
+    "DistributedOptimizer",
+    "FutureWork",
+    "GradswitchState",
+    "Options",
+    "ProcessGroupGradswitch",
+    "allreduce_hook",
+    "bfloat16_hook",
+    "broadcast_optimizer_state",
+    "broadcast_parameters",
+    "fixed32_hook",
+    "float16_hook",
+    "gradswitch_group",
+    "register",
+    "state_hook",
+]

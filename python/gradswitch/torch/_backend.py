@@ -1,0 +1,319 @@
+"""The torch.distributed backend "gradswitch".
+
+`import gradswitch.torch` registers it; then, in every process (torchrun sets RANK/WORLD_SIZE/MASTER_*):
+
+    dist.init_process_group("gradswitch")                  # switch from $GRADSWITCH_SWITCH
+    dist.init_process_group("gradswitch", pg_options=gradswitch.torch.Options(switch="10.0.0.1:7700",
+                                                                               wire="fixed32"))
+
+allreduce with SUM and AVG runs through the switch. Every other collective (broadcast, allgather,
+barrier, reduce_scatter, all_to_all, send/recv, gather, scatter, reduce, ...) runs through an internal
+gloo group built on the same store under the prefix "gradswitch-gloo/".
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+import uuid
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+import gradswitch
+
+from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, dtype_error
+
+BACKEND_NAME = "gradswitch"
+_KEY = "gradswitch/"
+SUPPORTED_OPS = ("SUM", "AVG")
+
+
+@dataclass
+class Options:
+    """Options of the gradswitch process group (pass as `pg_options=` to init_process_group/new_group).
+
+    switch: "host:port" of the switch's control port; default $GRADSWITCH_SWITCH; ranks without one use
+        rank 0's (published through the store).
+    wire: how float tensors travel: float32, fixed32, float16 or bfloat16 (default $GRADSWITCH_WIRE or
+        float32).
+    timeout: seconds an allreduce may go without progress before it fails (default $GRADSWITCH_TIMEOUT or
+        30).
+    join_timeout: seconds to wait for every rank to join the job at the switch.
+    connect_timeout: seconds to wait for the switch's control port to answer.
+    other_ops: what allreduce does with MIN/MAX/PRODUCT/BAND/BOR/BXOR: "error" (default) or "gloo"
+        (run through the internal gloo group).
+    int64: what allreduce does with int64 tensors: "gloo" (default; exact, through the internal gloo
+        group) or "error".
+    job: prefix of the job name at the switch (a random suffix is added by rank 0).
+    cuda_piece_bytes: size of the pinned-memory pieces CUDA tensors are staged through.
+    """
+
+    switch: str | None = None
+    wire: str | None = None
+    timeout: float | None = None
+    join_timeout: float = 60.0
+    connect_timeout: float = 5.0
+    other_ops: str = "error"
+    int64: str = "gloo"
+    job: str = "torch"
+    cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.other_ops not in ("error", "gloo"):
+            raise ValueError("gradswitch: Options.other_ops must be 'error' or 'gloo'")
+        if self.int64 not in ("error", "gloo"):
+            raise ValueError("gradswitch: Options.int64 must be 'error' or 'gloo'")
+        if self.wire is not None and self.wire not in gradswitch.WIRES:
+            raise ValueError(f"gradswitch: unknown wire {self.wire!r}; expected one of {gradswitch.WIRES}")
+
+    @classmethod
+    def coerce(cls, value: Any) -> Options:
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            names = {f.name for f in fields(cls)}
+            unknown = set(value) - names
+            if unknown:
+                raise TypeError(f"gradswitch: unknown option(s) {sorted(unknown)}; known: {sorted(names)}")
+            return cls(**value)
+        raise TypeError(
+            f"gradswitch: pg_options must be gradswitch.torch.Options or a dict, got {type(value).__name__}"
+        )
+
+
+def op_name(op: Any) -> str:
+    for name, value in dist.ReduceOp.RedOpType.__members__.items():
+        try:
+            if op == value:
+                return name
+        except TypeError:
+            pass
+    return str(op)
+
+
+def unsupported_op_error(op: Any) -> ValueError:
+    return ValueError(
+        f"gradswitch: allreduce with ReduceOp.{op_name(op)} is not supported; the switch supports "
+        f"ReduceOp.SUM and ReduceOp.AVG (pass pg_options=gradswitch.torch.Options(other_ops='gloo') to run "
+        f"other ops through the internal gloo group)"
+    )
+
+
+def agree(store: dist.Store, rank: int, options: Options, switch: str | None) -> tuple[str, str, str]:
+    """Rank 0 picks the job name and token (and publishes its switch address); the others read them.
+
+    Rank 0 publishes before it contacts the switch, so a failure at one rank never leaves the others
+    waiting on the store.
+    """
+    if rank == 0:
+        job = f"{options.job}-{uuid.uuid4().hex[:12]}"
+        token = secrets.token_hex(16)
+        store.set(_KEY + "token", token)
+        store.set(_KEY + "switch", switch or "")
+        store.set(_KEY + "job", job)
+        return job, token, switch or ""
+    job = store.get(_KEY + "job").decode()
+    token = store.get(_KEY + "token").decode()
+    root_switch = store.get(_KEY + "switch").decode()
+    return job, token, switch or root_switch
+
+
+class FutureWork(dist.Work):
+    """A Work completed by a torch Future (whose value is the list of output tensors)."""
+
+    def __init__(self, fut: Future, tensors: list[torch.Tensor]):
+        super().__init__()
+        self._fut = fut
+        self._tensors = tensors
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        self._fut.wait()  # raises the allreduce's error
+        return True
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def is_success(self) -> bool:
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.value()
+        except Exception:
+            return False
+        return True
+
+    def exception(self) -> Any:
+        try:
+            self._fut.value()
+        except Exception as e:
+            return e
+        return None
+
+    def get_future(self) -> Future:
+        return self._fut
+
+    def result(self) -> list[torch.Tensor]:
+        self.wait()
+        return self._tensors
+
+
+class ProcessGroupGradswitch(dist.ProcessGroup):
+    """torch.distributed process group: allreduce SUM/AVG on the switch, the rest on internal gloo."""
+
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        world_size: int,
+        timeout: datetime.timedelta = datetime.timedelta(minutes=30),
+        options: Options | None = None,
+    ):
+        super().__init__(rank, world_size)
+        options = Options.coerce(options)
+        self.options = options
+        switch = options.switch or os.environ.get("GRADSWITCH_SWITCH") or None
+        wire = options.wire or os.environ.get("GRADSWITCH_WIRE") or "float32"
+        op_timeout = options.timeout or float(os.environ.get("GRADSWITCH_TIMEOUT", "30"))
+        job, token, switch = agree(store, rank, options, switch)
+        if not switch:
+            raise RuntimeError(
+                "gradswitch: no switch address: set GRADSWITCH_SWITCH=host:port (at least on rank 0) or pass "
+                "pg_options=gradswitch.torch.Options(switch='host:port')"
+            )
+        # gloo serves every collective except allreduce SUM/AVG
+        self._gloo = dist.ProcessGroupGloo(
+            dist.PrefixStore("gradswitch-gloo/", store), rank, world_size, timeout
+        )
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        if torch.cuda.is_available():
+            self._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        try:
+            group = gradswitch.connect(
+                switch,
+                job=job,
+                rank=rank,
+                world_size=world_size,
+                wire=wire,
+                timeout=op_timeout,
+                token=token,
+                join_timeout=options.join_timeout,
+                connect_timeout=options.connect_timeout,
+            )
+        except gradswitch.GradswitchError as e:
+            raise RuntimeError(
+                f"gradswitch: rank {rank} could not join job {job!r} at the switch {switch}: {e} "
+                "(is gradswitchd running there? GRADSWITCH_SWITCH / Options.switch)"
+            ) from e
+        self.switch = switch
+        self.job = job
+        self.wire = wire
+        self.channel = Channel(group, cuda_piece_bytes=options.cuda_piece_bytes)
+
+    # ------------------------------------------------------------------ identity
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND_NAME
+
+    @property
+    def group(self) -> gradswitch.Group:
+        """The gradswitch.Group this process group streams through."""
+        return self.channel.group
+
+    # ------------------------------------------------------------------ allreduce
+    def allreduce(self, tensors: Any, opts: Any = None) -> dist.Work:
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if isinstance(opts, dist.AllreduceOptions):
+            op = opts.reduceOp
+        elif opts is None:
+            op = dist.ReduceOp.SUM
+            opts = dist.AllreduceOptions()
+        else:  # a ReduceOp
+            op = opts
+            opts = dist.AllreduceOptions()
+            opts.reduceOp = op
+        name = op_name(op)
+        if name not in SUPPORTED_OPS:
+            if self.options.other_ops == "gloo":
+                return self._gloo.allreduce(tensors, opts)
+            raise unsupported_op_error(op)
+        if any(t.dtype == torch.int64 for t in tensors):
+            if (
+                self.options.int64 == "gloo"
+                and name == "SUM"
+                and all(t.dtype == torch.int64 for t in tensors)
+            ):
+                return self._gloo.allreduce(tensors, opts)
+            raise TypeError(
+                "gradswitch: int64 allreduce runs through the internal gloo group with ReduceOp.SUM only "
+                "(Options.int64='gloo'); convert to int32 or float32 to use the switch"
+            )
+        for t in tensors:
+            if t.dtype not in SUPPORTED_DTYPES:
+                raise dtype_error(t.dtype)
+        average = name == "AVG"
+        futs = [self.channel.submit(t, average=average) for t in tensors]
+        if len(futs) == 1:
+            out = futs[0].then(lambda f: [f.value()])
+        else:
+            out = torch.futures.collect_all(futs).then(lambda f: [x.value() for x in f.value()])
+        return FutureWork(out, list(tensors))
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        o = dist.AllreduceOptions()
+        if opts is not None:
+            o.reduceOp = opts.reduceOp
+        return self.allreduce(list(tensors), o)
+
+    # ------------------------------------------------------------------ lifecycle
+    def shutdown(self) -> None:
+        self.channel.close()
+        try:
+            self._gloo.shutdown()
+        except Exception:
+            pass
+
+    def abort(self) -> None:
+        self.channel.close()
+        try:
+            self._gloo.abort()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProcessGroupGradswitch rank={self.rank()}/{self.size()} job={self.job!r} wire={self.wire} "
+            f"switch={self.switch}>"
+        )
+
+
+def _create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupGradswitch:
+    return ProcessGroupGradswitch(
+        dist_opts.store,
+        dist_opts.group_rank,
+        dist_opts.group_size,
+        dist_opts.timeout,
+        Options.coerce(pg_options),
+    )
+
+
+def register() -> None:
+    """Registers the backend "gradswitch" with torch.distributed (done by `import gradswitch.torch`)."""
+    if BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def gradswitch_group(process_group: Any = None) -> ProcessGroupGradswitch | None:
+    """The ProcessGroupGradswitch behind `process_group` (default: the default group), or None."""
+    if process_group is None:
+        if not dist.is_initialized():
+            return None
+        process_group = dist.distributed_c10d._get_default_group()
+    return process_group if isinstance(process_group, ProcessGroupGradswitch) else None

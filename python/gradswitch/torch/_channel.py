@@ -1,0 +1,330 @@
+"""Ordered, asynchronous submission of torch tensors to one gradswitch Group.
+
+A Channel turns `Group.allreduce_async` (numpy/CPU float32/int32, completion by `Handle.wait()`) into
+what torch wants: any CPU or CUDA tensor of a supported dtype, and a `torch.futures.Future` that completes
+with the reduced tensor. Everything that reaches the Group goes through one ordered path, so every rank
+issues the same allreduces in the same order (the switch pairs chunks by position):
+
+- CPU float32/int32 contiguous tensors are reduced in place (no copy);
+- CPU float64/float16/bfloat16 (or non-contiguous) tensors go through a float32 staging buffer;
+- CUDA tensors go through pinned host buffers in fixed-size pieces: the device-to-host copy of piece
+  i+1 runs while piece i is on the network, and the host-to-device copy of piece i while piece i+1 is.
+
+A completer thread waits the handles in order and completes the futures (callbacks chained on them run
+on that thread, as with torch's own backends).
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any
+
+import torch
+from torch.futures import Future
+
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+NATIVE_DTYPES = (torch.float32, torch.int32)
+SUPPORTED_DTYPES = FLOAT_DTYPES + (torch.int32,)
+DEFAULT_CUDA_PIECE_BYTES = 4 << 20
+
+_live_channels: weakref.WeakSet = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    for ch in list(_live_channels):
+        try:
+            ch.close()
+        except Exception:
+            pass
+
+
+atexit.register(_close_all_at_exit)
+
+
+def dtype_error(dtype: torch.dtype) -> TypeError:
+    names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
+    return TypeError(
+        f"gradswitch: cannot reduce a {str(dtype).replace('torch.', '')} tensor on the switch; supported "
+        f"dtypes are {names} (float64/float16/bfloat16 are summed as float32 on the switch)"
+    )
+
+
+class Channel:
+    """Ordered submissions to one gradswitch.Group; see the module docstring."""
+
+    def __init__(
+        self, group: Any, *, cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES, owns_group: bool = True
+    ):
+        self.group = group
+        self.world_size = group.world_size
+        self.cuda_piece_elems = max(1024, int(cuda_piece_bytes) // 4)
+        self._owns_group = owns_group
+        self._lock = threading.Lock()  # orders submissions to the group
+        self._cv = threading.Condition()
+        self._done_q: deque = deque()
+        self._stage_q: deque = deque()
+        self._stage_pending = 0
+        self._closed = False
+        self._copy_streams: dict[int, Any] = {}
+        self._pinned: dict[int, list[torch.Tensor]] = {}
+        self._pinned_lock = threading.Lock()
+        # counters for compute/communication accounting
+        self.ops = 0
+        self.bytes = 0
+        self.busy_s = 0.0  # union of intervals with at least one operation in flight
+        self._inflight = 0
+        self._busy_since = 0.0
+        self._completer = threading.Thread(
+            target=self._complete_loop, name="gradswitch-complete", daemon=True
+        )
+        self._completer.start()
+        self._stager: threading.Thread | None = None
+        _live_channels.add(self)
+
+    # ------------------------------------------------------------------ public
+    def submit(self, tensor: torch.Tensor, *, average: bool = False) -> Future:
+        """Queues an in-place sum (or average) of `tensor` over the ranks; the future yields `tensor`."""
+        if self._closed:
+            raise RuntimeError("gradswitch: this channel (process group / hook state) was shut down")
+        if tensor.dtype not in SUPPORTED_DTYPES:
+            raise dtype_error(tensor.dtype)
+        if average and not tensor.is_floating_point():
+            raise TypeError(
+                "gradswitch: AVG needs a floating-point tensor, got "
+                f"{str(tensor.dtype).replace('torch.', '')}"
+            )
+        fut: Future = Future()
+        if tensor.numel() == 0:
+            fut.set_result(tensor)
+            return fut
+        self._begin()
+        if tensor.device.type == "cuda":
+            self._submit_cuda(tensor, average, fut)
+        elif tensor.device.type == "cpu":
+            self._submit_cpu_or_defer(tensor, average, fut)
+        else:
+            self._end()
+            raise ValueError(f"gradswitch: tensors on {tensor.device} are not supported (CPU or CUDA)")
+        return fut
+
+    def stats(self) -> dict[str, float]:
+        with self._cv:
+            busy = self.busy_s + (time.perf_counter() - self._busy_since if self._inflight else 0.0)
+            return {"ops": self.ops, "bytes": self.bytes, "busy_s": busy}
+
+    def close(self) -> None:
+        """Waits for queued operations, stops the threads and (if owned) closes the Group. Idempotent."""
+        if self._closed:
+            return
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        for t in (self._stager, self._completer):
+            if t is not None and t is not threading.current_thread():
+                t.join(timeout=60)
+        if self._owns_group and self.group is not None:
+            try:
+                self.group.close()
+            except Exception:
+                pass
+            self.group = None  # drop the native object now rather than at interpreter exit
+
+    # ------------------------------------------------------------------ accounting
+    def _begin(self) -> None:
+        with self._cv:
+            if self._inflight == 0:
+                self._busy_since = time.perf_counter()
+            self._inflight += 1
+            self.ops += 1
+
+    def _end(self) -> None:
+        with self._cv:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self.busy_s += time.perf_counter() - self._busy_since
+
+    # ------------------------------------------------------------------ CPU
+    def _submit_cpu_or_defer(self, tensor: torch.Tensor, average: bool, fut: Future) -> None:
+        with self._lock:
+            if self._stage_pending:  # CUDA work queued before us: keep the order through the stager
+                self._stage_pending += 1
+                with self._cv:
+                    self._stage_q.append(("cpu", tensor, average, fut, None))
+                    self._cv.notify_all()
+                return
+            try:
+                item = self._issue_cpu(tensor, average, fut)
+            except BaseException:
+                self._end()
+                raise
+        with self._cv:
+            self._done_q.append(item)
+            self._cv.notify_all()
+
+    def _issue_cpu(self, tensor: torch.Tensor, average: bool, fut: Future):
+        """Caller holds self._lock. Returns the completer's item."""
+        t = tensor.detach()
+        if t.dtype in NATIVE_DTYPES and t.is_contiguous():
+            buf = t
+        elif t.dtype in FLOAT_DTYPES:
+            buf = t.to(torch.float32, memory_format=torch.contiguous_format).contiguous()
+            if buf.data_ptr() == t.data_ptr():
+                buf = buf.clone()
+        else:  # int32, not contiguous
+            buf = t.contiguous()
+        self.bytes += buf.numel() * 4
+        handle = self.group.allreduce_async(buf)
+        return ("cpu", tensor, average, fut, (buf, handle))
+
+    # ------------------------------------------------------------------ CUDA
+    def _copy_stream(self, device: torch.device):
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        s = self._copy_streams.get(idx)
+        if s is None:
+            s = torch.cuda.Stream(device=idx)
+            self._copy_streams[idx] = s
+        return s
+
+    def _get_pinned(self, n: int) -> torch.Tensor:
+        with self._pinned_lock:
+            free = self._pinned.get(n)
+            if free:
+                return free.pop()
+        return torch.empty(n, dtype=torch.float32, pin_memory=True)
+
+    def _put_pinned(self, bufs: list[torch.Tensor]) -> None:
+        with self._pinned_lock:
+            for b in bufs:
+                self._pinned.setdefault(b.numel(), []).append(b)
+
+    def _submit_cuda(self, tensor: torch.Tensor, average: bool, fut: Future) -> None:
+        # Work on the producer's stream: make a contiguous float32 (or int32) source, then record an
+        # event the copy stream waits on.
+        stream = torch.cuda.current_stream(tensor.device)
+        t = tensor.detach()
+        wire_dtype = torch.int32 if t.dtype == torch.int32 else torch.float32
+        src = t.reshape(-1) if (t.is_contiguous() and t.dtype == wire_dtype) else t.to(wire_dtype).reshape(-1)
+        ready = torch.cuda.Event()
+        ready.record(stream)
+        with self._lock:
+            self._stage_pending += 1
+            with self._cv:
+                self._stage_q.append(("cuda", tensor, average, fut, (src, ready, wire_dtype)))
+                self._cv.notify_all()
+            if self._stager is None:
+                self._stager = threading.Thread(target=self._stage_loop, name="gradswitch-stage", daemon=True)
+                self._stager.start()
+
+    def _stage_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stage_q and not self._closed:
+                    self._cv.wait()
+                if not self._stage_q:
+                    return
+                kind, tensor, average, fut, extra = self._stage_q.popleft()
+            try:
+                if kind == "cpu":
+                    with self._lock:
+                        try:
+                            item = self._issue_cpu(tensor, average, fut)
+                        finally:
+                            self._stage_pending -= 1
+                else:
+                    item = self._issue_cuda(tensor, average, fut, *extra)  # decrements itself
+            except BaseException as e:  # noqa: BLE001 - reported through the future
+                self._end()
+                fut.set_exception(e)
+                continue
+            with self._cv:
+                self._done_q.append(item)
+                self._cv.notify_all()
+
+    def _issue_cuda(self, tensor, average, fut, src, ready, wire_dtype):
+        try:
+            cs = self._copy_stream(src.device)
+            n = src.numel()
+            step = self.cuda_piece_elems
+            pieces = []
+            with torch.cuda.stream(cs):
+                cs.wait_event(ready)
+                src.record_stream(cs)
+                for off in range(0, n, step):
+                    m = min(step, n - off)
+                    host = self._get_pinned(m)
+                    if wire_dtype == torch.int32:
+                        host = host.view(torch.int32)
+                    host.copy_(src[off : off + m], non_blocking=True)
+                    ev = torch.cuda.Event()
+                    ev.record(cs)
+                    pieces.append([off, m, host, ev, None])
+            # Hand each piece to the network as soon as its copy landed; later copies keep running.
+            for p in pieces:
+                p[3].synchronize()
+                with self._lock:
+                    p[4] = self.group.allreduce_async(p[2])
+                    self.bytes += p[1] * 4
+        finally:
+            with self._lock:
+                self._stage_pending -= 1
+        return ("cuda", tensor, average, fut, (src, pieces, cs))
+
+    # ------------------------------------------------------------------ completion
+    def _complete_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._done_q and not (
+                    self._closed and not self._stage_pending and not self._stage_q
+                ):
+                    self._cv.wait()
+                if not self._done_q:
+                    return
+                kind, tensor, average, fut, extra = self._done_q.popleft()
+            try:
+                if kind == "cpu":
+                    self._finish_cpu(tensor, average, *extra)
+                else:
+                    self._finish_cuda(tensor, average, *extra)
+            except BaseException as e:  # noqa: BLE001 - reported through the future
+                self._end()
+                fut.set_exception(e)
+                continue
+            self._end()
+            fut.set_result(tensor)
+
+    def _finish_cpu(self, tensor, average, buf, handle) -> None:
+        handle.wait()
+        if average:
+            buf.div_(self.world_size)
+        if buf is not tensor and buf.data_ptr() != tensor.data_ptr():
+            with torch.no_grad():
+                tensor.copy_(buf.view(tensor.shape))
+
+    def _finish_cuda(self, tensor, average, src, pieces, cs) -> None:
+        error = None
+        with torch.cuda.stream(cs):
+            for off, m, host, _ev, handle in pieces:
+                if handle is None:
+                    continue
+                try:
+                    handle.wait()
+                except BaseException as e:  # noqa: BLE001
+                    error = error or e
+                    continue
+                if average:
+                    host.div_(self.world_size)
+                src[off : off + m].copy_(host, non_blocking=True)
+            if error is None:
+                with torch.no_grad():
+                    if src.data_ptr() != tensor.data_ptr():
+                        tensor.copy_(src.view(tensor.shape))
+            done = torch.cuda.Event()
+            done.record(cs)
+        done.synchronize()
+        self._put_pinned([p[2].view(torch.float32) for p in pieces])
+        if error is not None:
+            raise error

@@ -1,0 +1,481 @@
+"""PyTorch integration (gradswitch.torch): the "gradswitch" process group, DDP, comm hooks, chunked overlap,
+DistributedOptimizer, CUDA staging, and the training example under torchrun.
+
+Worker processes are started with the spawn context (or torchrun for the example) against a real
+gradswitchd on loopback; every wait is bounded. World sizes are 2 to keep the suite small.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing as mp
+import os
+import queue
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not importable: the gradswitch.torch tests need it")
+dist = pytest.importorskip("torch.distributed", reason="this PyTorch has no torch.distributed")
+
+import gradswitch  # noqa: E402
+from gradswitch._paths import switch_binary  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "train_ddp.py"
+WORLD = 2
+
+
+def _binary() -> str:
+    try:
+        return switch_binary()
+    except FileNotFoundError:
+        path = REPO / "build-switchd" / "src" / "switch" / "gradswitchd"
+        if path.exists():
+            return str(path)
+        pytest.skip("gradswitchd not found: set GRADSWITCHD or install the package")
+
+
+@pytest.fixture
+def switch(switch_factory):
+    return switch_factory(binary=_binary(), threads=1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------- process runner
+
+
+def _entry(fn, rank, world, port, env, args, q):
+    os.environ.update(env)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    try:
+        buf = io.BytesIO()  # tensors through a queue would be shared-memory handles of a dying process
+        torch.save(fn(rank, world, *args), buf)
+        q.put((rank, "ok", buf.getvalue()))
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        q.put((rank, "error", traceback.format_exc()))
+
+
+def run_workers(fn, *args, world=WORLD, env=None, timeout=90.0):
+    """Runs fn(rank, world, *args) in `world` spawned processes; returns their results by rank."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = _free_port()
+    env = {k: str(v) for k, v in (env or {}).items()}
+    procs = [
+        ctx.Process(target=_entry, args=(fn, r, world, port, env, args, q), daemon=True) for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    results, errors = {}, {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) + len(errors) < world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pytest.fail(
+                    f"workers did not finish within {timeout}s (done: {sorted(results)}; errors: {errors})"
+                )
+            try:
+                rank, status, value = q.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead and len(results) + len(errors) < world and not q.qsize():
+                    time.sleep(1.0)
+                    if q.empty():
+                        pytest.fail(
+                            f"a worker died (exit codes {[p.exitcode for p in procs]}); errors: {errors}"
+                        )
+                continue
+            if status == "ok":
+                results[rank] = torch.load(io.BytesIO(value), weights_only=False)
+            else:
+                errors[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    if errors:
+        pytest.fail("worker error(s):\n" + "\n".join(f"[rank {r}] {tb}" for r, tb in sorted(errors.items())))
+    return [results[r] for r in range(world)]
+
+
+def _init(switch_addr, **options):
+    import gradswitch.torch as gst
+
+    dist.init_process_group("gradswitch", pg_options=gst.Options(switch=switch_addr, timeout=20, **options))
+    return gst
+
+
+# ---------------------------------------------------------------------------- collectives
+
+
+def _collectives_worker(rank, world, switch_addr):
+    gst = _init(switch_addr)
+    assert dist.get_backend() == "gradswitch"
+    pg = gst.gradswitch_group()
+    assert pg is not None and pg.group.world_size == world
+
+    def check(t, expect, tol=0.0):
+        assert torch.allclose(t.double(), expect.double(), atol=tol, rtol=0), (t, expect)
+
+    base = torch.arange(1000, dtype=torch.float32)
+    total = sum(base * (r + 1) for r in range(world))
+    t = base * (rank + 1)
+    dist.all_reduce(t)
+    check(t, total)
+    t = base * (rank + 1)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    check(t, total / world, 1e-4)
+    for dtype in (torch.float64, torch.bfloat16, torch.float16, torch.int32):
+        t = (base[:64] * (rank + 1)).to(dtype)  # small integers: exact in every dtype
+        dist.all_reduce(t)
+        assert t.dtype == dtype
+        check(t, total[:64])
+    t = torch.full((7,), 2**40 + rank, dtype=torch.int64)  # int64: exact, through the internal gloo group
+    dist.all_reduce(t)
+    assert t.tolist() == [2 * 2**40 + 1] * 7
+    m = (base[:600].view(20, 30) * (rank + 1)).t()  # not contiguous
+    dist.all_reduce(m)
+    check(m, total[:600].view(20, 30).t())
+    # asynchronous works with futures; several in flight at once
+    ts = [torch.full((50_000,), float(rank + i)) for i in range(4)]
+    works = [dist.all_reduce(x, async_op=True) for x in ts]
+    futs = [w.get_future() for w in works]
+    for i, (w, f) in enumerate(zip(works, futs, strict=True)):
+        assert w.wait()
+        assert torch.equal(f.value()[0], ts[i])
+        check(ts[i], torch.full((50_000,), float(sum(r + i for r in range(world)))))
+    # everything else: internal gloo group
+    b = torch.full((5,), float(rank))
+    dist.broadcast(b, src=1)
+    check(b, torch.full((5,), 1.0))
+    out = [torch.zeros(3) for _ in range(world)]
+    dist.all_gather(out, torch.full((3,), float(rank)))
+    assert [o[0].item() for o in out] == list(range(world))
+    big = torch.zeros(3 * world)
+    dist.all_gather_into_tensor(big, torch.full((3,), float(rank)))
+    assert big.tolist() == [float(r) for r in range(world) for _ in range(3)]
+    rs = torch.zeros(2)
+    dist.reduce_scatter_tensor(rs, torch.arange(2 * world, dtype=torch.float32))
+    check(rs, torch.arange(2 * world, dtype=torch.float32)[2 * rank : 2 * rank + 2] * world)
+    objs = [{"rank": rank}]
+    dist.broadcast_object_list(objs, src=0)
+    assert objs[0] == {"rank": 0}
+    dist.barrier()
+    # a second gradswitch group (its own job at the switch)
+    g2 = dist.new_group(backend="gradswitch", pg_options=gst.Options(switch=switch_addr))
+    t = torch.ones(10)
+    dist.all_reduce(t, group=g2)
+    check(t, torch.full((10,), float(world)))
+    # clear errors
+    errors = {}
+    for name, call in {
+        "max": lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.MAX),
+        "uint8": lambda: dist.all_reduce(torch.ones(4, dtype=torch.uint8)),
+        "avg_int": lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.AVG),
+        "int8": lambda: dist.all_reduce(torch.ones(4, dtype=torch.int8)),
+    }.items():
+        try:
+            call()
+            errors[name] = None
+        except Exception as e:  # noqa: BLE001
+            errors[name] = f"{type(e).__name__}: {e}"
+    # the group still works after refused calls
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    check(t, torch.full((3,), float(world)))
+    stats = pg.channel.stats()
+    dist.destroy_process_group()
+    return {"errors": errors, "ops": stats["ops"]}
+
+
+def test_process_group_collectives(switch):
+    results = run_workers(_collectives_worker, switch.address)
+    errors = results[0]["errors"]
+    assert (
+        "ReduceOp.MAX" in errors["max"]
+        and "ReduceOp.SUM" in errors["max"]
+        and "ReduceOp.AVG" in errors["max"]
+    )
+    assert "uint8" in errors["uint8"] and "float32" in errors["uint8"] and "int32" in errors["uint8"]
+    assert "AVG" in errors["avg_int"]
+    assert "int8" in errors["int8"]
+    assert results[0]["ops"] >= 10
+
+
+# ---------------------------------------------------------------------------- errors at start
+
+
+def _switch_down_worker(rank, world, dead_addr):
+    import gradswitch.torch as gst
+
+    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), world, rank == 0)
+    out = {}
+    for name, opts in {
+        "down": gst.Options(switch=dead_addr, connect_timeout=2.0),
+        "none": gst.Options(),
+    }.items():
+        os.environ.pop("GRADSWITCH_SWITCH", None)
+        t0 = time.monotonic()
+        try:
+            dist.init_process_group(
+                "gradswitch",
+                store=dist.PrefixStore(name, store),
+                rank=rank,
+                world_size=world,
+                pg_options=opts,
+            )
+            out[name] = ("no error", time.monotonic() - t0)
+        except Exception as e:  # noqa: BLE001
+            out[name] = (f"{type(e).__name__}: {e}", time.monotonic() - t0)
+    store.add("finished", 1)  # rank 0 hosts the store: it leaves last
+    deadline = time.monotonic() + 20
+    while rank == 0 and store.add("finished", 0) < world and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return out
+
+
+def test_switch_down_gives_clear_error():
+    dead = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    results = run_workers(_switch_down_worker, dead, timeout=60)
+    for r in results:
+        msg, took = r["down"]
+        assert "could not join" in msg and dead in msg, msg
+        assert took < 20, took
+        msg, took = r["none"]
+        assert "no switch address" in msg and "GRADSWITCH_SWITCH" in msg, msg
+        assert took < 20, took
+
+
+# ---------------------------------------------------------------------------- hooks, overlap, optimizer
+
+
+def _toy_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(20, 64),
+        torch.nn.Tanh(),
+        torch.nn.Linear(64, 64),
+        torch.nn.Tanh(),
+        torch.nn.Linear(64, 3),
+    )
+
+
+def _batches(steps, world):
+    g = torch.Generator().manual_seed(123)
+    return [
+        (torch.randn(8 * world, 20, generator=g), torch.randint(0, 3, (8 * world,), generator=g))
+        for _ in range(steps)
+    ]
+
+
+def _train(model, opt, batches, rank, world, wrap=None, after_backward=None):
+    net = wrap(model) if wrap else model
+    for x, y in batches:
+        xs, ys = x[8 * rank : 8 * (rank + 1)], y[8 * rank : 8 * (rank + 1)]
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(net(xs), ys).backward()
+        if after_backward:
+            after_backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _paths_worker(rank, world, switch_addr):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    gst = _init(switch_addr)
+    steps = 4
+    batches = _batches(steps, world)
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)  # noqa: E731
+    out = {}
+    # reference: one process, the whole global batch (mean over equal halves == average of gradients)
+    m = _toy_model()
+    opt = sgd(m)
+    for x, y in batches:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+    out["reference"] = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+    # DDP over the gradswitch process group (the process-group path)
+    m = _toy_model()
+    out["ddp"] = _train(m, sgd(m), batches, rank, world, wrap=lambda mod: DDP(mod, bucket_cap_mb=0.01))
+    # DDP over gloo with the gradswitch comm hooks
+    gloo = dist.new_group(backend="gloo")
+    state = gst.GradswitchState(switch_addr, process_group=gloo)
+    for name, hook in (
+        ("hook_float32", gst.allreduce_hook),
+        ("hook_fixed32", gst.fixed32_hook),
+        ("hook_float16", gst.float16_hook),
+        ("hook_bfloat16", gst.bfloat16_hook),
+    ):
+        m = _toy_model()
+
+        def wrap(mod, hook=hook):
+            d = DDP(mod, process_group=gloo, bucket_cap_mb=0.01)
+            d.register_comm_hook(state, hook)
+            return d
+
+        out[name] = _train(m, sgd(m), batches, rank, world, wrap=wrap)
+    # uniform-chunk overlap, chunks smaller than some parameters and spanning others
+    m = _toy_model()
+    ov = gst.ChunkedOverlap(m, chunk_bytes=4096)
+    assert len(ov.chunks) > 3
+    out["overlap"] = _train(m, sgd(m), batches, rank, world)
+    ov.remove()
+    # DistributedOptimizer (+ the broadcasts, from a rank-dependent start)
+    m = _toy_model(seed=rank)
+    opt = gst.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), chunk_bytes=8192)
+    assert isinstance(opt, torch.optim.SGD)
+    gst.broadcast_parameters(m.state_dict(), root_rank=0)
+    gst.broadcast_optimizer_state(opt, root_rank=0)
+    out["optimizer"] = _train(m, opt, batches, rank, world)
+    # DistributedOptimizer through a hook state over gloo (no gradswitch process group needed)
+    m = _toy_model()
+    opt = gst.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), comm=state)
+    out["optimizer_state"] = _train(m, opt, batches, rank, world)
+    state.close()
+    dist.destroy_process_group()
+    return out
+
+
+def test_hooks_overlap_and_optimizer_match_process_group(switch):
+    results = run_workers(_paths_worker, switch.address, timeout=120)
+    ref = results[0]["reference"]
+    for rank, out in enumerate(results):
+        for name, w in out.items():
+            tol = 2e-2 if name in ("hook_float16", "hook_bfloat16") else 1e-5
+            err = (w - ref).abs().max().item()
+            assert err <= tol, f"rank {rank} {name}: max |w - reference| = {err}"
+            # ranks agree (float32 sums may differ in the last bit between paths, not between ranks)
+            assert torch.equal(w, results[0][name]), f"{name}: rank {rank} differs from rank 0"
+        assert (out["ddp"] - out["hook_float32"]).abs().max() <= 1e-5
+        assert (out["ddp"] - out["optimizer"]).abs().max() <= 1e-5
+
+
+def _no_torch_dist_state_worker(rank, world, switch_addr):
+    """Hooks refuse a wrong state; ChunkedOverlap without a gradswitch group explains what to do."""
+    import gradswitch.torch as gst
+
+    dist.init_process_group("gloo")
+    msgs = []
+    try:
+        gst.ChunkedOverlap(_toy_model())
+    except RuntimeError as e:
+        msgs.append(str(e))
+    dist.destroy_process_group()
+    return msgs
+
+
+def test_overlap_needs_a_gradswitch_path():
+    results = run_workers(_no_torch_dist_state_worker, None)
+    assert "GradswitchState" in results[0][0]
+
+
+# ---------------------------------------------------------------------------- CUDA staging
+
+
+def _cuda_worker(rank, world, switch_addr):
+    _init(switch_addr, cuda_piece_bytes=1 << 16)
+    dev = torch.device("cuda", 0)
+    n = 300_001  # several pinned pieces, the last one short
+    t = torch.arange(n, dtype=torch.float32, device=dev) * (rank + 1)
+    dist.all_reduce(t)
+    expect = torch.arange(n, dtype=torch.float32, device=dev) * sum(range(1, world + 1))
+    ok = torch.equal(t, expect)
+    h = torch.ones(1000, dtype=torch.float16, device=dev)
+    dist.all_reduce(h, op=dist.ReduceOp.AVG)
+    c = torch.ones(5)  # CPU after CUDA: ordering preserved
+    dist.all_reduce(c)
+    dist.destroy_process_group()
+    return {"ok": ok, "half": h.float().mean().item(), "cpu": c.tolist()}
+
+
+def test_cuda_tensors_staged_through_pinned_memory(switch):
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA is not available: the pinned-memory staging path needs a GPU")
+    results = run_workers(_cuda_worker, switch.address)
+    for r in results:
+        assert r["ok"] and r["half"] == 1.0 and r["cpu"] == [float(WORLD)] * 5
+
+
+# ---------------------------------------------------------------------------- the example under torchrun
+
+
+def _torchrun(args, env, out_json, save=None, timeout=150):
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(WORLD),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        str(EXAMPLE),
+        "--json",
+        str(out_json),
+        *args,
+    ]
+    if save:
+        cmd += ["--save", str(save)]
+    full_env = {**os.environ, **env, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads(Path(out_json).read_text())
+
+
+def test_ddp_example_follows_gloo(switch, tmp_path):
+    pytest.importorskip("sklearn", reason="the example trains on scikit-learn's digits")
+    env = {"GRADSWITCH_SWITCH": switch.address, "GRADSWITCHD": _binary()}
+    common = ["--epochs", "4", "--seed", "1"]
+    gloo = _torchrun(["--backend", "gloo", *common], env, tmp_path / "gloo.json")
+    gs = _torchrun(["--backend", "gradswitch", "--wire", "float32", *common], env, tmp_path / "gs.json")
+    lg = [h["loss"] for h in gloo["history"]]
+    ls = [h["loss"] for h in gs["history"]]
+    for a, b in zip(lg, ls, strict=True):
+        assert abs(a - b) <= 1e-3 * max(1.0, abs(a)), (lg, ls)
+    assert abs(gloo["history"][-1]["accuracy"] - gs["history"][-1]["accuracy"]) <= 1.0
+    assert gs["history"][-1]["accuracy"] > 85.0
+    assert all("comm_exposed_s" in h and "compute_s" in h for h in gs["history"])
+
+
+def test_fixed32_runs_are_bitwise_identical(switch, tmp_path):
+    pytest.importorskip("sklearn", reason="the example trains on scikit-learn's digits")
+    env = {"GRADSWITCH_SWITCH": switch.address}
+    args = ["--backend", "gradswitch", "--wire", "fixed32", "--epochs", "2", "--seed", "2"]
+    _torchrun(args, env, tmp_path / "a.json", save=tmp_path / "a.pt")
+    _torchrun(args, env, tmp_path / "b.json", save=tmp_path / "b.pt")
+    a = torch.load(tmp_path / "a.pt")
+    b = torch.load(tmp_path / "b.pt")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs between two fixed32 runs"
+
+
+def test_package_exports():
+    import gradswitch.torch as gst
+
+    assert "gradswitch" in dist.Backend.backend_list
+    assert gst.SUPPORTED_OPS == ("SUM", "AVG")
+    with pytest.raises(ValueError, match="unknown wire"):
+        gst.Options(wire="float8")
+    with pytest.raises(TypeError, match="unknown option"):
+        gst.Options.coerce({"swich": "x"})
+    assert gradswitch.WIRES
