@@ -1,0 +1,204 @@
+// gradswitch._core: a thin nanobind layer over the C++ worker (src/worker).
+//
+// Arrays arrive as nb::ndarray (numpy through the buffer protocol / DLPack, torch through
+// DLPack; torch is never imported here). The GIL is released while a call blocks.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <memory>
+#include <string>
+
+#include "gradswitch/wire.h"
+#include "worker/group.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace gradswitch::worker;
+
+namespace {
+
+PyObject* g_error = nullptr;    // GradswitchError(RuntimeError)
+PyObject* g_timeout = nullptr;  // GradswitchTimeout(GradswitchError, TimeoutError)
+PyObject* g_aborted = nullptr;  // JobAborted(GradswitchError)
+
+struct PyGroup {
+  std::unique_ptr<Group> g;
+  Group& get() {
+    if (!g) throw Error("gradswitch: the group is closed");
+    return *g;
+  }
+};
+
+struct PyHandle {
+  Handle h;
+};
+
+// Validates a CPU, C-contiguous float32/int32 array; returns its data pointer, size and type.
+void* check_array(const nb::ndarray<>& a, size_t* count, DType* dt) {
+  if (a.device_type() != nb::device::cpu::value)
+    throw InvalidArgument("gradswitch: allreduce needs a CPU tensor (got device type " +
+                          std::to_string(a.device_type()) + "); copy it to the CPU first");
+  if (a.dtype() == nb::dtype<float>()) *dt = DType::kFloat32;
+  else if (a.dtype() == nb::dtype<int32_t>()) *dt = DType::kInt32;
+  else
+    throw UnsupportedType("gradswitch: allreduce supports float32 and int32 arrays only (got dtype code " +
+                          std::to_string(a.dtype().code) + " with " + std::to_string(a.dtype().bits) + " bits)");
+  int64_t expect = 1;
+  for (size_t i = a.ndim(); a.size() > 0 && i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expect)
+      throw InvalidArgument("gradswitch: allreduce needs a C-contiguous array (reduce x.copy() / "
+                            "x.contiguous() and copy the result back)");
+    expect *= a.shape(i);
+  }
+  *count = a.size();
+  return a.data();
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "gradswitch native worker: allreduce through a gradswitch switch";
+
+  g_error = PyErr_NewException("gradswitch.GradswitchError", PyExc_RuntimeError, nullptr);
+  {
+    PyObject* bases = PyTuple_Pack(2, g_error, PyExc_TimeoutError);
+    g_timeout = PyErr_NewException("gradswitch.GradswitchTimeout", bases, nullptr);
+    Py_DECREF(bases);
+  }
+  g_aborted = PyErr_NewException("gradswitch.JobAborted", g_error, nullptr);
+  m.attr("GradswitchError") = nb::borrow(g_error);
+  m.attr("GradswitchTimeout") = nb::borrow(g_timeout);
+  m.attr("JobAborted") = nb::borrow(g_aborted);
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const TimeoutError& e) {
+      PyErr_SetString(g_timeout, e.what());
+    } catch (const AbortedError& e) {
+      PyObject* inst = PyObject_CallFunction(g_aborted, "s", e.what());
+      if (!inst) return;
+      PyObject* reason = PyLong_FromLong(e.reason());
+      PyObject* rank = e.rank() == GS_RANK_ALL ? (Py_INCREF(Py_None), Py_None) : PyLong_FromLong(e.rank());
+      PyObject_SetAttrString(inst, "reason", reason);
+      PyObject_SetAttrString(inst, "rank", rank);
+      Py_XDECREF(reason);
+      Py_XDECREF(rank);
+      PyErr_SetObject(g_aborted, inst);
+      Py_DECREF(inst);
+    } catch (const InvalidArgument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const UnsupportedType& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(g_error, e.what());
+    }
+  });
+
+  nb::class_<PyHandle>(m, "Handle", "Completion of one queued allreduce.")
+      .def(
+          "wait",
+          [](PyHandle& h) {
+            // Wake up now and then to let Python handle signals (Ctrl-C); the operation itself
+            // goes on in the background (gradswitch.Group keeps its tensor alive).
+            for (;;) {
+              bool done;
+              {
+                nb::gil_scoped_release rel;
+                done = h.h.wait_for(0.1);
+              }
+              if (done) break;
+              if (PyErr_CheckSignals() != 0) throw nb::python_error();
+            }
+            h.h.wait();
+          },
+          "Blocks until the allreduce finished; raises its error.")
+      .def("done", [](PyHandle& h) { return h.h.done(); }, "True once the allreduce finished (or failed).");
+
+  nb::class_<PyGroup>(m, "Group", "A worker's membership in a gradswitch job.")
+      .def(
+          "__init__",
+          [](PyGroup* self, const std::string& switch_addr, const std::string& job, unsigned rank, unsigned world,
+             const std::string& wire, double timeout, double drop_rate, uint64_t seed, const std::string& token,
+             double join_timeout, double connect_timeout, uint64_t shuffle_seed, double rto_initial,
+             double rto_max) {
+            Options o;
+            o.switch_addr = switch_addr;
+            o.job = job;
+            o.rank = rank;
+            o.world = world;
+            o.wire = wire;
+            o.timeout_s = timeout;
+            o.drop_rate = drop_rate;
+            o.seed = seed;
+            o.token = token;
+            o.join_timeout_s = join_timeout;
+            o.connect_timeout_s = connect_timeout;
+            o.shuffle_seed = shuffle_seed;
+            o.rto_initial_s = rto_initial;
+            o.rto_max_s = rto_max;
+            std::unique_ptr<Group> g;
+            {
+              nb::gil_scoped_release rel;
+              g = Group::connect(o);
+            }
+            new (self) PyGroup{std::move(g)};
+          },
+          "switch"_a, "job"_a, "rank"_a, "world_size"_a, "wire"_a = "float32", "timeout"_a = 30.0,
+          "drop_rate"_a = 0.0, "seed"_a = 0, "token"_a = "gradswitch", "join_timeout"_a = 120.0,
+          "connect_timeout"_a = 5.0, "shuffle_seed"_a = 0, "rto_initial"_a = 0.004, "rto_max"_a = 0.2)
+      .def(
+          "allreduce",
+          [](PyGroup& self, nb::ndarray<> x) {
+            size_t n = 0;
+            DType dt;
+            void* p = check_array(x, &n, &dt);
+            Group& g = self.get();
+            nb::gil_scoped_release rel;
+            g.allreduce(p, n, dt);
+          },
+          "x"_a.noconvert(), "Sums x over all ranks, in place (blocking).")
+      .def(
+          "allreduce_async",
+          [](PyGroup& self, nb::ndarray<> x) {
+            size_t n = 0;
+            DType dt;
+            void* p = check_array(x, &n, &dt);
+            // The caller keeps x alive until the handle completes (gradswitch.Group does).
+            return PyHandle{self.get().allreduce_async(p, n, dt)};
+          },
+          "x"_a.noconvert(), "Queues an in-place allreduce of x; the caller keeps x alive until wait().")
+      .def(
+          "close",
+          [](PyGroup& self, bool abort) {
+            if (self.g) self.g->close(abort);
+          },
+          "abort"_a = false, nb::call_guard<nb::gil_scoped_release>(),
+          "Finishes queued operations and leaves the job; abort=True cancels them and drops the "
+          "control connection instead (the switch then aborts the job for every rank).")
+      .def("stats",
+           [](PyGroup& self) {
+             Stats s = self.get().stats();
+             nb::dict d;
+             d["allreduces"] = s.allreduces;
+             d["packets_sent"] = s.packets_sent;
+             d["bytes_sent"] = s.bytes_sent;
+             d["packets_received"] = s.packets_received;
+             d["bytes_received"] = s.bytes_received;
+             d["retransmissions"] = s.retransmissions;
+             d["injected_drops"] = s.injected_drops;
+             d["ignored"] = s.ignored;
+             d["unicast_results"] = s.unicast_results;
+             d["bootstrap_rounds"] = s.bootstrap_rounds;
+             return d;
+           })
+      .def_prop_ro("rank", [](PyGroup& s) { return s.get().options().rank; })
+      .def_prop_ro("world_size", [](PyGroup& s) { return s.get().options().world; })
+      .def_prop_ro("job", [](PyGroup& s) { return s.get().options().job; })
+      .def_prop_ro("wire", [](PyGroup& s) { return s.get().options().wire; })
+      .def_prop_ro("job_id", [](PyGroup& s) { return s.get().join_info().job_id; })
+      .def_prop_ro("slots", [](PyGroup& s) { return s.get().join_info().slots; })
+      .def_prop_ro("payload_bytes", [](PyGroup& s) { return s.get().join_info().payload_bytes; })
+      .def_prop_ro("closed", [](PyGroup& s) { return !s.g || s.g->closed(); });
+}

@@ -1,0 +1,58 @@
+"""Type stubs for the native module gradswitch._core (python/csrc/module.cpp)."""
+
+from typing import Any
+
+class GradswitchError(RuntimeError):
+    """Any gradswitch failure (switch unreachable, JOIN refused, lost control connection, ...)."""
+
+class GradswitchTimeout(GradswitchError, TimeoutError):
+    """An allreduce made no progress within the timeout, or not every rank joined in time."""
+
+class JobAborted(GradswitchError):
+    """The switch aborted the job; `reason` is a gs_abort_reason, `rank` the rank at fault (or None)."""
+
+    reason: int
+    rank: int | None
+
+class Handle:
+    def wait(self) -> None: ...
+    def done(self) -> bool: ...
+
+class Group:
+    def __init__(
+        self,
+        switch: str,
+        job: str,
+        rank: int,
+        world_size: int,
+        wire: str = "float32",
+        timeout: float = 30.0,
+        drop_rate: float = 0.0,
+        seed: int = 0,
+        token: str = "gradswitch",
+        join_timeout: float = 120.0,
+        connect_timeout: float = 5.0,
+        shuffle_seed: int = 0,
+        rto_initial: float = 0.004,
+        rto_max: float = 0.2,
+    ) -> None: ...
+    def allreduce(self, x: Any) -> None: ...
+    def allreduce_async(self, x: Any) -> Handle: ...
+    def close(self, abort: bool = False) -> None: ...
+    def stats(self) -> dict[str, int]: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def job(self) -> str: ...
+    @property
+    def wire(self) -> str: ...
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def slots(self) -> int: ...
+    @property
+    def payload_bytes(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...

@@ -1,0 +1,245 @@
+#include "worker/control.h"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <sstream>
+
+#include "worker/errors.h"
+
+namespace gradswitch::worker {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int ms_left(Clock::time_point deadline) {
+  auto d = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (d < 0) return 0;
+  if (d > 1000000000) return 1000000000;
+  return static_cast<int>(d);
+}
+
+Clock::time_point deadline_after(double s) {
+  if (s <= 0) s = 0;
+  if (s > 1e7) s = 1e7;
+  return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(s * 1e6));
+}
+
+}  // namespace
+
+std::string Reply::get(const std::string& key, const std::string& dflt) const {
+  auto it = kv.find(key);
+  return it == kv.end() ? dflt : it->second;
+}
+
+long long Reply::get_int(const std::string& key) const {
+  auto it = kv.find(key);
+  if (it == kv.end()) throw Error("gradswitch: switch reply lacks '" + key + "': " + line);
+  try {
+    size_t pos = 0;
+    long long v = std::stoll(it->second, &pos, 10);
+    if (pos != it->second.size()) throw std::invalid_argument("trailing");
+    return v;
+  } catch (const std::exception&) {
+    throw Error("gradswitch: switch reply has a malformed '" + key + "': " + line);
+  }
+}
+
+Reply parse_reply(const std::string& line) {
+  Reply r;
+  r.line = line;
+  std::istringstream in(line);
+  std::string word;
+  in >> word;
+  if (word == "OK") {
+    r.ok = true;
+    std::string tok;
+    while (in >> tok) {
+      auto eq = tok.find('=');
+      if (eq == std::string::npos) r.kv[tok] = "";
+      else r.kv[tok.substr(0, eq)] = tok.substr(eq + 1);
+    }
+  } else {
+    r.ok = false;
+    in >> r.code;
+    std::getline(in, r.message);
+    size_t b = r.message.find_first_not_of(' ');
+    r.message = b == std::string::npos ? "" : r.message.substr(b);
+    if (word != "ERR") {
+      r.code = "bad_reply";
+      r.message = line;
+    }
+  }
+  return r;
+}
+
+void split_host_port(const std::string& s, std::string* host, uint16_t* port) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos) {
+    *host = s;
+    *port = 7700;
+    return;
+  }
+  *host = s.substr(0, colon);
+  std::string p = s.substr(colon + 1);
+  char* end = nullptr;
+  long v = std::strtol(p.c_str(), &end, 10);
+  if (p.empty() || *end != '\0' || v <= 0 || v > 65535)
+    throw InvalidArgument("gradswitch: bad switch address '" + s + "': expected host:port");
+  *port = static_cast<uint16_t>(v);
+  if (host->empty()) *host = "127.0.0.1";
+}
+
+ControlClient::ControlClient(const std::string& host, uint16_t port, double connect_timeout_s) {
+  endpoint_ = host + ":" + std::to_string(port);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int gai = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (gai != 0 || res == nullptr)
+    throw Error("gradswitch: cannot resolve the switch host '" + host + "': " + ::gai_strerror(gai) +
+                " (an IPv4 address or resolvable name is needed)");
+  sockaddr_in addr = *reinterpret_cast<sockaddr_in*>(res->ai_addr);
+  ::freeaddrinfo(res);
+  addr.sin_port = htons(port);
+  peer_ipv4_be_ = addr.sin_addr.s_addr;
+
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd_ < 0) throw Error(std::string("gradswitch: cannot create a TCP socket: ") + std::strerror(errno));
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int rc = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int err = 0;
+  if (rc != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      pollfd pfd{fd_, POLLOUT, 0};
+      int pr = ::poll(&pfd, 1, static_cast<int>(connect_timeout_s * 1000));
+      if (pr == 0) {
+        err = ETIMEDOUT;
+      } else {
+        socklen_t len = sizeof err;
+        ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+  }
+  if (err != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    std::string why = err == ETIMEDOUT ? "no answer within " + std::to_string(connect_timeout_s).substr(0, 5) + " s"
+                                       : std::string(std::strerror(err));
+    throw Error("gradswitch: cannot reach the switch control port at " + endpoint_ + ": " + why +
+                ". Is gradswitchd running there (gradswitchd --control-port " + std::to_string(port) +
+                "), is the address right, and does a firewall allow TCP to it?");
+  }
+}
+
+ControlClient::~ControlClient() { close(); }
+
+void ControlClient::close() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+std::string ControlClient::request(const std::string& line, double timeout_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (fd_ < 0) throw Error("gradswitch: the control connection to " + endpoint_ + " is closed");
+  auto deadline = deadline_after(timeout_s);
+  std::string out = line + "\n";
+  size_t off = 0;
+  while (off < out.size()) {
+    ssize_t w = ::send(fd_, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    if (w > 0) {
+      off += static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pfd{fd_, POLLOUT, 0};
+      if (::poll(&pfd, 1, ms_left(deadline)) <= 0)
+        throw TimeoutError("gradswitch: sending to the switch at " + endpoint_ + " timed out");
+      continue;
+    }
+    throw Error("gradswitch: lost the control connection to the switch at " + endpoint_ + ": " +
+                std::strerror(errno) + " (did gradswitchd stop?)");
+  }
+  for (;;) {
+    auto nl = rbuf_.find('\n');
+    if (nl != std::string::npos) {
+      std::string reply = rbuf_.substr(0, nl);
+      rbuf_.erase(0, nl + 1);
+      if (!reply.empty() && reply.back() == '\r') reply.pop_back();
+      return reply;
+    }
+    pollfd pfd{fd_, POLLIN, 0};
+    int pr = ::poll(&pfd, 1, ms_left(deadline));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0)
+      throw TimeoutError("gradswitch: no reply from the switch at " + endpoint_ + " to '" +
+                         line.substr(0, line.find(' ')) + "' within " + std::to_string(timeout_s).substr(0, 6) +
+                         " s");
+    char buf[4096];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n > 0) {
+      rbuf_.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    throw Error("gradswitch: the switch at " + endpoint_ + " closed the control connection" +
+                (n < 0 ? std::string(": ") + std::strerror(errno) : std::string()) + " (did gradswitchd stop?)");
+  }
+}
+
+JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned rank, const std::string& wire,
+                             const std::string& token, uint16_t udp_port, double timeout_s) {
+  std::string line = "JOIN job=" + job + " world=" + std::to_string(world) + " rank=" + std::to_string(rank) +
+                     " wire=" + wire + " token=" + token + " port=" + std::to_string(udp_port);
+  std::string reply_line;
+  try {
+    reply_line = request(line, timeout_s);
+  } catch (const TimeoutError&) {
+    throw TimeoutError("gradswitch: JOIN of job '" + job + "' as rank " + std::to_string(rank) + " of " +
+                       std::to_string(world) + ": not every rank joined within " +
+                       std::to_string(timeout_s).substr(0, 6) +
+                       " s. Are all ranks started with the same job name, world size and switch address (" +
+                       endpoint_ + ")?");
+  }
+  Reply r = parse_reply(reply_line);
+  if (!r.ok) {
+    std::string what = "gradswitch: the switch at " + endpoint_ + " refused JOIN of job '" + job + "' as rank " +
+                       std::to_string(rank) + " of " + std::to_string(world) + " (wire " + wire + "): " + r.code +
+                       ": " + r.message;
+    if (r.code == "timeout")
+      throw TimeoutError(what + ". Not every rank joined in time: are all ranks started with the same job name "
+                                "and world size?");
+    if (r.code == "conflict")
+      throw Error(what + ". Another job of that name exists with other parameters, or the rank is taken.");
+    throw Error(what);
+  }
+  JoinInfo ji;
+  ji.job_id = static_cast<uint32_t>(r.get_int("job_id"));
+  ji.key = static_cast<uint32_t>(r.get_int("key"));
+  ji.slots = static_cast<uint16_t>(r.get_int("slots"));
+  ji.payload_bytes = static_cast<uint32_t>(r.get_int("payload"));
+  ji.data_port = static_cast<uint16_t>(r.get_int("data_port"));
+  ji.threads = static_cast<uint16_t>(r.get_int("threads"));
+  if (ji.slots == 0 || ji.threads == 0 || ji.payload_bytes < 4)
+    throw Error("gradswitch: the switch sent an unusable JOIN reply: " + reply_line);
+  return ji;
+}
+
+}  // namespace gradswitch::worker

@@ -1,0 +1,48 @@
+// The worker's datagram transport: send a batch to the switch, receive a batch with a timeout.
+// The UDP implementation uses sendmmsg/recvmmsg; tests substitute an in-process fake.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gradswitch::worker {
+
+struct OutPacket {
+  const uint8_t* data = nullptr;
+  uint32_t len = 0;
+  uint16_t dst_port = 0;  // UDP port of the switch data thread (host order)
+};
+
+struct InPacket {
+  const uint8_t* data = nullptr;  // transport-owned; valid until the next recv_batch
+  uint32_t len = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // The local UDP port results are received on (announced in JOIN).
+  virtual uint16_t local_port() const = 0;
+  // Where DATA packets go: the switch's IPv4 address (network byte order).
+  virtual void set_peer(uint32_t ipv4_be) = 0;
+  // Sends `n` datagrams (best effort: a datagram the kernel refuses counts as lost; the
+  // retransmission timer recovers it). Returns the number handed to the kernel.
+  virtual size_t send_batch(const OutPacket* pkts, size_t n) = 0;
+  // Waits up to `timeout_ns` (0 = poll) for datagrams; fills up to `max` of `pkts` (max >= 64);
+  // returns how many (0 on timeout).
+  virtual size_t recv_batch(InPacket* pkts, size_t max, int64_t timeout_ns) = 0;
+  // True when the last recv_batch stopped at its capacity (more datagrams are likely queued).
+  virtual bool more_pending() const = 0;
+};
+
+// A UDP socket bound to `bind_ip` (dotted quad, "0.0.0.0" for any) on an ephemeral port, with
+// receive/send buffers of `sockbuf_bytes` when the system allows it. `gso`: send runs of
+// same-port, same-size datagrams as one UDP_SEGMENT message; `gro`: accept coalesced
+// datagram trains (UDP_GRO) and split them. Both fall back when the kernel lacks them.
+// Throws Error.
+std::unique_ptr<Transport> make_udp_transport(const std::string& bind_ip, int sockbuf_bytes, bool gso = false,
+                                              bool gro = false);
+
+}  // namespace gradswitch::worker

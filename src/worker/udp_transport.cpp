@@ -1,0 +1,263 @@
+// UDP transport: one socket, sendmmsg/recvmmsg, ppoll for the receive timeout.
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "worker/errors.h"
+#include "worker/transport.h"
+
+namespace gradswitch::worker {
+namespace {
+
+constexpr size_t kMaxBatch = 64;
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+constexpr size_t kMaxGsoSegments = 64;
+constexpr size_t kRxMsgs = 64;            // datagrams (or GRO trains) per recvmmsg
+constexpr size_t kRxPlainBytes = 9216;    // > largest datagram (9000-byte MTU)
+constexpr size_t kRxGroBytes = 65536;     // a whole GRO train
+constexpr size_t kMaxGsoBytes = 65000;
+
+class UdpTransport final : public Transport {
+ public:
+  UdpTransport(const std::string& bind_ip, int sockbuf_bytes, bool gso, bool gro) : gso_(gso) {
+    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw Error(std::string("gradswitch: cannot create a UDP socket: ") + std::strerror(errno));
+    if (sockbuf_bytes > 0) {
+      // Best effort: the kernel caps these at net.core.{r,w}mem_max.
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &sockbuf_bytes, sizeof sockbuf_bytes);
+      ::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &sockbuf_bytes, sizeof sockbuf_bytes);
+    }
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = 0;
+    if (::inet_pton(AF_INET, bind_ip.c_str(), &a.sin_addr) != 1) {
+      ::close(fd_);
+      throw Error("gradswitch: bad local bind address '" + bind_ip + "'");
+    }
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      int e = errno;
+      ::close(fd_);
+      throw Error("gradswitch: cannot bind a UDP socket on " + bind_ip + ": " + std::strerror(e));
+    }
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    if (gro) {
+      int one = 1;
+      gro_ = ::setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+    }
+    rx_size_ = gro_ ? kRxGroBytes : kRxPlainBytes;
+    rx_msgs_ = gro_ ? 16 : kRxMsgs;  // a train holds up to 64 datagrams
+    rx_mem_.assign(rx_size_ * rx_msgs_, 0);
+  }
+  ~UdpTransport() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  uint16_t local_port() const override { return port_; }
+  void set_peer(uint32_t ipv4_be) override { peer_ = ipv4_be; }
+
+  size_t send_batch(const OutPacket* pkts, size_t n) override {
+    if (gso_) return send_gso(pkts, n);
+    size_t sent = 0, handed = 0;
+    while (sent < n) {
+      size_t k = std::min(n - sent, kMaxBatch);
+      for (size_t i = 0; i < k; ++i) {
+        const OutPacket& p = pkts[sent + i];
+        iov_[i].iov_base = const_cast<uint8_t*>(p.data);
+        iov_[i].iov_len = p.len;
+        addr_[i] = sockaddr_in{};
+        addr_[i].sin_family = AF_INET;
+        addr_[i].sin_addr.s_addr = peer_;
+        addr_[i].sin_port = htons(p.dst_port);
+        std::memset(&smsg_[i], 0, sizeof smsg_[i]);
+        smsg_[i].msg_hdr.msg_name = &addr_[i];
+        smsg_[i].msg_hdr.msg_namelen = sizeof addr_[i];
+        smsg_[i].msg_hdr.msg_iov = &iov_[i];
+        smsg_[i].msg_hdr.msg_iovlen = 1;
+      }
+      int r = ::sendmmsg(fd_, smsg_, static_cast<unsigned>(k), 0);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        // ENOBUFS/EAGAIN and friends: skip the first datagram (it counts as lost) and go on.
+        ++sent;
+        continue;
+      }
+      sent += static_cast<size_t>(r);
+      handed += static_cast<size_t>(r);
+    }
+    return handed;
+  }
+
+  // UDP_SEGMENT: a run of datagrams to one port with one size (the last may be shorter) goes
+  // to the kernel as one message. The caller's order is kept; runs form where it allows.
+  size_t send_gso(const OutPacket* in, size_t n) {
+    // Group by destination port (order between datagrams does not matter to the protocol).
+    sorted_.assign(in, in + n);
+    std::stable_sort(sorted_.begin(), sorted_.end(),
+                     [](const OutPacket& a, const OutPacket& b) { return a.dst_port < b.dst_port; });
+    const OutPacket* pkts = sorted_.data();
+    size_t done = 0, handed = 0;
+    while (done < n) {
+      size_t nmsg = 0, niov = 0, i = done;
+      while (i < n && nmsg < kMaxBatch) {
+        const OutPacket& first = pkts[i];
+        size_t j = i + 1, bytes = first.len;
+        while (j < n && j - i < kMaxGsoSegments && pkts[j].dst_port == first.dst_port &&
+               pkts[j].len <= first.len && bytes + pkts[j].len <= kMaxGsoBytes) {
+          bytes += pkts[j].len;
+          ++j;
+          if (pkts[j - 1].len < first.len) break;  // a shorter datagram ends the run
+        }
+        mmsghdr& m = smsg_[nmsg];
+        std::memset(&m, 0, sizeof m);
+        addr_[nmsg] = sockaddr_in{};
+        addr_[nmsg].sin_family = AF_INET;
+        addr_[nmsg].sin_addr.s_addr = peer_;
+        addr_[nmsg].sin_port = htons(first.dst_port);
+        m.msg_hdr.msg_name = &addr_[nmsg];
+        m.msg_hdr.msg_namelen = sizeof addr_[nmsg];
+        m.msg_hdr.msg_iov = &giov_[niov];
+        m.msg_hdr.msg_iovlen = j - i;
+        for (size_t k = i; k < j; ++k) {
+          giov_[niov].iov_base = const_cast<uint8_t*>(pkts[k].data);
+          giov_[niov].iov_len = pkts[k].len;
+          ++niov;
+        }
+        if (j - i > 1) {
+          m.msg_hdr.msg_control = cbuf_[nmsg];
+          m.msg_hdr.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+          cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr);
+          c->cmsg_level = SOL_UDP;
+          c->cmsg_type = UDP_SEGMENT;
+          c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+          uint16_t seg = static_cast<uint16_t>(first.len);
+          std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+        }
+        msg_pkts_[nmsg] = j - i;
+        ++nmsg;
+        i = j;
+        if (niov + kMaxGsoSegments > sizeof giov_ / sizeof giov_[0]) break;
+      }
+      size_t off = 0;
+      while (off < nmsg) {
+        int r = ::sendmmsg(fd_, smsg_ + off, static_cast<unsigned>(nmsg - off), 0);
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EINVAL || errno == EIO || errno == ENOPROTOOPT || errno == EOPNOTSUPP) {
+            gso_ = false;  // no UDP GSO here: plain datagrams from now on
+            size_t from = done;
+            for (size_t k = 0; k < off; ++k) from += msg_pkts_[k];
+            std::vector<OutPacket> rest(pkts + from, pkts + n);
+            return handed + send_batch(rest.data(), rest.size());
+          }
+          ++off;  // the message counts as lost; retransmission recovers it
+          continue;
+        }
+        for (int k = 0; k < r; ++k) handed += msg_pkts_[off + k];
+        off += static_cast<size_t>(r);
+      }
+      for (size_t k = 0; k < nmsg; ++k) done += msg_pkts_[k];
+    }
+    return handed;
+  }
+
+  size_t recv_batch(InPacket* pkts, size_t max, int64_t timeout_ns) override {
+    more_ = false;
+    size_t nmsg = std::min(rx_msgs_, gro_ ? max / kMaxGsoSegments : max);
+    if (nmsg == 0) nmsg = 1;
+    for (;;) {
+      for (size_t i = 0; i < nmsg; ++i) {
+        riov_[i].iov_base = rx_mem_.data() + rx_size_ * i;
+        riov_[i].iov_len = rx_size_;
+        std::memset(&rmsg_[i], 0, sizeof rmsg_[i]);
+        rmsg_[i].msg_hdr.msg_iov = &riov_[i];
+        rmsg_[i].msg_hdr.msg_iovlen = 1;
+        if (gro_) {
+          rmsg_[i].msg_hdr.msg_control = rcbuf_[i];
+          rmsg_[i].msg_hdr.msg_controllen = sizeof rcbuf_[i];
+        }
+      }
+      int r = ::recvmmsg(fd_, rmsg_, static_cast<unsigned>(nmsg), MSG_DONTWAIT, nullptr);
+      if (r > 0) {
+        more_ = static_cast<size_t>(r) == nmsg;
+        size_t n = 0;
+        for (int i = 0; i < r; ++i) {
+          const uint8_t* base = rx_mem_.data() + rx_size_ * i;
+          size_t len = rmsg_[i].msg_len;
+          size_t seg = len;
+          if (gro_) {
+            for (cmsghdr* c = CMSG_FIRSTHDR(&rmsg_[i].msg_hdr); c; c = CMSG_NXTHDR(&rmsg_[i].msg_hdr, c))
+              if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+                int v = 0;
+                std::memcpy(&v, CMSG_DATA(c), std::min<size_t>(sizeof v, c->cmsg_len - CMSG_LEN(0)));
+                if (v > 0) seg = static_cast<size_t>(v);
+              }
+          }
+          for (size_t off = 0; off < len && n < max; off += seg) {
+            pkts[n].data = base + off;
+            pkts[n].len = static_cast<uint32_t>(std::min(seg, len - off));
+            ++n;
+          }
+          if (len == 0 && n < max) {  // an empty datagram: report it (the caller ignores it)
+            pkts[n].data = base;
+            pkts[n].len = 0;
+            ++n;
+          }
+        }
+        return n;
+      }
+      if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return 0;  // e.g. a transient ICMP error reported on the socket; the caller retries
+      if (timeout_ns <= 0) return 0;
+      pollfd pfd{fd_, POLLIN, 0};
+      timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
+      int pr = ::ppoll(&pfd, 1, &ts, nullptr);
+      if (pr <= 0) return 0;  // timeout (or EINTR: the caller recomputes its deadlines)
+      timeout_ns = 0;         // one wait per call
+    }
+  }
+
+  bool more_pending() const override { return more_; }
+
+ private:
+  int fd_ = -1;
+  bool gso_ = false;
+  uint16_t port_ = 0;
+  uint32_t peer_ = htonl(INADDR_LOOPBACK);
+  mmsghdr smsg_[kMaxBatch];
+  iovec iov_[kMaxBatch];
+  sockaddr_in addr_[kMaxBatch];
+  iovec giov_[kMaxBatch * 4];
+  alignas(cmsghdr) char cbuf_[kMaxBatch][CMSG_SPACE(sizeof(uint16_t))];
+  size_t msg_pkts_[kMaxBatch];
+  std::vector<OutPacket> sorted_;
+  bool gro_ = false;
+  bool more_ = false;
+  size_t rx_size_ = 0, rx_msgs_ = 0;
+  std::vector<uint8_t> rx_mem_;
+  mmsghdr rmsg_[kRxMsgs];
+  iovec riov_[kRxMsgs];
+  alignas(cmsghdr) char rcbuf_[kRxMsgs][CMSG_SPACE(sizeof(int))];
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_udp_transport(const std::string& bind_ip, int sockbuf_bytes, bool gso, bool gro) {
+  return std::make_unique<UdpTransport>(bind_ip, sockbuf_bytes, gso, gro);
+}
+
+}  // namespace gradswitch::worker

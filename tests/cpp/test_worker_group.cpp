@@ -1,0 +1,510 @@
+// Worker Group against an in-process reference switch (no sockets): every wire, fixed32
+// exponent agreement and bitwise reproducibility, loss on both sides, timeout and abort errors.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/kernels.h"
+#include "gradswitch/wire.h"
+#include "harness.h"
+#include "worker/control.h"
+#include "worker/group.h"
+
+using namespace gradswitch;
+using namespace gradswitch::worker;
+
+namespace {
+
+// A minimal reference switch following the data-plane rules (one round per slot version,
+// identified by seq/offset; shadow copy answers retransmissions; ABORT once aborted).
+class FakeSwitch {
+ public:
+  FakeSwitch(unsigned world, unsigned slots, uint32_t payload, double drop_rate = 0, uint64_t seed = 1)
+      : world_(world), slots_(slots), payload_(payload), drop_rate_(drop_rate), rng_(seed) {
+    inbox_.resize(world);
+    held_.resize(world);
+    rounds_.resize(slots * 2);
+  }
+  JoinInfo join_info() const {
+    JoinInfo j;
+    j.job_id = 7;
+    j.key = 0xC0FFEE;
+    j.slots = static_cast<uint16_t>(slots_);
+    j.payload_bytes = payload_;
+    j.data_port = 9000;
+    j.threads = 2;
+    return j;
+  }
+  void abort(uint16_t rank) {
+    std::lock_guard<std::mutex> lk(mu_);
+    aborted_ = true;
+    abort_rank_ = rank;
+  }
+  uint64_t retx_answered() const { return retx_answered_; }
+
+  void ingest(const uint8_t* p, size_t len) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (drop_rate_ > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < drop_rate_) return;
+    gs_header h;
+    gs_header_decode(p, &h);
+    if (h.magic != GS_MAGIC || h.type != GS_MSG_DATA || h.job_id != 7 || h.key != 0xC0FFEE) return;
+    if (h.rank >= world_ || h.slot >= slots_) return;
+    if (aborted_) {
+      gs_header a = h;
+      a.type = GS_MSG_ABORT;
+      a.next_exp = GS_ABORT_RANK_LEFT;
+      a.rank = abort_rank_;
+      a.count = 0;
+      std::vector<uint8_t> pkt(GS_HEADER_BYTES);
+      gs_header_encode(&a, pkt.data());
+      push(h.rank, std::move(pkt));
+      return;
+    }
+    size_t es = gs_elem_size(h.elem_type);
+    if (len != GS_HEADER_BYTES + h.count * es) return;
+    Round& r = rounds_[h.slot * 2 + (h.flags & 1)];
+    if (!r.valid || r.seq != h.seq || r.offset != h.offset) {
+      r = Round{};
+      r.valid = true;
+      r.seq = h.seq;
+      r.offset = h.offset;
+      r.count = h.count;
+      r.elem = h.elem_type;
+      r.scale = h.scale_exp;
+      r.next_exp = GS_EXP_NONE;
+      r.acc_f.assign(h.count, 0.0f);
+      r.acc_i.assign(h.count, 0);
+    }
+    if (r.seen & (1ull << h.rank)) {
+      if (r.complete) {
+        std::vector<uint8_t> pkt = r.result;
+        gs_header rh;
+        gs_header_decode(pkt.data(), &rh);
+        rh.flags |= GS_FLAG_UNICAST;
+        rh.rank = h.rank;
+        gs_header_encode(&rh, pkt.data());
+        retx_answered_++;
+        push(h.rank, std::move(pkt));
+      }
+      return;
+    }
+    if (h.count != r.count || h.elem_type != r.elem || h.scale_exp != r.scale) return;
+    const uint8_t* pl = p + GS_HEADER_BYTES;
+    for (size_t i = 0; i < h.count; ++i) {
+      switch (h.elem_type) {
+        case GS_ELEM_INT32:
+        case GS_ELEM_FIXED32: {
+          int32_t v;
+          std::memcpy(&v, pl + 4 * i, 4);
+          r.acc_i[i] = static_cast<int32_t>(static_cast<uint32_t>(r.acc_i[i]) + static_cast<uint32_t>(v));
+          break;
+        }
+        case GS_ELEM_FLOAT32: {
+          float v;
+          std::memcpy(&v, pl + 4 * i, 4);
+          r.acc_f[i] += v;
+          break;
+        }
+        case GS_ELEM_FLOAT16: {
+          uint16_t v;
+          std::memcpy(&v, pl + 2 * i, 2);
+          r.acc_f[i] += f16_to_f32_scalar(v);
+          break;
+        }
+        case GS_ELEM_BFLOAT16: {
+          uint16_t v;
+          std::memcpy(&v, pl + 2 * i, 2);
+          r.acc_f[i] += bf16_to_f32_scalar(v);
+          break;
+        }
+      }
+    }
+    r.seen |= 1ull << h.rank;
+    if (h.next_exp > r.next_exp) r.next_exp = h.next_exp;
+    if (static_cast<unsigned>(__builtin_popcountll(r.seen)) != world_) return;
+    r.complete = true;
+    gs_header rh = h;
+    rh.type = GS_MSG_RESULT;
+    rh.rank = GS_RANK_ALL;
+    rh.flags = h.flags & GS_FLAG_VERSION;
+    rh.next_exp = r.next_exp;
+    r.result.assign(GS_HEADER_BYTES + r.count * es, 0);
+    gs_header_encode(&rh, r.result.data());
+    uint8_t* out = r.result.data() + GS_HEADER_BYTES;
+    for (size_t i = 0; i < r.count; ++i) {
+      switch (r.elem) {
+        case GS_ELEM_INT32:
+        case GS_ELEM_FIXED32:
+          std::memcpy(out + 4 * i, &r.acc_i[i], 4);
+          break;
+        case GS_ELEM_FLOAT32:
+          std::memcpy(out + 4 * i, &r.acc_f[i], 4);
+          break;
+        case GS_ELEM_FLOAT16: {
+          uint16_t v = f32_to_f16_scalar(r.acc_f[i]);
+          std::memcpy(out + 2 * i, &v, 2);
+          break;
+        }
+        case GS_ELEM_BFLOAT16: {
+          uint16_t v = f32_to_bf16_scalar(r.acc_f[i]);
+          std::memcpy(out + 2 * i, &v, 2);
+          break;
+        }
+      }
+    }
+    for (unsigned k = 0; k < world_; ++k) {
+      if (drop_rate_ > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < drop_rate_) continue;
+      push(k, r.result);
+    }
+  }
+
+  bool more(unsigned rank) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return !inbox_[rank].empty();
+  }
+
+  size_t recv(unsigned rank, InPacket* pkts, size_t max, int64_t timeout_ns) {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto& q = inbox_[rank];
+    if (q.empty() && timeout_ns > 0) qcv_.wait_for(lk, std::chrono::nanoseconds(timeout_ns), [&] { return !q.empty(); });
+    // Hands out copies that stay valid until this rank's next recv.
+    auto& held = held_[rank];
+    held.clear();
+    while (held.size() < max && !q.empty()) {
+      held.push_back(std::move(q.front()));
+      q.pop_front();
+    }
+    for (size_t n = 0; n < held.size(); ++n) {
+      pkts[n].data = held[n].data();
+      pkts[n].len = static_cast<uint32_t>(held[n].size());
+    }
+    return held.size();
+  }
+
+ private:
+  struct Round {
+    bool valid = false, complete = false;
+    uint32_t seq = 0, offset = 0;
+    uint16_t count = 0;
+    uint8_t elem = 0;
+    int8_t scale = 0, next_exp = GS_EXP_NONE;
+    uint64_t seen = 0;
+    std::vector<float> acc_f;
+    std::vector<int32_t> acc_i;
+    std::vector<uint8_t> result;
+  };
+  void push(unsigned rank, std::vector<uint8_t> pkt) {
+    inbox_[rank].push_back(std::move(pkt));
+    qcv_.notify_all();
+  }
+  unsigned world_, slots_;
+  uint32_t payload_;
+  double drop_rate_;
+  std::mt19937_64 rng_;
+  std::mutex mu_;
+  std::condition_variable qcv_;
+  std::vector<std::deque<std::vector<uint8_t>>> inbox_;
+  std::vector<std::vector<std::vector<uint8_t>>> held_;
+  std::vector<Round> rounds_;
+  bool aborted_ = false;
+  uint16_t abort_rank_ = 0;
+  std::atomic<uint64_t> retx_answered_{0};
+};
+
+class FakeTransport : public Transport {
+ public:
+  FakeTransport(FakeSwitch* sw, unsigned rank) : sw_(sw), rank_(rank) {}
+  uint16_t local_port() const override { return 1; }
+  void set_peer(uint32_t) override {}
+  size_t send_batch(const OutPacket* pkts, size_t n) override {
+    for (size_t i = 0; i < n; ++i) {
+      // The thread's port must match the slot (as the daemon checks).
+      gs_header h;
+      gs_header_decode(pkts[i].data, &h);
+      if (pkts[i].dst_port != 9000 + h.slot % 2) bad_port++;
+      sw_->ingest(pkts[i].data, pkts[i].len);
+    }
+    return n;
+  }
+  size_t recv_batch(InPacket* pkts, size_t max, int64_t timeout_ns) override {
+    return sw_->recv(rank_, pkts, max, timeout_ns);
+  }
+  bool more_pending() const override { return sw_->more(rank_); }
+  static inline std::atomic<int> bad_port{0};
+
+ private:
+  FakeSwitch* sw_;
+  unsigned rank_;
+};
+
+std::vector<std::unique_ptr<Group>> make_groups(FakeSwitch& sw, unsigned world, const std::string& wire,
+                                                std::function<void(Options&)> tweak = nullptr) {
+  std::vector<std::unique_ptr<Group>> g;
+  for (unsigned r = 0; r < world; ++r) {
+    Options o;
+    o.job = "t";
+    o.rank = r;
+    o.world = world;
+    o.wire = wire;
+    o.timeout_s = 5;
+    o.rto_initial_s = 0.002;
+    o.rto_max_s = 0.02;
+    if (tweak) tweak(o);
+    g.push_back(std::make_unique<Group>(o, std::make_unique<FakeTransport>(&sw, r), nullptr, sw.join_info(), 0));
+  }
+  return g;
+}
+
+// Runs allreduce on every rank concurrently; returns the per-rank exception text ("" = ok).
+template <typename T>
+std::vector<std::string> run_all(std::vector<std::unique_ptr<Group>>& g, std::vector<std::vector<T>>& data,
+                                 DType dt) {
+  std::vector<Handle> h;
+  for (size_t r = 0; r < g.size(); ++r) h.push_back(g[r]->allreduce_async(data[r].data(), data[r].size(), dt));
+  std::vector<std::string> err(g.size());
+  for (size_t r = 0; r < g.size(); ++r) {
+    try {
+      h[r].wait();
+    } catch (const std::exception& e) {
+      err[r] = e.what();
+    }
+  }
+  return err;
+}
+
+bool all_ok(const std::vector<std::string>& e) {
+  for (auto& s : e)
+    if (!s.empty()) {
+      std::fprintf(stderr, "  error: %s\n", s.c_str());
+      return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+TEST(int32_exact_various_sizes) {
+  for (size_t n : {size_t{1}, size_t{359}, size_t{360}, size_t{361}, size_t{5000}, size_t{100003}}) {
+    FakeSwitch sw(3, 8, 1440);
+    auto g = make_groups(sw, 3, "float32");
+    std::vector<std::vector<int32_t>> d(3, std::vector<int32_t>(n));
+    for (unsigned r = 0; r < 3; ++r)
+      for (size_t i = 0; i < n; ++i) d[r][i] = static_cast<int32_t>(i * 7 + r * 1000003 - 5000);
+    CHECK(all_ok(run_all(g, d, DType::kInt32)));
+    bool ok = true;
+    for (unsigned r = 0; r < 3; ++r)
+      for (size_t i = 0; i < n; ++i)
+        ok &= d[r][i] == static_cast<int32_t>(3 * (i * 7 - 5000) + 3 * 1000003);
+    CHECK(ok);
+  }
+  CHECK_EQ(FakeTransport::bad_port.load(), 0);
+}
+
+TEST(float_wires) {
+  for (std::string wire : {"float32", "float16", "bfloat16", "fixed32"}) {
+    FakeSwitch sw(4, 16, 1440);
+    auto g = make_groups(sw, 4, wire);
+    size_t n = 50000;
+    std::vector<std::vector<float>> d(4, std::vector<float>(n));
+    std::vector<double> want(n, 0.0);
+    for (unsigned r = 0; r < 4; ++r)
+      for (size_t i = 0; i < n; ++i) {
+        d[r][i] = static_cast<float>(std::sin(0.001 * i + r) * 3.0);
+        want[i] += d[r][i];
+      }
+    // Two calls in a row: versions and sequence numbers carry over.
+    for (int rep = 0; rep < 2; ++rep) {
+      if (rep == 1)
+        for (unsigned r = 0; r < 4; ++r)
+          for (size_t i = 0; i < n; ++i) d[r][i] = static_cast<float>(want[i] / 4);
+      CHECK(all_ok(run_all(g, d, DType::kFloat32)));
+    }
+    double tol = wire == "float32" ? 1e-5 : wire == "fixed32" ? 1e-6 : wire == "float16" ? 2e-2 : 1e-1;
+    double worst = 0;
+    for (unsigned r = 0; r < 4; ++r)
+      for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(d[r][i] - want[i]) / (1 + std::fabs(want[i])));
+    if (worst > tol) std::fprintf(stderr, "  wire %s: worst rel error %g\n", wire.c_str(), worst);
+    CHECK(worst <= tol);
+    for (unsigned r = 1; r < 4; ++r) CHECK(d[r] == d[0]);
+    if (wire == "fixed32") CHECK(g[0]->stats().bootstrap_rounds == 32);
+  }
+}
+
+TEST(fixed32_exact_and_order_independent) {
+  // Multiples of powers of two, mixed magnitudes per chunk, zeros, a tail chunk.
+  size_t n = 360 * 40 + 17;
+  std::vector<std::vector<float>> base(3, std::vector<float>(n));
+  for (unsigned r = 0; r < 3; ++r)
+    for (size_t i = 0; i < n; ++i) {
+      int k = static_cast<int>((i * 2654435761u + r * 40503u) % 2001) - 1000;
+      int e = static_cast<int>((i / 360) % 9) - 4;
+      base[r][i] = (i / 360) % 7 == 3 ? 0.0f : std::ldexp(static_cast<float>(k), e);
+    }
+  std::vector<std::vector<float>> results;
+  for (uint64_t shuffle : {0ull, 12345ull}) {
+    FakeSwitch sw(3, 8, 1440);
+    auto g = make_groups(sw, 3, "fixed32", [&](Options& o) { o.shuffle_seed = shuffle ? shuffle + o.rank : 0; });
+    auto d = base;
+    CHECK(all_ok(run_all(g, d, DType::kFloat32)));
+    bool exact = true;
+    for (size_t i = 0; i < n; ++i) exact &= d[0][i] == base[0][i] + base[1][i] + base[2][i];
+    CHECK(exact);
+    results.push_back(d[0]);
+  }
+  CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * 4) == 0);
+}
+
+TEST(fixed32_rejects_nonfinite_before_sending) {
+  FakeSwitch sw(2, 4, 1440);
+  auto g = make_groups(sw, 2, "fixed32");
+  std::vector<std::vector<float>> d(2, std::vector<float>(1000, 1.0f));
+  d[0][500] = INFINITY;
+  d[1][10] = 0x1p127f;
+  auto e = run_all(g, d, DType::kFloat32);
+  CHECK(e[0].find("element 500") != std::string::npos);
+  CHECK(e[1].find("element 10") != std::string::npos);
+  CHECK(g[0]->stats().packets_sent == 0);
+  // The group stays usable.
+  d.assign(2, std::vector<float>(1000, 0.5f));
+  CHECK(all_ok(run_all(g, d, DType::kFloat32)));
+  CHECK(d[1][999] == 1.0f);
+}
+
+TEST(loss_both_sides_exact) {
+  FakeSwitch sw(3, 16, 1440, 0.1, 99);
+  auto g = make_groups(sw, 3, "fixed32", [](Options& o) {
+    o.drop_rate = 0.1;
+    o.seed = 5;
+  });
+  size_t n = 30000;
+  std::vector<std::vector<float>> d(3, std::vector<float>(n));
+  for (unsigned r = 0; r < 3; ++r)
+    for (size_t i = 0; i < n; ++i) d[r][i] = static_cast<float>(static_cast<int>(i % 1000) - 500 + static_cast<int>(r)) * 0.25f;
+  auto want = d[0];
+  for (size_t i = 0; i < n; ++i) want[i] = d[0][i] + d[1][i] + d[2][i];
+  CHECK(all_ok(run_all(g, d, DType::kFloat32)));
+  for (unsigned r = 0; r < 3; ++r)
+    for (size_t i = 0; i < n; ++i)
+      if (d[r][i] != want[i]) {
+        std::fprintf(stderr, "  rank %u element %zu: %g want %g\n", r, i, d[r][i], want[i]);
+        CHECK(false);
+        break;
+      }
+  CHECK(g[0]->stats().retransmissions > 0);
+  CHECK(g[0]->stats().injected_drops > 0);
+  CHECK(sw.retx_answered() > 0);
+}
+
+TEST(timeout_names_seq_and_is_sticky) {
+  FakeSwitch sw(3, 4, 1440);
+  auto g = make_groups(sw, 3, "float32", [](Options& o) { o.timeout_s = 0.3; });
+  std::vector<std::vector<float>> d(3, std::vector<float>(100, 1.0f));
+  auto t0 = std::chrono::steady_clock::now();
+  // rank 2 never calls
+  Handle h0 = g[0]->allreduce_async(d[0].data(), 100, DType::kFloat32);
+  std::string msg;
+  bool timeout = false;
+  try {
+    h0.wait();
+  } catch (const TimeoutError& e) {
+    timeout = true;
+    msg = e.what();
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(timeout);
+  CHECK(secs < 2.0);
+  CHECK(msg.find("allreduce seq 0") != std::string::npos);
+  CHECK(msg.find("job 't'") != std::string::npos);
+  bool again = false;
+  try {
+    g[0]->allreduce(d[0].data(), 100, DType::kFloat32);
+  } catch (const TimeoutError&) {
+    again = true;
+  }
+  CHECK(again);
+}
+
+TEST(abort_packet_raises_with_rank) {
+  FakeSwitch sw(2, 4, 1440);
+  auto g = make_groups(sw, 2, "float32");
+  sw.abort(1);
+  std::vector<float> d(10, 1.0f);
+  std::string msg;
+  try {
+    g[0]->allreduce(d.data(), d.size(), DType::kFloat32);
+  } catch (const AbortedError& e) {
+    msg = e.what();
+    CHECK_EQ(static_cast<int>(e.rank()), 1);
+  }
+  CHECK(msg.find("rank 1 left the job") != std::string::npos);
+}
+
+TEST(many_small_calls_and_async_order) {
+  FakeSwitch sw(2, 4, 64);  // 16 float32 per packet, 4 slots
+  auto g = make_groups(sw, 2, "float32");
+  std::vector<std::vector<std::vector<float>>> bufs(2);
+  std::vector<std::vector<Handle>> hs(2);
+  for (int k = 0; k < 20; ++k)
+    for (unsigned r = 0; r < 2; ++r) bufs[r].push_back(std::vector<float>(1 + 7 * k, static_cast<float>(k + r)));
+  for (int k = 0; k < 20; ++k)
+    for (unsigned r = 0; r < 2; ++r)
+      hs[r].push_back(g[r]->allreduce_async(bufs[r][k].data(), bufs[r][k].size(), DType::kFloat32));
+  bool ok = true;
+  for (unsigned r = 0; r < 2; ++r)
+    for (int k = 0; k < 20; ++k) {
+      hs[r][k].wait();
+      for (float v : bufs[r][k]) ok &= v == static_cast<float>(2 * k + 1);
+    }
+  CHECK(ok);
+  CHECK_EQ(g[0]->next_seq(), 20u);
+}
+
+TEST(wire_int32_rejects_float) {
+  FakeSwitch sw(1, 4, 1440);
+  auto g = make_groups(sw, 1, "int32");
+  std::vector<float> d(4, 1.0f);
+  bool threw = false;
+  try {
+    g[0]->allreduce(d.data(), 4, DType::kFloat32);
+  } catch (const InvalidArgument&) {
+    threw = true;
+  }
+  CHECK(threw);
+}
+
+TEST(connect_refused_is_quick_and_clear) {
+  Options o;
+  o.switch_addr = "127.0.0.1:1";  // nothing listens on port 1
+  o.job = "x";
+  auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    Group::connect(o);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(msg.find("cannot reach the switch control port at 127.0.0.1:1") != std::string::npos);
+  CHECK(secs < 2.0);
+}
+
+TEST(parse_reply_forms) {
+  Reply r = parse_reply("OK job_id=3 key=99 slots=256");
+  CHECK(r.ok);
+  CHECK_EQ(r.get_int("slots"), 256LL);
+  Reply e = parse_reply("ERR conflict rank 1 is taken");
+  CHECK(!e.ok);
+  CHECK(e.code == "conflict");
+  CHECK(e.message == "rank 1 is taken");
+}
+
+GS_TEST_MAIN()

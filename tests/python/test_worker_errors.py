@@ -1,0 +1,336 @@
+"""Worker error paths: argument checks, unreachable switch, timeouts, a rank crashing mid-allreduce.
+
+Every wait is bounded; the assertions check the error type, its message and how fast it came.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import socket
+import time
+import traceback
+
+import gradswitch
+import numpy as np
+import pytest
+from test_allreduce import assert_reports, check, daemon_binary, make_input, run_workers  # noqa: F401
+
+
+@pytest.fixture
+def start_switch(switch_factory):
+    binary = daemon_binary()
+
+    def make(**kwargs):
+        kwargs.setdefault("threads", 2)
+        return switch_factory(binary=binary, **kwargs)
+
+    return make
+
+
+def test_public_api_surface():
+    assert gradswitch.__version__ == "0.1.0"
+    assert issubclass(gradswitch.GradswitchTimeout, gradswitch.GradswitchError)
+    assert issubclass(gradswitch.GradswitchTimeout, TimeoutError)
+    assert issubclass(gradswitch.JobAborted, gradswitch.GradswitchError)
+    assert issubclass(gradswitch.GradswitchError, RuntimeError)
+
+
+def test_switch_binary_env(tmp_path, monkeypatch):
+    from gradswitch._paths import switch_binary
+
+    fake = tmp_path / "gradswitchd"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("GRADSWITCHD", str(fake))
+    assert switch_binary() == str(fake)
+    monkeypatch.setenv("GRADSWITCHD", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError):
+        switch_binary()
+
+
+def test_unreachable_switch_fails_fast():
+    with socket.socket() as s:  # a port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(
+        gradswitch.GradswitchError, match=r"cannot reach the switch control port at 127\.0\.0\.1"
+    ):
+        gradswitch.connect(f"127.0.0.1:{port}", job="nobody", rank=0, world_size=1)
+    assert time.monotonic() - t0 < 3
+
+
+def test_bad_connect_arguments():
+    with pytest.raises(ValueError, match="wire"):
+        gradswitch.connect("127.0.0.1:1", job="j", rank=0, world_size=1, wire="float64")
+    with pytest.raises(ValueError, match="rank"):
+        gradswitch.connect("127.0.0.1:1", job="j", rank=2, world_size=2)
+    with pytest.raises(ValueError, match="job name"):
+        gradswitch.connect("127.0.0.1:1", job="has space", rank=0, world_size=1)
+
+
+def test_type_and_value_errors(start_switch):
+    sw = start_switch()
+    with gradswitch.connect(sw.address, job="solo", rank=0, world_size=1, wire="fixed32", timeout=5) as g:
+        assert (g.rank, g.world_size, g.job, g.wire) == (0, 1, "solo", "fixed32")
+        with pytest.raises(TypeError, match="float32 and int32"):
+            g.allreduce(np.zeros(4, dtype=np.float64))
+        with pytest.raises(TypeError, match="float32 and int32"):
+            g.allreduce(np.zeros(4, dtype=np.int64))
+        with pytest.raises(TypeError, match="numpy.ndarray or a torch.Tensor"):
+            g.allreduce([1.0, 2.0])
+        with pytest.raises(ValueError, match="C-contiguous"):
+            g.allreduce(np.zeros((4, 4), dtype=np.float32)[:, 1])
+        with pytest.raises(ValueError, match="C-contiguous"):
+            g.allreduce(np.zeros((4, 4), dtype=np.float32).T)
+        ro = np.zeros(4, dtype=np.float32)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            g.allreduce(ro)
+        # fixed32 refuses non-finite values before sending anything; the group stays usable.
+        for bad in (np.inf, -np.inf, np.nan, 2.0**127):
+            x = np.ones(1000, dtype=np.float32)
+            x[777] = bad
+            with pytest.raises(ValueError, match="element 777"):
+                g.allreduce(x)
+        assert g.stats()["packets_sent"] == 0
+        # A world of one: the sum is the tensor; 2-D and 0-d arrays are fine when contiguous.
+        x = np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5
+        assert g.allreduce(x) is x
+        assert np.array_equal(x, np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5)
+        z = np.array(3.25, dtype=np.float32)
+        g.allreduce(z)
+        assert float(z) == 3.25
+        i = np.arange(-5, 5, dtype=np.int32)
+        g.allreduce(i)
+        assert np.array_equal(i, np.arange(-5, 5, dtype=np.int32))
+        g.allreduce(np.zeros(0, dtype=np.float32))
+    assert g.closed
+
+
+def test_torch_type_and_value_errors(start_switch):
+    torch = pytest.importorskip("torch")
+    sw = start_switch()
+    with gradswitch.connect(sw.address, job="solo-torch", rank=0, world_size=1, timeout=5) as g:
+        with pytest.raises(TypeError, match="float32 and int32"):
+            g.allreduce(torch.zeros(4, dtype=torch.float64))
+        with pytest.raises(ValueError, match="contiguous"):
+            g.allreduce(torch.zeros(4, 4)[:, 1])
+        t = torch.arange(6, dtype=torch.float32)
+        assert g.allreduce(t) is t
+        # A tensor viewing the middle of its storage (non-zero offset).
+        base = torch.arange(10, dtype=torch.int32)
+        view = base[3:7]
+        g.allreduce(view)
+        assert base.tolist() == list(range(10))
+        p = torch.nn.Parameter(torch.ones(5))
+        assert g.allreduce(p) is p  # requires_grad: reduced through a detached view
+
+
+def test_int32_wire_rejects_float(start_switch):
+    sw = start_switch()
+    with gradswitch.connect(sw.address, job="intwire", rank=0, world_size=1, wire="int32", timeout=5) as g:
+        with pytest.raises(ValueError, match="int32"):
+            g.allreduce(np.zeros(3, dtype=np.float32))
+        x = np.arange(3, dtype=np.int32)
+        g.allreduce(x)
+
+
+def test_closed_group_refuses_work(start_switch):
+    sw = start_switch()
+    g = gradswitch.connect(sw.address, job="closing", rank=0, world_size=1, timeout=5)
+    h = g.allreduce_async(np.ones(100_000, dtype=np.float32))
+    g.close()  # finishes queued work first
+    assert h.done()
+    g.close()  # idempotent
+    with pytest.raises(gradswitch.GradswitchError, match="closed"):
+        g.allreduce(np.ones(3, dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------- multi-process failures
+
+
+def _idle_rank_worker(q, rank, world, address, timeout, hold_s):
+    """Rank 0 allreduces; the others join and then do nothing for hold_s seconds."""
+    out = {"results": []}
+    try:
+        with gradswitch.connect(address, job="stuck", rank=rank, world_size=world, timeout=timeout) as g:
+            if rank == 0:
+                t0 = time.monotonic()
+                try:
+                    g.allreduce(np.ones(10_000, dtype=np.float32))
+                    out["error"] = "allreduce returned although a rank never contributed"
+                except gradswitch.GradswitchTimeout as e:
+                    out["timeout"] = str(e)
+                    out["elapsed"] = time.monotonic() - t0
+            else:
+                time.sleep(hold_s)
+    except Exception:
+        out["error"] = traceback.format_exc()
+    q.put((rank, out))
+
+
+def test_timeout_names_job_seq_and_missing_ranks(start_switch):
+    sw = start_switch()
+    reports = run_workers(_idle_rank_worker, [(r, 3, sw.address, 1.5, 4.0) for r in range(3)], deadline_s=60)
+    assert_reports(reports)
+    msg = reports[0]["timeout"]
+    print(msg)
+    assert 1.4 <= reports[0]["elapsed"] < 4.0, reports[0]["elapsed"]
+    assert "job 'stuck'" in msg and "allreduce seq 0" in msg, msg
+    assert "1, 2" in msg, msg  # the ranks that have not contributed
+    assert sw.address in msg, msg  # what to check: reaching the switch
+
+
+def _crash_worker(q, rank, world, address, ready):
+    out = {"results": []}
+    try:
+        with gradswitch.connect(address, job="crash", rank=rank, world_size=world, timeout=8) as g:
+            x = make_input("exact", rank, 200_003)
+            g.allreduce(x)  # one good round first
+            out["results"].append(
+                ("crash", "float32", "exact", x.size) + check("exact", "float32", world, x) + (0,)
+            )
+            if rank == world - 1:
+                ready.set()
+            t0 = time.monotonic()
+            try:
+                while time.monotonic() - t0 < 20:
+                    g.allreduce(make_input("exact", rank, 4_000_000))
+                out["error"] = "allreduce kept working although a rank was killed"
+            except gradswitch.JobAborted as e:
+                out["aborted"] = str(e)
+                out["aborted_rank"] = e.rank
+                out["elapsed"] = time.monotonic() - t0
+    except Exception:
+        out["error"] = traceback.format_exc()
+    q.put((rank, out))
+
+
+def test_killed_rank_aborts_others_and_switch_frees_job(start_switch):
+    sw = start_switch()
+    world = 3
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ready = ctx.Event()
+    procs = [
+        ctx.Process(target=_crash_worker, args=(q, r, world, sw.address, ready), daemon=True)
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        assert ready.wait(60), "workers never finished their first allreduce"
+        time.sleep(0.3)  # now every rank is inside a 16 MB allreduce
+        victim = procs[world - 1]
+        os.kill(victim.pid, signal.SIGKILL)
+        t_kill = time.monotonic()
+        reports = {}
+        while len(reports) < world - 1:
+            left = 30 - (time.monotonic() - t_kill)
+            assert left > 0, f"survivors did not report (got {sorted(reports)})"
+            rank, rep = q.get(timeout=left)
+            reports[rank] = rep
+        detect = time.monotonic() - t_kill
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    assert_reports(reports)
+    for r, rep in reports.items():
+        print(f"rank {r} after {rep['elapsed']:.2f} s: {rep['aborted']}")
+        assert "rank 2 left the job" in rep["aborted"], rep
+        assert rep["aborted_rank"] == 2
+    assert detect < 8, f"took {detect:.1f} s to notice the crash"
+    # The switch frees the job once the survivors have closed.
+    deadline = time.monotonic() + 10
+    while sw.jobs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sw.jobs() == [], sw.jobs()
+    # ... and a new job of the same name works.
+    reports = run_workers(_pair_worker, [(r, 2, sw.address) for r in range(2)], deadline_s=60)
+    assert_reports(reports)
+
+
+def _pair_worker(q, rank, world, address):
+    out = {"results": []}
+    try:
+        with gradswitch.connect(address, job="crash", rank=rank, world_size=world, timeout=8) as g:
+            x = make_input("int", rank, 100_000)
+            g.allreduce(x)
+            out["results"].append(
+                ("crash", "int32", "int", x.size) + check("int", "float32", world, x) + (0,)
+            )
+    except Exception:
+        out["error"] = traceback.format_exc()
+    q.put((rank, out))
+
+
+def _exception_worker(q, rank, world, address):
+    out = {"results": []}
+    try:
+        if rank == 1:
+            try:
+                with gradswitch.connect(address, job="exc", rank=rank, world_size=world, timeout=20):
+                    time.sleep(0.5)
+                    raise RuntimeError("user code failed")
+            except RuntimeError:
+                out["left"] = True
+        else:
+            with gradswitch.connect(address, job="exc", rank=rank, world_size=world, timeout=20) as g:
+                t0 = time.monotonic()
+                try:
+                    g.allreduce(np.ones(1000, dtype=np.float32))
+                    out["error"] = "allreduce returned although rank 1 left"
+                except gradswitch.JobAborted as e:
+                    out["aborted"] = str(e)
+                    out["elapsed"] = time.monotonic() - t0
+    except Exception:
+        out["error"] = traceback.format_exc()
+    q.put((rank, out))
+
+
+def test_exception_in_with_block_aborts_job_for_others(start_switch):
+    sw = start_switch()
+    reports = run_workers(_exception_worker, [(r, 2, sw.address) for r in range(2)], deadline_s=60)
+    assert_reports(reports)
+    assert reports[1]["left"]
+    assert "rank 1 left the job" in reports[0]["aborted"], reports[0]
+    assert reports[0]["elapsed"] < 5  # far below the 20 s timeout
+
+
+def test_ctrl_c_interrupts_wait_and_abort_close_is_quick(start_switch):
+    import threading
+
+    sw = start_switch()
+    groups = {}
+
+    def join(rank):
+        groups[rank] = gradswitch.connect(sw.address, job="sigint", rank=rank, world_size=2, timeout=30)
+
+    threads = [threading.Thread(target=join, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert set(groups) == {0, 1}
+    x = np.ones(1000, dtype=np.float32)
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        groups[0].allreduce(x)  # rank 1 never contributes
+    assert time.monotonic() - t0 < 3
+    t0 = time.monotonic()
+    groups[0].close(abort=True)
+    assert time.monotonic() - t0 < 2
+    deadline = time.monotonic() + 5  # the switch notices the dropped control connection
+    while not any(j.endswith(":aborted") for j in sw.jobs()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert any(j.endswith(":aborted") for j in sw.jobs()), sw.jobs()
+    with pytest.raises(gradswitch.JobAborted, match="rank 0 left the job"):
+        groups[1].allreduce(np.ones(1000, dtype=np.float32))
+    groups[1].close()
