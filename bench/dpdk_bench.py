@@ -16,6 +16,7 @@ testbed with a Linux bridge in the switch namespace and gradswitchd --backend ud
 pinned to CPU 1 (kernel softirq work is not confined to that CPU; see BENCHMARKS.md).
 9000-byte frames use net_af_packet (af_xdp on veth takes frames up to ~3.5 KB).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,14 +55,58 @@ def join_job(topo: T.Topology) -> tuple[list[subprocess.Popen], int, int]:
     return holders, int(kv["job_id"]), int(kv["key"])
 
 
-def generator(topo: T.Topology, mode: str, size: int, seconds: float, job_id: int = 0, key: int = 0,
-              vdev: str = "af_xdp") -> subprocess.Popen:
-    v = (f"--vdev=net_af_xdp0,iface={topo.host_if[0]}" if vdev == "af_xdp"
-         else f"--vdev=net_af_packet0,iface={topo.host_if[0]},{JUMBO_AF_PACKET}")
-    cmd = ["ip", "netns", "exec", topo.host_ns[0], "taskset", "-c", "0", str(PKTGEN), "-l", "0", "--no-huge",
-           "--no-pci", "--no-shconf", "-m", "512", "--log-level=*:error", v, "--", "--mode", mode, "--size",
-           str(size), "--seconds", str(seconds), "--dst-mac", topo.mac_of(1), "--src-ip", topo.ip_of(0),
-           "--dst-ip", topo.agg_ip, "--job-id", str(job_id), "--key", str(key), "--world", "2"]
+def generator(
+    topo: T.Topology,
+    mode: str,
+    size: int,
+    seconds: float,
+    job_id: int = 0,
+    key: int = 0,
+    vdev: str = "af_xdp",
+) -> subprocess.Popen:
+    v = (
+        f"--vdev=net_af_xdp0,iface={topo.host_if[0]}"
+        if vdev == "af_xdp"
+        else f"--vdev=net_af_packet0,iface={topo.host_if[0]},{JUMBO_AF_PACKET}"
+    )
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        topo.host_ns[0],
+        "taskset",
+        "-c",
+        "0",
+        str(PKTGEN),
+        "-l",
+        "0",
+        "--no-huge",
+        "--no-pci",
+        "--no-shconf",
+        "-m",
+        "512",
+        "--log-level=*:error",
+        v,
+        "--",
+        "--mode",
+        mode,
+        "--size",
+        str(size),
+        "--seconds",
+        str(seconds),
+        "--dst-mac",
+        topo.mac_of(1),
+        "--src-ip",
+        topo.ip_of(0),
+        "--dst-ip",
+        topo.agg_ip,
+        "--job-id",
+        str(job_id),
+        "--key",
+        str(key),
+        "--world",
+        "2",
+    ]
     if mode == "agg":
         # results come back to the rank-0 endpoint, i.e. this port: frames go to the aggregation MAC
         r = T._run("ip", "-n", topo.host_ns[0], "-j", "neigh", "show", topo.agg_ip)
@@ -77,9 +122,14 @@ def measure(stats_path: Path, seconds: float, gen: subprocess.Popen) -> dict:
     out, err = gen.communicate(timeout=seconds + 30)
     dt = (b["time_ns"] - a["time_ns"]) / 1e9
     rate = lambda k: (b.get(k, 0) - a.get(k, 0)) / dt if dt > 0 else 0.0  # noqa: E731
-    return {"rx_pps": rate("port0.ipackets"), "out_pps": rate("dpdk.tx_frames"), "agg_in_pps": rate("dpdk.agg_in"),
-            "completed_ps": rate("engine.completed"), "drops": b.get("engine.drops", 0),
-            "generator": out.strip() or err.strip()[-300:]}
+    return {
+        "rx_pps": rate("port0.ipackets"),
+        "out_pps": rate("dpdk.tx_frames"),
+        "agg_in_pps": rate("dpdk.agg_in"),
+        "completed_ps": rate("engine.completed"),
+        "drops": b.get("engine.drops", 0),
+        "generator": out.strip() or err.strip()[-300:],
+    }
 
 
 def set_mtu(topo: T.Topology, mtu: int) -> None:
@@ -99,9 +149,17 @@ def run_dpdk(size: int, mode: str, seconds: float, tmp: Path) -> dict:
             set_mtu(topo, 9000)
         vdev = "af_packet" if jumbo else "af_xdp"
         extra = ["--mtu", "9000"] if jumbo else []
-        sw = T.DpdkSwitch(topo, tmp, lcores="1", extra=extra, vdev=vdev, af_packet_args=JUMBO_AF_PACKET,
-                          dpdk_opts=["--idle-sleep-us", "0", "--mbufs", "16383"] if not jumbo else
-                          ["--idle-sleep-us", "0", "--mbufs", "4095"])
+        sw = T.DpdkSwitch(
+            topo,
+            tmp,
+            lcores="1",
+            extra=extra,
+            vdev=vdev,
+            af_packet_args=JUMBO_AF_PACKET,
+            dpdk_opts=["--idle-sleep-us", "0", "--mbufs", "16383"]
+            if not jumbo
+            else ["--idle-sleep-us", "0", "--mbufs", "4095"],
+        )
         if jumbo:
             sw.cmd.insert(sw.cmd.index("--no-huge") + 1, "-m")
             sw.cmd.insert(sw.cmd.index("-m") + 1, "1024")
@@ -139,9 +197,24 @@ def run_udp(size: int, seconds: float, tmp: Path) -> dict:
         T._run("ip", "-n", ns, "link", "set", "br0", "up")
         stats = tmp / "udp-stats.log"
         log = open(stats, "w")
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, "taskset", "-c", "1", str(T.find_switch_binary()),
-                                 "--backend", "udp", "--threads", "1"],
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "taskset",
+                "-c",
+                "1",
+                str(T.find_switch_binary()),
+                "--backend",
+                "udp",
+                "--threads",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         time.sleep(1)
         topo.exec(0, "ping", "-c", "1", "-W", "1", topo.agg_ip)
         holders, job_id, key = join_job(topo)
@@ -151,8 +224,14 @@ def run_udp(size: int, seconds: float, tmp: Path) -> dict:
         # The generator's closed loop: every round = 2 DATA in, 2 RESULT out at the switch.
         rounds = int(kv.get("rounds", 0))
         secs = float(kv.get("seconds", seconds))
-        return {"backend": "udp", "mode": "agg", "size": size, "rx_pps": 2 * rounds / secs,
-                "out_pps": 2 * rounds / secs, "generator": out.strip() or err.strip()[-300:]}
+        return {
+            "backend": "udp",
+            "mode": "agg",
+            "size": size,
+            "rx_pps": 2 * rounds / secs,
+            "out_pps": 2 * rounds / secs,
+            "generator": out.strip() or err.strip()[-300:],
+        }
     finally:
         for h in holders:
             h.kill()
@@ -190,16 +269,25 @@ def main() -> int:
         print(json.dumps(r), flush=True)
     # Summary table.
     print(f"\n{'size':>5} {'fwd Mpps':>9} {'agg Mpps':>9} {'agg/fwd':>8} {'agg Gbit/s':>10}")
-    for size in sorted({r['size'] for r in rows if r['backend'] == 'dpdk'}):
-        f = next((r for r in rows if r["backend"] == "dpdk" and r["mode"] == "fwd" and r["size"] == size), None)
-        g = next((r for r in rows if r["backend"] == "dpdk" and r["mode"] == "agg" and r["size"] == size), None)
+    for size in sorted({r["size"] for r in rows if r["backend"] == "dpdk"}):
+        f = next(
+            (r for r in rows if r["backend"] == "dpdk" and r["mode"] == "fwd" and r["size"] == size), None
+        )
+        g = next(
+            (r for r in rows if r["backend"] == "dpdk" and r["mode"] == "agg" and r["size"] == size), None
+        )
         fp = f["rx_pps"] / 1e6 if f else float("nan")
         gp = g["rx_pps"] / 1e6 if g else float("nan")
-        print(f"{size:>5} {fp:>9.3f} {gp:>9.3f} {gp / fp if f and g else float('nan'):>8.2f} "
-              f"{gp * size * 8 / 1e3 if g else float('nan'):>10.2f}")
+        print(
+            f"{size:>5} {fp:>9.3f} {gp:>9.3f} {gp / fp if f and g else float('nan'):>8.2f} "
+            f"{gp * size * 8 / 1e3 if g else float('nan'):>10.2f}"
+        )
     for r in rows:
         if r["backend"] == "udp":
-            d = next((x for x in rows if x["backend"] == "dpdk" and x["mode"] == "agg" and x["size"] == r["size"]), None)
+            d = next(
+                (x for x in rows if x["backend"] == "dpdk" and x["mode"] == "agg" and x["size"] == r["size"]),
+                None,
+            )
             ratio = d["rx_pps"] / r["rx_pps"] if d and r["rx_pps"] else float("nan")
             print(f"udp backend {r['size']:>5} B: {r['rx_pps'] / 1e6:.3f} Mpps in; dpdk/udp = {ratio:.2f}x")
     if a.json:

@@ -18,10 +18,19 @@ WIRES = ("float32", "fixed32", "float16", "bfloat16", "int32")
 
 
 def _parse_size(text: str) -> int:
-    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30}
+    units = {
+        "": 1,
+        "B": 1,
+        "K": 1 << 10,
+        "KB": 1 << 10,
+        "M": 1 << 20,
+        "MB": 1 << 20,
+        "G": 1 << 30,
+        "GB": 1 << 30,
+    }
     t = text.strip().upper()
     num = t.rstrip("KMGB")
-    unit = t[len(num):]
+    unit = t[len(num) :]
     if unit not in units or not num:
         raise argparse.ArgumentTypeError(f"size {text!r}: use a number with an optional K, M or G suffix")
     return int(float(num) * units[unit])
@@ -29,22 +38,40 @@ def _parse_size(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser, *, demo: bool) -> None:
     p.add_argument("--workers", "-n", type=int, default=4, help="worker processes (default: 4)")
-    p.add_argument("--size", type=_parse_size, default=_parse_size("64M" if demo else "16M"),
-                   help="tensor size in bytes, e.g. 4M, 1G (default: %s)" % ("64M" if demo else "16M"))
+    p.add_argument(
+        "--size",
+        type=_parse_size,
+        default=_parse_size("64M" if demo else "16M"),
+        help="tensor size in bytes, e.g. 4M, 1G (default: %s)" % ("64M" if demo else "16M"),
+    )
     p.add_argument("--iters", type=int, default=3 if demo else 10, help="timed allreduces per worker")
     p.add_argument("--warmup", type=int, default=1, help="untimed allreduces first (default: 1)")
-    p.add_argument("--wire", choices=WIRES, default="float32", help="element encoding on the wire (default: float32)")
-    p.add_argument("--switch", default=None,
-                   help="host:port of a running switch; default: start one on loopback for the run")
-    p.add_argument("--threads", type=int, default=1, help="switch data threads when starting one (default: 1)")
-    p.add_argument("--drop-rate", type=float, default=0.0,
-                   help="injected loss, on the switch (when started here) and on every worker (default: 0)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds without progress before a worker fails")
+    p.add_argument(
+        "--wire", choices=WIRES, default="float32", help="element encoding on the wire (default: float32)"
+    )
+    p.add_argument(
+        "--switch",
+        default=None,
+        help="host:port of a running switch; default: start one on loopback for the run",
+    )
+    p.add_argument(
+        "--threads", type=int, default=1, help="switch data threads when starting one (default: 1)"
+    )
+    p.add_argument(
+        "--drop-rate",
+        type=float,
+        default=0.0,
+        help="injected loss, on the switch (when started here) and on every worker (default: 0)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds without progress before a worker fails"
+    )
     p.add_argument("--job", default="bench", help="job name (default: bench)")
 
 
 def _expected(n: int, world: int, dtype) -> np.ndarray:
-    # Small integers: exact in fp32, fp16 (< 2048 in sum) and bf16 (< 256 in sum), so every wire checks exactly.
+    # Small integers: exact in fp32, fp16 (< 2048 in sum) and bf16 (< 256 in sum),
+    # so every wire checks exactly.
     base = (np.arange(n, dtype=np.int64) % 16).astype(np.int64)
     total = sum(base * (r + 1) % 17 for r in range(world))
     return total.astype(dtype)
@@ -60,9 +87,16 @@ def _worker(args, rank: int, results) -> None:
     dtype = np.int32 if args.wire == "int32" else np.float32
     n = max(1, args.size // 4)
     try:
-        with gradswitch.connect(args.switch, job=args.job, rank=rank, world_size=args.workers,
-                                wire="float32" if args.wire == "int32" else args.wire,
-                                timeout=args.timeout, drop_rate=args.drop_rate, seed=rank + 1) as g:
+        with gradswitch.connect(
+            args.switch,
+            job=args.job,
+            rank=rank,
+            world_size=args.workers,
+            wire="float32" if args.wire == "int32" else args.wire,
+            timeout=args.timeout,
+            drop_rate=args.drop_rate,
+            seed=rank + 1,
+        ) as g:
             expected = _expected(n, args.workers, dtype)
             x = np.empty(n, dtype=dtype)
             times = []
@@ -73,7 +107,9 @@ def _worker(args, rank: int, results) -> None:
                 dt = time.perf_counter() - t0
                 if not np.array_equal(x, expected):
                     bad = int(np.flatnonzero(x != expected)[0])
-                    raise AssertionError(f"rank {rank}: wrong sum at element {bad}: {x[bad]} != {expected[bad]}")
+                    raise AssertionError(
+                        f"rank {rank}: wrong sum at element {bad}: {x[bad]} != {expected[bad]}"
+                    )
                 if i >= args.warmup:
                     times.append(dt)
             stats = g.stats() if hasattr(g, "stats") else {}
@@ -95,8 +131,11 @@ def run(args, *, out=sys.stdout) -> int:
         ctx = mp.get_context("spawn")
         results = ctx.Queue()
         procs = [ctx.Process(target=_worker, args=(args, r, results)) for r in range(args.workers)]
-        print(f"{args.workers} workers x {args.iters} allreduces of {args.size / 2**20:.1f} MiB, wire {args.wire}",
-              file=out, flush=True)
+        print(
+            f"{args.workers} workers x {args.iters} allreduces of {args.size / 2**20:.1f} MiB, wire {args.wire}",  # noqa: E501
+            file=out,
+            flush=True,
+        )
         t0 = time.perf_counter()
         for p in procs:
             p.start()
@@ -126,21 +165,28 @@ def run(args, *, out=sys.stdout) -> int:
     for rank, _, times, stats in sorted(reports):
         mean = sum(times) / len(times)
         retx = stats.get("retransmits", "-") if isinstance(stats, dict) else "-"
-        print(f"{rank:>4} {mean * 1e3:9.2f} {min(times) * 1e3:9.2f} {args.size * 8 / mean / 1e9:13.2f} {retx:>11}",
-              file=out)
+        print(
+            f"{rank:>4} {mean * 1e3:9.2f} {min(times) * 1e3:9.2f} {args.size * 8 / mean / 1e9:13.2f} {retx:>11}",  # noqa: E501
+            file=out,
+        )
     if before and after:
         pkts = after["pkts_in"] - before["pkts_in"]
-        print(f"switch: {pkts} packets in, {after['pkts_out'] - before['pkts_out']} out, "
-              f"{pkts / wall / 1e6:.3f} Mpps in over the {wall:.1f} s run (incl. start-up); "
-              f"retransmissions answered {after['retx_answered'] - before['retx_answered']}, "
-              f"duplicates {after['duplicates'] - before['duplicates']}, drops {after['drops'] - before['drops']}",
-              file=out)
+        print(
+            f"switch: {pkts} packets in, {after['pkts_out'] - before['pkts_out']} out, "
+            f"{pkts / wall / 1e6:.3f} Mpps in over the {wall:.1f} s run (incl. start-up); "
+            f"retransmissions answered {after['retx_answered'] - before['retx_answered']}, "
+            f"duplicates {after['duplicates'] - before['duplicates']}, drops {after['drops'] - before['drops']}",  # noqa: E501
+            file=out,
+        )
     print("all results exact: OK", file=out)
     return 0
 
 
 def main(argv: list[str] | None = None, *, demo: bool = False) -> int:
-    p = argparse.ArgumentParser(prog="gradswitch demo" if demo else "gradswitch bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="gradswitch demo" if demo else "gradswitch bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p, demo=demo)
     return run(p.parse_args(argv))

@@ -1,8 +1,8 @@
 """Run a gradswitchd process on this machine: for the demo, `gradswitch bench` and the tests.
 
-    with LocalSwitch(threads=2) as sw:
-        g = gradswitch.connect(sw.address, job="j", rank=0, world_size=1)
-        print(sw.stats()["pkts_in"])
+with LocalSwitch(threads=2) as sw:
+    g = gradswitch.connect(sw.address, job="j", rank=0, world_size=1)
+    print(sw.stats()["pkts_in"])
 """
 
 from __future__ import annotations
@@ -77,11 +77,16 @@ class LocalSwitch:
     def command(self) -> list[str]:
         cmd = [
             self.binary,
-            "--control-host", self.host,
-            "--control-port", str(self.control_port),
-            "--data-port", str(self.data_port),
-            "--threads", str(self.threads),
-            "--seed", str(self._opts["seed"]),
+            "--control-host",
+            self.host,
+            "--control-port",
+            str(self.control_port),
+            "--data-port",
+            str(self.data_port),
+            "--threads",
+            str(self.threads),
+            "--seed",
+            str(self._opts["seed"]),
         ]
         if self._opts["slots"]:
             cmd += ["--slots", str(self._opts["slots"])]

@@ -49,7 +49,6 @@ def _values(n: int, rank: int, seq: int):
 
 
 def _encode(vals, wire: str) -> bytes:
-    import numpy as np
 
     if wire in ("int32", "fixed32"):
         return vals.astype("<i4").tobytes()
@@ -74,8 +73,17 @@ def _decode(buf: bytes, wire: str):
     return u.astype("<u4").view("<f4").astype(np.float64)
 
 
-def worker(agg: str, control_port: int, job: str, world: int, rank: int, wire: str, n: int, seqs: int,
-           timeout: float = 40.0) -> dict:
+def worker(
+    agg: str,
+    control_port: int,
+    job: str,
+    world: int,
+    rank: int,
+    wire: str,
+    n: int,
+    seqs: int,
+    timeout: float = 40.0,
+) -> dict:
     """JOIN, then `seqs` allreduces of n elements; returns a summary (exactness checked here)."""
     import numpy as np
 
@@ -114,21 +122,39 @@ def worker(agg: str, control_port: int, job: str, world: int, rank: int, wire: s
             cnt = min(epp, n - off)
             slot = i % slots
             flags = ((i // slots) & 1) | (2 if again else 0)
-            h = HDR.pack(GS_MAGIC, GS_VERSION, DATA, job_id, key, rank, slot, flags, WIRES[wire], cnt, seq, off,
-                         scale, scale, 0)
-            u.sendto(h + enc[off * esize:(off + cnt) * esize], (agg, data_port + slot % threads))
+            h = HDR.pack(
+                GS_MAGIC,
+                GS_VERSION,
+                DATA,
+                job_id,
+                key,
+                rank,
+                slot,
+                flags,
+                WIRES[wire],
+                cnt,
+                seq,  # noqa: B023 (called within the iteration)
+                off,
+                scale,
+                scale,
+                0,
+            )
+            u.sendto(h + enc[off * esize : (off + cnt) * esize], (agg, data_port + slot % threads))  # noqa: B023
 
         while nxt < nchunks and len(inflight) < window:
             send(nxt, False)
             inflight.add(nxt)
             nxt += 1
-        last_progress = time.time()
         while remaining:
             if time.time() - t0 > timeout:
-                return {"ok": False, "error": f"timeout at seq {seq}, {remaining} chunks missing", "retx": retx}
+                return {
+                    "ok": False,
+                    "error": f"timeout at seq {seq}, {remaining} chunks missing",
+                    "retx": retx,
+                }
             try:
                 buf = u.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 for i in sorted(inflight):
                     send(i, True)
                     retx += 1
@@ -144,11 +170,10 @@ def worker(agg: str, control_port: int, job: str, world: int, rank: int, wire: s
             if i >= nchunks or done[i]:
                 continue
             cnt = h[9]
-            out[h[11]:h[11] + cnt] = _decode(buf[32:32 + cnt * esize], wire)
+            out[h[11] : h[11] + cnt] = _decode(buf[32 : 32 + cnt * esize], wire)
             done[i] = True
             remaining -= 1
             inflight.discard(i)
-            last_progress = time.time()
             while nxt < nchunks and len(inflight) < window and (nxt < slots or done[nxt - slots]):
                 send(nxt, False)
                 inflight.add(nxt)
@@ -187,11 +212,15 @@ def sniff(iface: str, seconds: float, marker: str) -> list[str]:
     while time.time() < end:
         try:
             fr, addr = s.recvfrom(65536)
-        except socket.timeout:
+        except TimeoutError:
             continue
         if addr[2] == socket.PACKET_OUTGOING:
             continue
-        if len(fr) >= 14 and struct.unpack("!H", fr[12:14])[0] == TEST_ETHERTYPE and fr[14:14 + len(m)] == m:
+        if (
+            len(fr) >= 14
+            and struct.unpack("!H", fr[12:14])[0] == TEST_ETHERTYPE
+            and fr[14 : 14 + len(m)] == m
+        ):
             got.append(fr[:32].hex())
     return got
 
@@ -205,7 +234,7 @@ def listen_udp(port: int, seconds: float) -> list[str]:
     while time.time() < end:
         try:
             got.append(s.recv(2048).hex())
-        except socket.timeout:
+        except TimeoutError:
             pass
     return got
 
@@ -303,8 +332,12 @@ class Topology:
         return _run("ip", "netns", "exec", self.host_ns[i], *cmd, check=False, timeout=timeout)
 
     def popen_helper(self, i: int, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(["ip", "netns", "exec", self.host_ns[i], PY, str(HERE), *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            ["ip", "netns", "exec", self.host_ns[i], PY, str(HERE), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def mac_of(self, i: int) -> str:
         r = _run("ip", "-n", self.host_ns[i], "-j", "link", "show", self.host_if[i])
@@ -312,9 +345,17 @@ class Topology:
 
 
 class DpdkSwitch:
-    def __init__(self, topo: Topology, tmp: Path, threads: int = 1, extra: list[str] | None = None,
-                 dpdk_opts: list[str] | None = None, lcores: str = "0", vdev: str = "af_xdp",
-                 af_packet_args: str = "framecnt=4096") -> None:
+    def __init__(
+        self,
+        topo: Topology,
+        tmp: Path,
+        threads: int = 1,
+        extra: list[str] | None = None,
+        dpdk_opts: list[str] | None = None,
+        lcores: str = "0",
+        vdev: str = "af_xdp",
+        af_packet_args: str = "framecnt=4096",
+    ) -> None:
         self.topo, self.tmp = topo, tmp
         self.stats_path = tmp / f"dpdk-stats-{topo.tag}.txt"
         self.log_path = tmp / f"gradswitchd-dpdk-{topo.tag}.log"
@@ -325,11 +366,35 @@ class DpdkSwitch:
             else:
                 vdevs.append(f"--vdev=net_af_packet{i},iface={ifname},qpairs=1,{af_packet_args}")
         vdevs.append(f"--vdev=net_tap0,iface={topo.tap}")
-        self.cmd = ["ip", "netns", "exec", topo.sw_ns, str(find_switch_binary()), "--backend", "dpdk",
-                    "--threads", str(threads), *(extra or []), "--", "-l", lcores, "--no-huge", "--no-pci",
-                    "--log-level=pmd.net.af_xdp:warning", *vdevs, "--", "--agg-ip", topo.agg_ip,
-                    "--idle-sleep-us", "50", "--stats-file", str(self.stats_path), "--stats-interval-ms", "200",
-                    *(dpdk_opts or [])]
+        self.cmd = [
+            "ip",
+            "netns",
+            "exec",
+            topo.sw_ns,
+            str(find_switch_binary()),
+            "--backend",
+            "dpdk",
+            "--threads",
+            str(threads),
+            *(extra or []),
+            "--",
+            "-l",
+            lcores,
+            "--no-huge",
+            "--no-pci",
+            "--log-level=pmd.net.af_xdp:warning",
+            *vdevs,
+            "--",
+            "--agg-ip",
+            topo.agg_ip,
+            "--idle-sleep-us",
+            "50",
+            "--stats-file",
+            str(self.stats_path),
+            "--stats-interval-ms",
+            "200",
+            *(dpdk_opts or []),
+        ]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -379,8 +444,12 @@ class DpdkSwitch:
 
 
 def run_workers(topo: Topology, job: str, hosts: list[int], wire: str, n: int, seqs: int) -> list[dict]:
-    procs = [topo.popen_helper(h, "worker", topo.agg_ip, "7700", job, str(len(hosts)), str(r), wire, str(n),
-                               str(seqs)) for r, h in enumerate(hosts)]
+    procs = [
+        topo.popen_helper(
+            h, "worker", topo.agg_ip, "7700", job, str(len(hosts)), str(r), wire, str(n), str(seqs)
+        )
+        for r, h in enumerate(hosts)
+    ]
     res = []
     for p in procs:
         out, err = p.communicate(timeout=90)
@@ -447,8 +516,12 @@ if pytest is not None:
         unknown = "02:00:00:aa:bb:cc"
 
         def frame(dst: str, src: str, marker: str) -> str:
-            return (dst.replace(":", "") + src.replace(":", "") + f"{TEST_ETHERTYPE:04x}" +
-                    (marker.encode() + bytes(46)).hex())
+            return (
+                dst.replace(":", "")
+                + src.replace(":", "")
+                + f"{TEST_ETHERTYPE:04x}"
+                + (marker.encode() + bytes(46)).hex()
+            )
 
         def deliver(dst: str, marker: str) -> tuple[list[str], list[str]]:
             sniffers = [topo.popen_helper(i, "sniff", topo.host_if[i], "1.5", marker) for i in (1, 2)]
@@ -462,7 +535,9 @@ if pytest is not None:
         got1, got2 = deliver("ff:ff:ff:ff:ff:ff", "BCAST")
         assert got1 and got2, "broadcast must be flooded"
         # Host 2 speaks: the switch learns its MAC on its port; frames to it go there only.
-        topo.popen_helper(1, "send", topo.host_if[1], frame(unknown, macs[1], "LEARN")).communicate(timeout=10)
+        topo.popen_helper(1, "send", topo.host_if[1], frame(unknown, macs[1], "LEARN")).communicate(
+            timeout=10
+        )
         time.sleep(0.2)
         got1, got2 = deliver(macs[1], "UCAST")
         assert got1 and not got2, f"known unicast must go to its port only: {got1} {got2}"
@@ -470,8 +545,17 @@ if pytest is not None:
         assert st.get(f"mac.{macs[1].upper()}") == "1", st
         assert int(st["dpdk.l2_flooded"]) >= 2
 
-    @pytest.mark.parametrize("hosts,wire,threads", [(2, "float32", 1), (4, "float32", 2), (4, "int32", 1),
-                                                    (2, "fixed32", 1), (4, "float16", 1), (4, "bfloat16", 1)])
+    @pytest.mark.parametrize(
+        "hosts,wire,threads",
+        [
+            (2, "float32", 1),
+            (4, "float32", 2),
+            (4, "int32", 1),
+            (2, "fixed32", 1),
+            (4, "float16", 1),
+            (4, "bfloat16", 1),
+        ],
+    )
     def test_allreduce_through_dpdk_switch(net, hosts, wire, threads):
         lcores = "0,1" if threads > 1 and os.cpu_count() and os.cpu_count() >= 2 else "0"
         topo, sw = net(hosts, threads=threads, lcores=lcores)
@@ -524,24 +608,29 @@ if pytest is not None:
         dst = socket.inet_aton(topo.agg_ip)
         src = socket.inet_aton(topo.ip_of(0))
 
-        def ipv4(payload: bytes, ihl_words: int = 5, total: int | None = None, proto: int = 17, frag: int = 0):
+        def ipv4(
+            payload: bytes, ihl_words: int = 5, total: int | None = None, proto: int = 17, frag: int = 0
+        ):
             tl = total if total is not None else 20 + len(payload)
             h = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl_words, 0, tl, 1, frag, 64, proto, 0, src, dst)
             return h + payload
 
         def udp(payload: bytes, dport: int = 7701, length: int | None = None) -> bytes:
-            return struct.pack("!HHHH", 40000, dport, length if length is not None else 8 + len(payload), 0) + payload
+            return (
+                struct.pack("!HHHH", 40000, dport, length if length is not None else 8 + len(payload), 0)
+                + payload
+            )
 
         good_hdr = HDR.pack(GS_MAGIC, GS_VERSION, DATA, 12345, 1, 0, 0, 0, 2, 1, 0, 0, -128, -128, 0)
         bad = [
-            ipv4(udp(b""), ihl_words=3),                    # bad IHL
-            ipv4(udp(b"x" * 10), total=2000),              # total length past the frame
-            ipv4(udp(b"x" * 10, length=3000)),             # UDP length past the IP payload
-            ipv4(udp(b"x" * 10), frag=0x2000),             # a fragment
-            ipv4(udp(b"short")),                            # gradswitch: short packet
-            ipv4(udp(b"\x00" * 32)),                        # bad magic
-            ipv4(udp(good_hdr + b"\x00" * 4)),              # unknown job
-            ipv4(udp(b"\x47\x53\x09" + b"\x00" * 29)),      # bad version
+            ipv4(udp(b""), ihl_words=3),  # bad IHL
+            ipv4(udp(b"x" * 10), total=2000),  # total length past the frame
+            ipv4(udp(b"x" * 10, length=3000)),  # UDP length past the IP payload
+            ipv4(udp(b"x" * 10), frag=0x2000),  # a fragment
+            ipv4(udp(b"short")),  # gradswitch: short packet
+            ipv4(udp(b"\x00" * 32)),  # bad magic
+            ipv4(udp(good_hdr + b"\x00" * 4)),  # unknown job
+            ipv4(udp(b"\x47\x53\x09" + b"\x00" * 29)),  # bad version
         ]
         frames += [(eth + b).hex() for b in bad]
         sender = topo.popen_helper(0, "send", topo.host_if[0], *frames, "--count", "200")
@@ -581,7 +670,7 @@ def _main(argv: list[str]) -> int:
         if "--count" in args:
             i = args.index("--count")
             count = int(args[i + 1])
-            args = args[:i] + args[i + 2:]
+            args = args[:i] + args[i + 2 :]
         raw_send(argv[1], args, count)
     elif cmd == "sniff":
         print(json.dumps(sniff(argv[1], float(argv[2]), argv[3])))
