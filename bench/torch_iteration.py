@@ -81,8 +81,9 @@ def expand_configs(args) -> list[str]:
 
 
 def run_config(name: str, args, rank: int, world: int, gloo_pg, state) -> dict:
-    import gradswitch.torch as gst
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import gradswitch.torch as gst
 
     torch.manual_seed(0)
     model = make_model(args.width, args.depth, args.inputs, args.classes)

@@ -15,9 +15,10 @@ import time
 import traceback
 from pathlib import Path
 
-import gradswitch
 import numpy as np
 import pytest
+
+import gradswitch
 from gradswitch._paths import switch_binary
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,10 +12,11 @@ import socket
 import time
 import traceback
 
-import gradswitch
 import numpy as np
 import pytest
 from test_allreduce import assert_reports, check, daemon_binary, make_input, run_workers  # noqa: F401
+
+import gradswitch
 
 
 @pytest.fixture
