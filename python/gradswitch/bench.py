@@ -164,7 +164,7 @@ def run(args, *, out=sys.stdout) -> int:
     print(f"{'rank':>4} {'mean ms':>9} {'best ms':>9} {'algbw Gbit/s':>13} {'retransmits':>11}", file=out)
     for rank, _, times, stats in sorted(reports):
         mean = sum(times) / len(times)
-        retx = stats.get("retransmits", "-") if isinstance(stats, dict) else "-"
+        retx = stats.get("retransmissions", "-") if isinstance(stats, dict) else "-"
         print(
             f"{rank:>4} {mean * 1e3:9.2f} {min(times) * 1e3:9.2f} {args.size * 8 / mean / 1e9:13.2f} {retx:>11}",  # noqa: E501
             file=out,

@@ -16,6 +16,7 @@ from ..testbed import Testbed, TestbedError
 from .common import Result, combine, fail_text, parse_results, python, wait_all
 
 SYSTEMS = ("hostagg", "gloo", "mpi_allreduce", "mpi_reduce_bcast")
+ALL_SYSTEMS = ("gradswitch",) + SYSTEMS  # gradswitch itself: gradswitch_sys.run_gradswitch
 
 
 class BaselineError(RuntimeError):
@@ -269,7 +270,21 @@ def run(
         return run_gloo(tb, nbytes, iters, workers, warmup, **kw)
     if system in ("mpi_allreduce", "mpi_reduce_bcast"):
         return run_mpi(tb, nbytes, iters, workers, warmup, mode=system[4:], **kw)
-    raise BaselineError(f"unknown system {system!r}: one of {', '.join(SYSTEMS)}")
+    if system == "gradswitch":
+        from .gradswitch_sys import run_gradswitch
+
+        return run_gradswitch(tb, nbytes, iters, workers, warmup, **kw)
+    raise BaselineError(f"unknown system {system!r}: one of {', '.join(ALL_SYSTEMS)}")
 
 
-__all__ = ["SYSTEMS", "BaselineError", "Result", "run", "run_hostagg", "run_gloo", "run_mpi", "TestbedError"]
+__all__ = [
+    "ALL_SYSTEMS",
+    "SYSTEMS",
+    "BaselineError",
+    "Result",
+    "run",
+    "run_hostagg",
+    "run_gloo",
+    "run_mpi",
+    "TestbedError",
+]
