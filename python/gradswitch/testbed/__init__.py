@@ -1,4 +1,5 @@
-"""Emulated cluster for gradswitch: worker, host and switch network namespaces joined by a bridge.
+"""Emulated cluster for gradswitch: worker, host and switch network namespaces joined by a bridge
+(or, with switch="dpdk", by gradswitchd --backend dpdk).
 
 from gradswitch.testbed import Testbed
 with Testbed(workers=4, rate="1gbit") as tb:
@@ -8,6 +9,7 @@ with Testbed(workers=4, rate="1gbit") as tb:
 from .core import (
     PREFIX,
     STATE_DIR,
+    DpdkOptions,
     LinkOptions,
     Testbed,
     TestbedError,
@@ -20,6 +22,7 @@ from .core import (
 
 __all__ = [
     "PREFIX",
+    "DpdkOptions",
     "STATE_DIR",
     "LinkOptions",
     "Testbed",

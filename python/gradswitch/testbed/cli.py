@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 from .core import (
     DEFAULT_SUBNET,
+    DpdkOptions,
     Testbed,
     TestbedError,
     fmt_rate,
@@ -81,6 +83,39 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=DEFAULT_SUBNET,
         help=f"address range inside the namespaces (default {DEFAULT_SUBNET})",
     )
+    up.add_argument(
+        "--switch",
+        choices=["bridge", "dpdk"],
+        default="bridge",
+        help="what joins the links: a Linux bridge (default) or gradswitchd --backend dpdk, started by "
+        "up and stopped by down (docs/testbed.md)",
+    )
+    dd = DpdkOptions()
+    g = up.add_argument_group("--switch dpdk")
+    g.add_argument(
+        "--dpdk-vdev",
+        choices=["auto", "af_xdp", "af_packet"],
+        default=dd.vdev,
+        help="DPDK port kind on the switch-side veths (auto: af_xdp, af_packet when mtu > 3000)",
+    )
+    g.add_argument("--dpdk-lcores", default=dd.lcores, help=f"EAL -l (default {dd.lcores})")
+    g.add_argument(
+        "--dpdk-threads", type=int, default=dd.threads, help=f"aggregation threads (default {dd.threads})"
+    )
+    g.add_argument(
+        "--dpdk-idle-sleep-us",
+        type=int,
+        default=dd.idle_sleep_us,
+        help=f"sleep after idle polls, 0 = busy-poll (default {dd.idle_sleep_us})",
+    )
+    g.add_argument(
+        "--dpdk-memory-mb", type=int, default=None, help="EAL -m (default 256 af_xdp, 1024 af_packet)"
+    )
+    g.add_argument(
+        "--dpdk-daemon-args", default="", help="extra gradswitchd options (one string, shell-split)"
+    )
+    g.add_argument("--dpdk-eal-args", default="", help="extra EAL arguments (one string)")
+    g.add_argument("--dpdk-args", default="", help="extra DPDK options after the second -- (one string)")
     up.set_defaults(func=_safe(_up))
 
     down = sub.add_parser("down", help="remove the testbed (everything named gs-<name>-*)")
@@ -115,10 +150,24 @@ def _up(a) -> int:
         burst=a.burst,
         queue=a.queue,
         offload=offload,
+        switch=a.switch,
+        dpdk=DpdkOptions(
+            vdev=a.dpdk_vdev,
+            lcores=a.dpdk_lcores,
+            threads=a.dpdk_threads,
+            idle_sleep_us=a.dpdk_idle_sleep_us,
+            memory_mb=a.dpdk_memory_mb,
+            daemon_args=shlex.split(a.dpdk_daemon_args),
+            eal_args=shlex.split(a.dpdk_eal_args),
+            dpdk_args=shlex.split(a.dpdk_args),
+        ),
     )
     tb.up()
     d = tb.describe()
     print(f"testbed {a.name} up: {a.workers} workers, rate {d['rate']}, mtu {d['mtu']}, loss {d['loss']}")
+    if tb.switch == "dpdk":
+        x = d["dpdk"]
+        print(f"  switch: gradswitchd --backend dpdk pid {x['pid']} ({x['vdev_used']}), log {x['log']}")
     for h, info in d["hosts"].items():
         print(f"  {h:7s} {info['address']:15s} netns {info['netns']}  if {info['if']}")
     return 0
@@ -161,8 +210,15 @@ def _status(a) -> int:
         print(
             f"{n}: {st.workers} workers, rate {fmt_rate(tb.link.rate)}, mtu {tb.link.mtu}, "
             f"loss {tb.link.loss}, "
-            f"offload {'on' if tb.link.offloads_on() else 'off'}{flag}"
+            f"offload {'on' if tb.link.offloads_on() else 'off'}, switch {tb.switch}{flag}"
         )
+        if tb.switch == "dpdk":
+            pid = st.daemon_pid
+            alive = bool(pid) and os.path.exists(f"/proc/{pid}")
+            print(
+                f"  gradswitchd --backend dpdk pid {pid} {'running' if alive else 'NOT RUNNING'}"
+                f", log {tb.daemon_log}, stats {tb.stats_file}"
+            )
         for h in tb.hosts:
             ns = tb.netns(h)
             print(f"  {h:7s} {tb.address(h):15s} {ns:20s} {'ok' if ns in live else 'MISSING'}")
@@ -171,9 +227,10 @@ def _status(a) -> int:
                 for host, dev in ((h, tb.interface(h)), ("switch", tb.port(h))):
                     r = tb.exec(host, ["tc", "-s", "qdisc", "show", "dev", dev], check=False)
                     print(f"  [{host}:{dev}] " + " ".join(r.stdout.split()))
-            r = tb.exec("switch", ["nft", "list", "ruleset"], check=False)
-            if r.stdout.strip():
-                print(r.stdout)
+            for host in ["switch"] + (tb.endpoints if tb.switch == "dpdk" else []):
+                r = tb.exec(host, ["nft", "list", "ruleset"], check=False)
+                if r.stdout.strip():
+                    print(f"  [{host}] nft:\n{r.stdout}")
     return 0
 
 

@@ -6,12 +6,15 @@ Topology (name ``tb``, N workers)::
          |  veth (gs-eth0 <-> gs-p-<host>)    per-link rate / loss / MTU
     gs-tb-switch                              ports gs-p-w0.. gs-p-host joined by bridge ``gs-br0``,
                                               which also carries the switch's own address
+                                              (switch="dpdk": no bridge; gradswitchd --backend dpdk
+                                              owns the ports, its tap ``gs-tap0`` has the address)
 
 Every kernel object lives inside a namespace this module creates (veth pairs are created directly
 in their namespaces, nothing is ever created in the caller's namespace), so deleting the namespaces
 removes links, qdiscs, nftables tables and routes. The only other objects are the state file under
 ``/run/gradswitch-testbed/`` and the per-namespace ``/etc/netns/gs-<name>-<host>/hosts`` files
-(``ip netns exec`` bind-mounts them over /etc/hosts so ``w0``, ``host``, ``switch`` resolve).
+(``ip netns exec`` bind-mounts them over /etc/hosts so ``w0``, ``host``, ``switch`` resolve), and with
+switch="dpdk" the daemon process (pid in the state file) and its ``/run/gradswitch-testbed/<name>-switch/``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ STATE_DIR = Path(os.environ.get("GRADSWITCH_TESTBED_STATE", "/run/gradswitch-tes
 ETC_NETNS = Path("/etc/netns")
 HOST_IF = "gs-eth0"
 BRIDGE = "gs-br0"
+TAP = "gs-tap0"  # --switch dpdk: the daemon's net_tap port, carrying the switch address
+SWITCH_KINDS = ("bridge", "dpdk")
 DEFAULT_SUBNET = "10.66.0.0/24"
 HOST_QUEUE_BYTES = 8 << 20  # tbf limit on the hosts' egress (the switch ports use LinkOptions.queue)
 # python/ directory that holds the gradswitch package (for PYTHONPATH of processes in namespaces)
@@ -171,6 +176,43 @@ class LinkOptions:
         return (self.loss <= 0) if self.offload is None else bool(self.offload)
 
 
+AF_XDP_MAX_MTU = 3000  # net_af_xdp on veth takes frames up to ~3.5 KB (docs/dpdk.md)
+
+
+@dataclass
+class DpdkOptions:
+    """How `switch="dpdk"` runs `gradswitchd --backend dpdk` in the switch namespace (docs/testbed.md)."""
+
+    vdev: str = "auto"  # af_xdp | af_packet | auto (af_xdp up to MTU 3000, else af_packet)
+    lcores: str = "0"  # EAL -l
+    threads: int = 1  # aggregation threads X (--threads)
+    idle_sleep_us: int = 50  # --idle-sleep-us: sleep after idle polls (0 = busy-poll a core)
+    memory_mb: int | None = None  # EAL -m; None = 256 (af_xdp) / 1024 (af_packet)
+    daemon_args: list = field(default_factory=list)  # daemon options, before the first `--`
+    eal_args: list = field(default_factory=list)  # extra EAL arguments
+    dpdk_args: list = field(default_factory=list)  # extra DPDK options, after the second `--`
+    binary: str | None = None  # gradswitchd; None = $GRADSWITCHD or the package's
+    start_timeout: float = 20.0  # seconds for the daemon to switch (ping through it)
+
+    def kind(self, mtu: int) -> str:
+        if self.vdev == "auto":
+            return "af_xdp" if mtu <= AF_XDP_MAX_MTU else "af_packet"
+        return self.vdev
+
+    def check(self, mtu: int) -> None:
+        if self.vdev not in ("auto", "af_xdp", "af_packet"):
+            raise TestbedError(f"dpdk vdev {self.vdev!r}: use auto, af_xdp or af_packet")
+        if self.kind(mtu) == "af_xdp" and mtu > AF_XDP_MAX_MTU:
+            raise TestbedError(
+                f"mtu {mtu} with net_af_xdp: af_xdp on veth takes frames up to ~3.5 KB; "
+                "use vdev af_packet (or auto) for jumbo frames"
+            )
+        if int(self.threads) < 1:
+            raise TestbedError("dpdk threads must be >= 1")
+        if not re.fullmatch(r"[0-9,\-@()]+", str(self.lcores)):
+            raise TestbedError(f"dpdk lcores {self.lcores!r}: an EAL -l list such as 0 or 0,1 or 0-2")
+
+
 @dataclass
 class State:
     name: str
@@ -182,6 +224,10 @@ class State:
     complete: bool = False
     created: float = 0.0
     pid: int = 0
+    switch: str = "bridge"  # bridge | dpdk
+    dpdk: dict | None = None  # DpdkOptions (switch == "dpdk")
+    daemon_pid: int = 0  # gradswitchd --backend dpdk, in the switch namespace
+    daemon_cmd: list = field(default_factory=list)
 
 
 class Testbed:
@@ -205,6 +251,8 @@ class Testbed:
         queue="5ms",
         offload: bool | None = None,
         fail_at: str | None = None,
+        switch: str = "bridge",
+        dpdk: DpdkOptions | dict | None = None,
     ):
         if workers < 1:
             raise TestbedError("workers must be >= 1")
@@ -231,6 +279,14 @@ class Testbed:
                 f"delay={delay!r} is not supported on this kernel: it has no sch_netem, sch_fq or sch_etf "
                 "(checked /proc/config.gz), so nothing can hold packets back; use delay='0ms'"
             )
+        if switch not in SWITCH_KINDS:
+            raise TestbedError(
+                f"switch {switch!r}: use bridge (Linux bridge) or dpdk (gradswitchd --backend dpdk)"
+            )
+        self.switch = switch
+        self.dpdk = DpdkOptions(**dpdk) if isinstance(dpdk, dict) else (dpdk or DpdkOptions())
+        if switch == "dpdk":
+            self.dpdk.check(self.link.mtu)
         self.fail_at = fail_at or os.environ.get("GRADSWITCH_TESTBED_FAIL_AT") or None
         self._state: State | None = None
 
@@ -264,8 +320,11 @@ class Testbed:
         return str(base + off)
 
     def interface(self, host: str) -> str:
-        """Name of the host's interface toward the switch (the bridge for the switch itself)."""
-        return BRIDGE if self._canon(host) == "switch" else HOST_IF
+        """Name of the host's interface toward the switch (for the switch itself: the bridge, or
+        the DPDK daemon's tap with switch="dpdk")."""
+        if self._canon(host) == "switch":
+            return TAP if self.switch == "dpdk" else BRIDGE
+        return HOST_IF
 
     def port(self, host: str) -> str:
         """Name of the switch-side port of host's link (inside the switch namespace)."""
@@ -274,6 +333,19 @@ class Testbed:
     @property
     def state_file(self) -> Path:
         return STATE_DIR / f"{self.name}.json"
+
+    @property
+    def switch_dir(self) -> Path:
+        """switch="dpdk": the daemon's log and stats file (removed by down)."""
+        return STATE_DIR / f"{self.name}-switch"
+
+    @property
+    def daemon_log(self) -> Path:
+        return self.switch_dir / "gradswitchd.log"
+
+    @property
+    def stats_file(self) -> Path:
+        return self.switch_dir / "stats.txt"
 
     # ------------------------------------------------------------------------------- lifecycle
     def __enter__(self) -> Testbed:
@@ -294,7 +366,7 @@ class Testbed:
             raise TestbedError(f"injected failure at step {what!r} (fail_at)")
 
     def up(self) -> Testbed:
-        check_environment(need_ethtool=not self.link.offloads_on())
+        check_environment(need_ethtool=not self.link.offloads_on() or self.switch == "dpdk")
         existing = [n for n in _netns_list() if n.startswith(f"{PREFIX}{self.name}-")]
         if existing or self.state_file.exists():
             raise TestbedError(
@@ -308,6 +380,8 @@ class Testbed:
             link=asdict(self.link),
             created=time.time(),
             pid=os.getpid(),
+            switch=self.switch,
+            dpdk=asdict(self.dpdk) if self.switch == "dpdk" else None,
         )
         try:
             self._save()
@@ -350,6 +424,7 @@ class Testbed:
             (d / "hosts").write_text(hosts_txt)
             self.ip(h, "link", "set", "lo", "up")
         sw = "switch"
+        dp = self.switch == "dpdk"
         # no IPv6 (router/neighbour solicitations would only add noise to counters)
         for h in self.hosts:
             self.exec(
@@ -362,28 +437,29 @@ class Testbed:
                 ],
                 check=False,
             )
-        # 2. bridge with the switch's address
+        # 2. bridge with the switch's address (dpdk: none, the daemon's tap gets the address in step 7)
         self._step("bridge")
-        self.ip(
-            sw,
-            "link",
-            "add",
-            BRIDGE,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-            "mcast_snooping",
-            "0",
-        )
-        self.ip(sw, "link", "set", BRIDGE, "mtu", mtu)
-        self.ip(sw, "addr", "add", f"{self.address(sw)}/{plen}", "dev", BRIDGE)
-        # bridged IPv4 must not traverse iptables (br_netfilter) in the switch namespace: pure cost
-        for key in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"):
-            p = f"/proc/sys/net/bridge/{key}"
-            self.exec(sw, ["sh", "-c", f"[ -w {p} ] && echo 0 > {p} || true"], check=False)
+        if not dp:
+            self.ip(
+                sw,
+                "link",
+                "add",
+                BRIDGE,
+                "type",
+                "bridge",
+                "stp_state",
+                "0",
+                "forward_delay",
+                "0",
+                "mcast_snooping",
+                "0",
+            )
+            self.ip(sw, "link", "set", BRIDGE, "mtu", mtu)
+            self.ip(sw, "addr", "add", f"{self.address(sw)}/{plen}", "dev", BRIDGE)
+            # bridged IPv4 must not traverse iptables (br_netfilter) in the switch namespace: pure cost
+            for key in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"):
+                p = f"/proc/sys/net/bridge/{key}"
+                self.exec(sw, ["sh", "-c", f"[ -w {p} ] && echo 0 > {p} || true"], check=False)
         # 3. links
         for h in self.endpoints:
             self._step(f"link:{h}")
@@ -405,11 +481,16 @@ class Testbed:
                 "mtu",
                 mtu,
             )
-            self.ip(sw, "link", "set", port, "master", BRIDGE)
+            if not dp:
+                self.ip(sw, "link", "set", port, "master", BRIDGE)
             self.ip(h, "addr", "add", f"{self.address(h)}/{plen}", "dev", HOST_IF)
             if not lk.offloads_on():
                 for ns_host, dev in ((h, HOST_IF), (sw, port)):
                     self.exec(ns_host, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"])
+            if dp:
+                # af_xdp/af_packet hand the daemon the frame as the sender's kernel left it: with TX
+                # checksum offload a veth leaves TCP/UDP checksums partial and the receiver drops them
+                self.exec(h, ["ethtool", "-K", HOST_IF, "tx", "off"])
         # 4. shaping: egress of both ends of every link
         if lk.rate is not None:
             burst, limit = lk.tbf_params()
@@ -435,8 +516,24 @@ class Testbed:
                         "limit",
                         str(lim),
                     )
-        # 5. loss: netdev ingress+egress hooks on the switch-side ports (silent to both endpoints)
-        if lk.loss > 0:
+        # 5. loss: netdev ingress+egress hooks on the switch-side ports (silent to both endpoints);
+        # dpdk: on the host-side ends instead (XDP and packet sockets take frames before the switch
+        # side's nft ingress hook, and af_xdp transmits past its egress hook: measured, docs/testbed.md)
+        if lk.loss > 0 and dp:
+            self._step("loss")
+            thr = int(round(lk.loss * 1_000_000))
+            for h in self.endpoints:
+                rules = (
+                    "table netdev gs_loss {\n"
+                    + "".join(
+                        f'  chain {tag} {{ type filter hook {hook} device "{HOST_IF}" priority 0; '
+                        f"meta protocol ip numgen random mod 1000000 < {thr} counter drop; }}\n"
+                        for hook, tag in (("egress", "up"), ("ingress", "down"))
+                    )
+                    + "}\n"
+                )
+                self.exec(h, ["nft", "-f", "-"], input=rules)
+        elif lk.loss > 0:
             self._step("loss")
             thr = int(round(lk.loss * 1_000_000))
             chains = []
@@ -452,11 +549,131 @@ class Testbed:
             self.exec(sw, ["nft", "-f", "-"], input=rules)
         # 6. everything up
         self._step("up")
-        self.ip(sw, "link", "set", BRIDGE, "up")
+        if not dp:
+            self.ip(sw, "link", "set", BRIDGE, "up")
         for h in self.endpoints:
             self.ip(sw, "link", "set", self.port(h), "up")
             self.ip(h, "link", "set", HOST_IF, "up")
-        self._wait_links()
+        if not dp:
+            self._wait_links()
+            return
+        # 7. dpdk: gradswitchd --backend dpdk owns the switch-side ports and switches between them
+        self._step("dpdk")
+        self._start_daemon()
+
+    def daemon_command(self) -> list[str]:
+        """The gradswitchd --backend dpdk command line that switch="dpdk" runs in the switch namespace."""
+        o, lk = self.dpdk, self.link
+        if o.binary:
+            binary = o.binary
+        else:
+            from .._paths import switch_binary
+
+            try:
+                binary = switch_binary()
+            except FileNotFoundError as e:
+                raise TestbedError(str(e)) from e
+        kind = o.kind(lk.mtu)
+        vdevs = []
+        for i, h in enumerate(self.endpoints):
+            if kind == "af_xdp":
+                vdevs.append(f"--vdev=net_af_xdp{i},iface={self.port(h)}")
+            else:
+                # qdisc_bypass=0: transmit through the port's qdisc, so its tbf shapes switch -> host;
+                # frames of a jumbo MTU need 12 KiB ring frames (the block must be whole pages)
+                ring = ",blocksz=12288,framesz=12288" if lk.mtu > 1500 else ""
+                vdevs.append(
+                    f"--vdev=net_af_packet{i},iface={self.port(h)},qpairs=1{ring},framecnt=4096,"
+                    "qdisc_bypass=0"
+                )
+        vdevs.append(f"--vdev=net_tap0,iface={TAP}")
+        mem = o.memory_mb or (256 if kind == "af_xdp" else 1024)
+        daemon = ["--backend", "dpdk", "--threads", str(o.threads)]
+        if "--mtu" not in o.daemon_args:
+            daemon += ["--mtu", str(lk.mtu)]
+        return [
+            str(binary),
+            *daemon,
+            *map(str, o.daemon_args),
+            "--",
+            "-l",
+            str(o.lcores),
+            "--no-huge",
+            "--no-pci",
+            "-m",
+            str(mem),
+            "--log-level=pmd.net.af_xdp:warning",
+            *vdevs,
+            *map(str, o.eal_args),
+            "--",
+            "--agg-ip",
+            self.address("switch"),
+            "--agg-prefix",
+            str(self.subnet.prefixlen),
+            "--idle-sleep-us",
+            str(o.idle_sleep_us),
+            "--stats-file",
+            str(self.stats_file),
+            "--stats-interval-ms",
+            "500",
+            *map(str, o.dpdk_args),
+        ]
+
+    def _start_daemon(self) -> None:
+        cmd = self.daemon_command()
+        d = self.switch_dir
+        d.mkdir(parents=True, exist_ok=True)
+        self._state.files.append(str(d))
+        self._state.daemon_cmd = cmd
+        self._save()
+        with open(self.daemon_log, "wb") as log:
+            # its own session: it outlives `gradswitch testbed up`; down stops it (SIGTERM)
+            p = subprocess.Popen(
+                self._cmd("switch", cmd),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._state.daemon_pid = p.pid
+        self._save()
+        o = self.dpdk
+        deadline = time.time() + o.start_timeout
+
+        def fail(why: str) -> TestbedError:
+            try:
+                tail = self.daemon_log.read_text(errors="replace")[-3000:]
+            except OSError:
+                tail = ""
+            return TestbedError(
+                f"gradswitchd --backend dpdk {why}; rolled back.\ncommand: {' '.join(cmd)}\n"
+                f"log ({self.daemon_log}):\n{tail}"
+            )
+
+        while not self.stats_file.exists():
+            if p.poll() is not None:
+                raise fail(f"exited with rc={p.returncode} while starting")
+            if time.time() > deadline:
+                raise fail(f"did not start within {o.start_timeout:.0f}s")
+            time.sleep(0.1)
+        # every switch-side veth must be a port (EAL skips a vdev that fails to probe and goes on)
+        ports = set(re.findall(r"^port\d+\.iface=(\S+)$", self.stats_file.read_text(), re.M))
+        missing = [self.port(h) for h in self.endpoints if self.port(h) not in ports]
+        if missing:
+            raise fail(f"did not open port(s) {', '.join(missing)}")
+        # switching: every endpoint reaches the switch address (the tap) through the daemon; this
+        # also teaches it every host's MAC
+        for h in self.endpoints:
+            while True:
+                if p.poll() is not None:
+                    raise fail(f"exited with rc={p.returncode}")
+                r = self.exec(h, ["ping", "-c1", "-W1", self.address("switch")], check=False, timeout=5)
+                if r.returncode == 0:
+                    break
+                if time.time() > deadline:
+                    raise fail(f"up, but {h} cannot ping {self.address('switch')} through it")
+        # reap the child from this process (it stays ours until this process exits)
+        self._daemon = p
 
     def _wait_links(self, timeout: float = 5.0) -> None:
         """Wait until the bridge ports forward (no STP: normally immediate)."""
@@ -472,7 +689,16 @@ class Testbed:
 
     def down(self) -> None:
         """Remove everything this testbed created (works from another process via the state file)."""
-        remove_testbed(self.name)
+        try:
+            remove_testbed(self.name)
+        finally:
+            p = getattr(self, "_daemon", None)
+            if p is not None:  # started by this process: reap it (remove_testbed stopped it)
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:  # pragma: no cover
+                    pass
+                self._daemon = None
         self._state = None
 
     # ------------------------------------------------------------------------------- use
@@ -541,6 +767,8 @@ class Testbed:
         tb.workers = st.workers
         tb.subnet = ipaddress.ip_network(st.subnet)
         tb.link = LinkOptions(**lk)
+        tb.switch = st.switch
+        tb.dpdk = DpdkOptions(**st.dpdk) if st.dpdk else DpdkOptions()
         tb.fail_at = None
         tb._state = st
         return tb
@@ -554,6 +782,20 @@ class Testbed:
             "loss": self.link.loss,
             "offload": self.link.offloads_on(),
             "tbf_burst_limit": list(self.link.tbf_params()) if self.link.rate else None,
+            "switch": self.switch,
+            **(
+                {
+                    "dpdk": {
+                        **asdict(self.dpdk),
+                        "vdev_used": self.dpdk.kind(self.link.mtu),
+                        "pid": self._state.daemon_pid if self._state else 0,
+                        "log": str(self.daemon_log),
+                        "stats_file": str(self.stats_file),
+                    }
+                }
+                if self.switch == "dpdk"
+                else {}
+            ),
             "hosts": {
                 h: {"netns": self.netns(h), "address": self.address(h), "if": self.interface(h)}
                 for h in self.hosts
@@ -598,6 +840,16 @@ def remove_testbed(name: str) -> list[str]:
     if st:
         nss = list(dict.fromkeys([n for n in st.namespaces if n in nss] + nss))
     removed = []
+    # the DPDK switch first, alone, with time for a clean stop (it detaches its XDP programs)
+    sw_ns = f"{PREFIX}{name}-switch"
+    if st and st.daemon_pid and sw_ns in nss and st.daemon_pid in _ns_pids(sw_ns):
+        try:
+            os.kill(st.daemon_pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.time() + 10.0
+        while time.time() < deadline and st.daemon_pid in _ns_pids(sw_ns):
+            time.sleep(0.05)
     # processes first: a namespace with live processes keeps its interfaces alive after `ip netns del`
     for sig in (signal.SIGTERM, signal.SIGKILL):
         pids = [p for ns in nss for p in _ns_pids(ns) if p != os.getpid()]
@@ -619,6 +871,7 @@ def remove_testbed(name: str) -> list[str]:
         else:
             removed.append(ns)
     dirs = {str(ETC_NETNS / f"{PREFIX}{name}-{h}") for h in ("host", "switch")}
+    dirs.add(str(STATE_DIR / f"{name}-switch"))
     if ETC_NETNS.is_dir():
         dirs |= {str(p) for p in ETC_NETNS.iterdir() if pat.fullmatch(p.name)}
     if st:
@@ -646,8 +899,9 @@ def leftovers(name: str) -> list[str]:
     out = [n for n in _netns_list() if n.startswith(f"{PREFIX}{name}-")]
     if ETC_NETNS.is_dir():
         out += [str(p) for p in ETC_NETNS.iterdir() if p.name.startswith(f"{PREFIX}{name}-")]
-    if (STATE_DIR / f"{name}.json").exists():
-        out.append(str(STATE_DIR / f"{name}.json"))
+    for p in (STATE_DIR / f"{name}.json", STATE_DIR / f"{name}-switch"):
+        if p.exists():
+            out.append(str(p))
     r = _run(["ip", "-o", "link", "show"], check=False)
-    out += [ln for ln in r.stdout.splitlines() if re.search(rf": {PREFIX}(eth0|p-|br0)", ln)]
+    out += [ln for ln in r.stdout.splitlines() if re.search(rf": {PREFIX}(eth0|p-|br0|tap0)", ln)]
     return out

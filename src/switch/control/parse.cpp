@@ -246,11 +246,12 @@ static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8
     return std::nullopt;
   }
   const auto own = algo_keys(o.algo);
-  for (const auto& [k, val] : r.args) {
+  for (const auto& arg : r.args) {
+    const std::string& k = arg.first;  // not a structured binding: lambdas below capture it
     if (!is_optimizer_key(k)) continue;
-    bool ok = std::find_if(std::begin(kOptCommonKeys), std::end(kOptCommonKeys), [&](const char* c) { return k == c; }) !=
-                  std::end(kOptCommonKeys) ||
-              std::find_if(own.begin(), own.end(), [&](const char* c) { return k == c; }) != own.end();
+    auto is_k = [&](const char* c) { return k == c; };
+    bool ok = std::find_if(std::begin(kOptCommonKeys), std::end(kOptCommonKeys), is_k) != std::end(kOptCommonKeys) ||
+              std::find_if(own.begin(), own.end(), is_k) != own.end();
     if (!ok) {
       std::string list;
       for (const char* c : kOptCommonKeys) list += std::string(list.empty() ? "" : " ") + c;
