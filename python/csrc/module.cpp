@@ -4,7 +4,9 @@
 // DLPack; torch is never imported here). The GIL is released while a call blocks.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <string>
@@ -122,7 +124,8 @@ NB_MODULE(_core, m) {
           [](PyGroup* self, const std::string& switch_addr, const std::string& job, unsigned rank, unsigned world,
              const std::string& wire, double timeout, double drop_rate, uint64_t seed, const std::string& token,
              double join_timeout, double connect_timeout, uint64_t shuffle_seed, double rto_initial,
-             double rto_max) {
+             double rto_max, const std::string& optimizer, uint64_t params,
+             const std::vector<std::pair<std::string, std::string>>& optimizer_keys) {
             Options o;
             o.switch_addr = switch_addr;
             o.job = job;
@@ -138,6 +141,9 @@ NB_MODULE(_core, m) {
             o.shuffle_seed = shuffle_seed;
             o.rto_initial_s = rto_initial;
             o.rto_max_s = rto_max;
+            o.optimizer = optimizer;
+            o.params = params;
+            o.optimizer_keys = optimizer_keys;
             std::unique_ptr<Group> g;
             {
               nb::gil_scoped_release rel;
@@ -147,7 +153,9 @@ NB_MODULE(_core, m) {
           },
           "switch"_a, "job"_a, "rank"_a, "world_size"_a, "wire"_a = "float32", "timeout"_a = 30.0,
           "drop_rate"_a = 0.0, "seed"_a = 0, "token"_a = "gradswitch", "join_timeout"_a = 120.0,
-          "connect_timeout"_a = 5.0, "shuffle_seed"_a = 0, "rto_initial"_a = 0.004, "rto_max"_a = 0.2)
+          "connect_timeout"_a = 5.0, "shuffle_seed"_a = 0, "rto_initial"_a = 0.004, "rto_max"_a = 0.2,
+          "optimizer"_a = "", "params"_a = 0,
+          "optimizer_keys"_a = std::vector<std::pair<std::string, std::string>>())
       .def(
           "allreduce",
           [](PyGroup& self, nb::ndarray<> x) {
@@ -169,6 +177,53 @@ NB_MODULE(_core, m) {
             return PyHandle{self.get().allreduce_async(p, n, dt)};
           },
           "x"_a.noconvert(), "Queues an in-place allreduce of x; the caller keeps x alive until wait().")
+      .def(
+          "upload_params",
+          [](PyGroup& self, nb::ndarray<> x) {
+            size_t n = 0;
+            DType dt;
+            void* p = check_array(x, &n, &dt);
+            if (dt != DType::kFloat32)
+              throw UnsupportedType("gradswitch: upload_params needs float32 parameters");
+            Group& g = self.get();
+            nb::gil_scoped_release rel;
+            g.upload_params(static_cast<const float*>(p), n);  // blocks: x stays alive
+          },
+          "x"_a.noconvert(), "Rank 0, before the first allreduce: sends the initial fp32 parameters (PARAMS).")
+      .def(
+          "set_lr",
+          [](PyGroup& self, float lr) {
+            Group& g = self.get();
+            nb::gil_scoped_release rel;
+            return g.set_lr(lr);
+          },
+          "lr"_a, "SETLR between allreduces; returns the learning rate stored at the switch.")
+      .def(
+          "state_get",
+          [](PyGroup& self) {
+            Group& g = self.get();
+            std::vector<uint8_t> blob;
+            {
+              nb::gil_scoped_release rel;
+              blob = g.state_get();
+            }
+            return nb::bytes(reinterpret_cast<const char*>(blob.data()), blob.size());
+          },
+          "STATE_GET: the checkpoint blob (bytes).")
+      .def(
+          "state_set",
+          [](PyGroup& self, nb::bytes blob) {
+            Group& g = self.get();
+            const uint8_t* p = static_cast<const uint8_t*>(blob.data());
+            size_t n = blob.size();
+            nb::gil_scoped_release rel;  // `blob` is kept alive by the caller's reference
+            g.state_set(p, n);
+          },
+          "blob"_a, "Rank 0: STATE_SET with a blob from state_get().")
+      .def_prop_ro("optimizer", [](PyGroup& s) { return s.get().join_info().optimizer; })
+      .def_prop_ro("params", [](PyGroup& s) { return s.get().join_info().params; })
+      .def_prop_ro("chunk", [](PyGroup& s) { return s.get().join_info().chunk; })
+      .def_prop_ro("state_bytes", [](PyGroup& s) { return s.get().join_info().state_bytes; })
       .def(
           "close",
           [](PyGroup& self, bool abort) {

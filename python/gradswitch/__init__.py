@@ -23,13 +23,15 @@ _LAZY = {
     "Group": "._group",
     "Handle": "._group",
     "connect": "._group",
+    "OPTIMIZERS": "._group",
+    "decode_state": "._group",
 }
 
 __all__ = [*sorted(_LAZY), "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._core import GradswitchError, GradswitchTimeout, JobAborted  # noqa: F401
-    from ._group import WIRES, Group, Handle, connect  # noqa: F401
+    from ._group import OPTIMIZERS, WIRES, Group, Handle, connect, decode_state  # noqa: F401
 
 
 def __getattr__(name: str):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import struct
 import threading
 from typing import Any
 
@@ -12,6 +14,155 @@ from . import _core
 WIRES = ("float32", "fixed32", "float16", "bfloat16", "int32")
 _NUMPY_DTYPES = (np.dtype(np.float32), np.dtype(np.int32))
 _TORCH_DTYPES = ("torch.float32", "torch.int32")
+
+# ---------------------------------------------------------------------------------------------
+# Optimization in the switch (docs/optimizer.md): the optimizer= dict of connect().
+
+OPTIMIZERS = ("sgd", "adagrad", "adam", "adamw", "smorms3")
+_COMMON_KEYS = ("lr", "weight_decay", "average")
+_ALGO_KEYS = {
+    "sgd": ("momentum", "dampening", "nesterov"),
+    "adagrad": ("eps", "eps_mode", "lr_decay", "initial_accumulator"),
+    "adam": ("beta1", "beta2", "eps", "eps_mode"),
+    "adamw": ("beta1", "beta2", "eps", "eps_mode"),
+    "smorms3": ("eps",),
+}
+_ALIASES = {"initial_accumulator_value": "initial_accumulator"}  # torch.optim.Adagrad's name
+_BOOL_KEYS = ("average", "nesterov")
+_STATE_MAGIC = b"GSOPTST1"
+_STATE_ARRAYS = {
+    "sgd": ("momentum_buffer",),
+    "adagrad": ("sum",),
+    "adam": ("exp_avg", "exp_avg_sq"),
+    "adamw": ("exp_avg", "exp_avg_sq"),
+    "smorms3": ("s", "m", "v"),
+}
+
+
+def format_float32(x: float) -> str:
+    """The shortest decimal that reads back as exactly float32(x): how hyperparameters travel."""
+    f = np.float32(x)
+    text = str(f)
+    if np.float32(text) != f:  # pragma: no cover - numpy's str is the shortest round trip
+        text = repr(float(f))
+    return text
+
+
+def _float32_arg(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"gradswitch: optimizer {key!r} must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"gradswitch: optimizer {key!r} must be finite, got {value!r}")
+    with np.errstate(over="ignore", under="ignore"):
+        f = np.float32(v)
+    if not np.isfinite(f) or (v != 0.0 and f == 0.0):
+        raise ValueError(
+            f"gradswitch: optimizer {key!r} = {value!r} is outside the float32 range the switch computes in"
+        )
+    return float(f)
+
+
+def optimizer_keys(optimizer: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    """Checks connect()'s optimizer= dict; returns (algo, [(JOIN key, value text), ...]).
+
+    Keys: algo (sgd, adagrad, adam, adamw, smorms3) and lr (required); weight_decay, average (all);
+    momentum, dampening, nesterov (sgd); betas=(b1, b2) or beta1, beta2 (adam, adamw); eps (all but
+    sgd); eps_mode "paper"/"torch" (adagrad, adam, adamw); lr_decay, initial_accumulator (adagrad).
+    """
+    if not isinstance(optimizer, dict):
+        raise TypeError(
+            f"gradswitch: optimizer= must be a dict such as dict(algo='adam', lr=1e-3), got {optimizer!r}"
+        )
+    opts = dict(optimizer)
+    algo = opts.pop("algo", None)
+    if algo not in OPTIMIZERS:
+        raise ValueError(f"gradswitch: optimizer 'algo' must be one of {', '.join(OPTIMIZERS)}, got {algo!r}")
+    for old, new in _ALIASES.items():
+        if old in opts:
+            if new in opts:
+                raise ValueError(f"gradswitch: optimizer has both {old!r} and {new!r}")
+            opts[new] = opts.pop(old)
+    if "betas" in opts:
+        if "beta1" in opts or "beta2" in opts:
+            raise ValueError("gradswitch: optimizer has both 'betas' and 'beta1'/'beta2'")
+        betas = opts.pop("betas")
+        if algo not in ("adam", "adamw"):
+            raise ValueError(f"gradswitch: optimizer key 'betas' does not apply to {algo}")
+        try:
+            opts["beta1"], opts["beta2"] = betas
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"gradswitch: optimizer 'betas' must be a pair (beta1, beta2), got {betas!r}"
+            ) from None
+    allowed = _COMMON_KEYS + _ALGO_KEYS[algo]
+    unknown = [k for k in opts if k not in allowed]
+    if unknown:
+        raise ValueError(
+            f"gradswitch: optimizer key(s) {', '.join(map(repr, unknown))} do not apply to {algo}; "
+            f"{algo} takes {', '.join(allowed)}"
+        )
+    if "lr" not in opts:
+        raise ValueError(f"gradswitch: optimizer {algo} needs 'lr'")
+    out: list[tuple[str, str]] = []
+    vals: dict[str, Any] = {}
+    for key in allowed:  # a fixed order: every rank sends the same line
+        if key not in opts:
+            continue
+        value = opts[key]
+        if key in _BOOL_KEYS:
+            if value not in (True, False, 0, 1):
+                raise ValueError(f"gradswitch: optimizer {key!r} must be True/False, got {value!r}")
+            vals[key] = bool(value)
+            out.append((key, "1" if value else "0"))
+        elif key == "eps_mode":
+            if value not in ("paper", "torch"):
+                raise ValueError(
+                    f"gradswitch: optimizer 'eps_mode' must be 'paper' or 'torch', got {value!r}"
+                )
+            vals[key] = value
+            out.append((key, value))
+        else:
+            v = _float32_arg(key, value)
+            if key in ("beta1", "beta2"):
+                if not 0.0 <= v < 1.0:
+                    raise ValueError(f"gradswitch: optimizer {key!r} must be in [0, 1), got {value!r}")
+            elif key == "eps" and algo == "smorms3":
+                if not v > 0.0:
+                    raise ValueError(f"gradswitch: optimizer 'eps' of smorms3 must be > 0, got {value!r}")
+            elif key != "dampening" and v < 0.0:
+                raise ValueError(f"gradswitch: optimizer {key!r} must be >= 0, got {value!r}")
+            vals[key] = v
+            out.append((key, format_float32(v)))
+    if vals.get("nesterov") and (vals.get("momentum", 0.0) <= 0.0 or vals.get("dampening", 0.0) != 0.0):
+        raise ValueError(
+            "gradswitch: nesterov=True needs momentum > 0 and dampening = 0 (as torch.optim.SGD)"
+        )
+    return algo, out
+
+
+def decode_state(blob: bytes) -> dict[str, Any]:
+    """Unpacks a checkpoint blob from Group.state_get() (docs/protocol.md §1.3).
+
+    Returns dict(algo, lr, chunk, params (float32 array), state {name: float32 array}, steps (uint32
+    per chunk)). The arrays are read-only views of `blob`.
+    """
+    if len(blob) < 32 or bytes(blob[:8]) != _STATE_MAGIC:
+        raise ValueError("gradswitch: not a gradswitch optimizer checkpoint (magic GSOPTST1 missing)")
+    algo_id, arrays, _, chunk, n, chunks, lr = struct.unpack_from("<BBHIQIf", blob, 8)
+    if algo_id >= len(OPTIMIZERS) or len(blob) != 32 + 4 * arrays * n + 4 * chunks:
+        raise ValueError("gradswitch: malformed optimizer checkpoint (header and size disagree)")
+    algo = OPTIMIZERS[algo_id]
+    a = np.frombuffer(blob, "<f4", count=arrays * n, offset=32).reshape(arrays, n)
+    names = _STATE_ARRAYS[algo]
+    return {
+        "algo": algo,
+        "lr": float(lr),
+        "chunk": chunk,
+        "params": a[0],
+        "state": {name: a[1 + i] for i, name in enumerate(names[: arrays - 1])},
+        "steps": np.frombuffer(blob, "<u4", count=chunks, offset=32 + 4 * arrays * n),
+    }
 
 
 def _is_torch_tensor(x: Any) -> bool:
@@ -102,6 +253,21 @@ class Group:
     def closed(self) -> bool:
         return self._native.closed
 
+    @property
+    def optimizer(self) -> str | None:
+        """The switch's optimizer algorithm, or None for a plain allreduce job."""
+        return self._native.optimizer or None
+
+    @property
+    def params(self) -> int:
+        """Optimizer job: the number of fp32 parameters (every allreduce's length); else 0."""
+        return self._native.params
+
+    @property
+    def state_bytes(self) -> int:
+        """Optimizer job: the size of the state_get() checkpoint; else 0."""
+        return self._native.state_bytes
+
     # -- operations
     def allreduce(self, x: Any) -> Any:
         """Sums x over all ranks, in place; returns x.
@@ -124,6 +290,33 @@ class Group:
             self._pending = [p for p in self._pending if not p.done()]
             self._pending.append(h)
         return h
+
+    # -- optimizer jobs (connect(optimizer=...)); each runs in order with the queued allreduces
+    def upload_params(self, params: Any) -> None:
+        """Rank 0, before the first allreduce: the switch's initial parameters (float32, `params` long).
+
+        connect(params=array) does this for you.
+        """
+        self._native.upload_params(_float32_copy(params, "params"))
+
+    def set_lr(self, lr: float) -> float:
+        """Sets the learning rate of the following steps (between allreduces; any rank, normally rank 0).
+
+        Returns the value stored at the switch (float32).
+        """
+        return self._native.set_lr(_float32_arg("lr", lr))
+
+    def state_get(self) -> bytes:
+        """Checkpoint: the switch's parameters, optimizer state, step counters and lr as one blob.
+
+        Any rank, between allreduces. decode_state() unpacks it; state_set() restores it.
+        """
+        return self._native.state_get()
+
+    def state_set(self, blob: bytes) -> None:
+        """Restore (rank 0, between allreduces): replaces the parameters, state, step counters and lr
+        with a blob from state_get() of a job with the same algorithm, params and switch --mtu."""
+        self._native.state_set(bytes(blob))
 
     def stats(self) -> dict[str, int]:
         """Worker counters: packets, bytes, retransmissions, injected drops, ..."""
@@ -163,6 +356,16 @@ class Group:
         )
 
 
+def _float32_copy(x: Any, what: str) -> np.ndarray:
+    """A C-contiguous float32 numpy copy of a numpy array, a torch tensor or a sequence."""
+    if _is_torch_tensor(x):
+        x = x.detach().to("cpu").float().contiguous().numpy()
+    arr = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).reshape(-1)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"gradswitch: {what} holds non-finite values")
+    return arr
+
+
 def connect(
     switch: str = "127.0.0.1:7700",
     job: str = "default",
@@ -177,6 +380,8 @@ def connect(
     join_timeout: float = 120.0,
     connect_timeout: float = 5.0,
     shuffle_seed: int = 0,
+    optimizer: dict[str, Any] | None = None,
+    params: Any = None,
 ) -> Group:
     """Joins `job` as `rank` of `world_size` at the switch `switch` ("host:port" of its control port).
 
@@ -185,11 +390,43 @@ def connect(
     with GradswitchTimeout after `timeout` seconds without progress. `drop_rate`/`seed` drop a fraction
     of this worker's outgoing data packets (loss testing); `shuffle_seed` (test hook) permutes the
     order of each window's first packets.
+
+    Optimization in the switch (docs/optimizer.md): `optimizer=dict(algo="adam", lr=1e-3, ...)` makes
+    the switch hold the fp32 parameters and the optimizer state; every rank must pass the same dict
+    (see optimizer_keys() for the keys; values are sent as float32). `params` is the initial
+    parameters (a float32 numpy array or CPU tensor; other ranks may pass the same array or just its
+    length as an int): rank 0 uploads them right after joining. Then each allreduce takes the
+    gradient (float32, exactly `params` elements, any wire but float32 is refused) and writes the
+    updated parameters into it. Group.set_lr(), state_get() and state_set() change the learning rate
+    and checkpoint / restore between allreduces.
     """
     if wire not in WIRES:
         raise ValueError(f"gradswitch: unknown wire {wire!r}; expected one of {', '.join(WIRES)}")
     if not isinstance(switch, str):
         raise TypeError("gradswitch: switch must be a 'host:port' string")
+    algo, keys, n_params, initial = "", [], 0, None
+    if optimizer is not None:
+        if wire != "float32":
+            raise ValueError(
+                "gradswitch: an optimizer job needs wire='float32' (the switch holds fp32 parameters), "
+                f"got {wire!r}"
+            )
+        algo, keys = optimizer_keys(optimizer)
+        if params is None:
+            raise ValueError(
+                "gradswitch: connect(optimizer=...) needs params= (the initial parameters, or their number)"
+            )
+        if isinstance(params, (int, np.integer)) and not isinstance(params, bool):
+            n_params = int(params)
+        else:
+            initial = _float32_copy(params, "params")
+            n_params = initial.size
+        if not 1 <= n_params <= 0xFFFFFFFF:
+            raise ValueError(f"gradswitch: an optimizer job needs 1..4294967295 parameters, got {n_params}")
+    elif params is not None:
+        raise ValueError(
+            "gradswitch: params= needs optimizer= (it is the switch optimizer's initial parameters)"
+        )
     native = _core.Group(
         switch,
         job,
@@ -203,5 +440,15 @@ def connect(
         join_timeout=float(join_timeout),
         connect_timeout=float(connect_timeout),
         shuffle_seed=int(shuffle_seed),
+        optimizer=algo,
+        params=n_params,
+        optimizer_keys=keys,
     )
-    return Group(native, switch)
+    group = Group(native, switch)
+    if initial is not None and group.rank == 0:
+        try:
+            native.upload_params(initial)
+        except BaseException:
+            group.close(abort=True)  # the other ranks then fail at once instead of timing out
+            raise
+    return group

@@ -12,6 +12,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "worker/errors.h"
@@ -81,6 +84,16 @@ Reply parse_reply(const std::string& line) {
     }
   }
   return r;
+}
+
+std::string format_float32(float x) {
+  char buf[64];
+  for (int prec = 1; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, static_cast<double>(x));
+    if (std::strtof(buf, nullptr) == x) return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(x));
+  return buf;
 }
 
 void split_host_port(const std::string& s, std::string* host, uint16_t* port) {
@@ -155,14 +168,11 @@ void ControlClient::close() {
   }
 }
 
-std::string ControlClient::request(const std::string& line, double timeout_s) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (fd_ < 0) throw Error("gradswitch: the control connection to " + endpoint_ + " is closed");
-  auto deadline = deadline_after(timeout_s);
-  std::string out = line + "\n";
+void ControlClient::send_all(const void* data, size_t n, Clock::time_point deadline, const std::string& what) {
+  const char* p = static_cast<const char*>(data);
   size_t off = 0;
-  while (off < out.size()) {
-    ssize_t w = ::send(fd_, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+  while (off < n) {
+    ssize_t w = ::send(fd_, p + off, n - off, MSG_NOSIGNAL);
     if (w > 0) {
       off += static_cast<size_t>(w);
       continue;
@@ -171,12 +181,39 @@ std::string ControlClient::request(const std::string& line, double timeout_s) {
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd pfd{fd_, POLLOUT, 0};
       if (::poll(&pfd, 1, ms_left(deadline)) <= 0)
-        throw TimeoutError("gradswitch: sending to the switch at " + endpoint_ + " timed out");
+        throw TimeoutError("gradswitch: sending '" + what + "' to the switch at " + endpoint_ + " timed out");
       continue;
     }
     throw Error("gradswitch: lost the control connection to the switch at " + endpoint_ + ": " +
                 std::strerror(errno) + " (did gradswitchd stop?)");
   }
+}
+
+namespace {
+// Receives into rbuf; throws on timeout or a closed connection.
+void recv_more(int fd, std::string& rbuf, Clock::time_point deadline, const std::string& endpoint,
+               const std::string& what, double timeout_s) {
+  for (;;) {
+    pollfd pfd{fd, POLLIN, 0};
+    int pr = ::poll(&pfd, 1, ms_left(deadline));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0)
+      throw TimeoutError("gradswitch: no reply from the switch at " + endpoint + " to '" + what + "' within " +
+                         std::to_string(timeout_s).substr(0, 6) + " s");
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      rbuf.append(buf, static_cast<size_t>(n));
+      return;
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    throw Error("gradswitch: the switch at " + endpoint + " closed the control connection" +
+                (n < 0 ? std::string(": ") + std::strerror(errno) : std::string()) + " (did gradswitchd stop?)");
+  }
+}
+}  // namespace
+
+std::string ControlClient::read_line(Clock::time_point deadline, const std::string& what, double timeout_s) {
   for (;;) {
     auto nl = rbuf_.find('\n');
     if (nl != std::string::npos) {
@@ -185,29 +222,80 @@ std::string ControlClient::request(const std::string& line, double timeout_s) {
       if (!reply.empty() && reply.back() == '\r') reply.pop_back();
       return reply;
     }
+    recv_more(fd_, rbuf_, deadline, endpoint_, what, timeout_s);
+  }
+}
+
+void ControlClient::read_exact(uint8_t* out, size_t n, Clock::time_point deadline, const std::string& what,
+                               double timeout_s) {
+  size_t got = 0;
+  while (got < n) {
+    if (!rbuf_.empty()) {
+      size_t k = std::min(n - got, rbuf_.size());
+      std::memcpy(out + got, rbuf_.data(), k);
+      rbuf_.erase(0, k);
+      got += k;
+      continue;
+    }
+    // Large payloads: receive straight into the output once the buffer is drained.
     pollfd pfd{fd_, POLLIN, 0};
     int pr = ::poll(&pfd, 1, ms_left(deadline));
     if (pr < 0 && errno == EINTR) continue;
     if (pr <= 0)
-      throw TimeoutError("gradswitch: no reply from the switch at " + endpoint_ + " to '" +
-                         line.substr(0, line.find(' ')) + "' within " + std::to_string(timeout_s).substr(0, 6) +
-                         " s");
-    char buf[4096];
-    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n > 0) {
-      rbuf_.append(buf, static_cast<size_t>(n));
+      throw TimeoutError("gradswitch: the payload of '" + what + "' from the switch at " + endpoint_ +
+                         " did not arrive within " + std::to_string(timeout_s).substr(0, 6) + " s (" +
+                         std::to_string(got) + " of " + std::to_string(n) + " bytes)");
+    ssize_t r = ::recv(fd_, out + got, n - got, 0);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
       continue;
     }
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    throw Error("gradswitch: the switch at " + endpoint_ + " closed the control connection" +
-                (n < 0 ? std::string(": ") + std::strerror(errno) : std::string()) + " (did gradswitchd stop?)");
+    if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    throw Error("gradswitch: the switch at " + endpoint_ + " closed the control connection in the middle of '" +
+                what + "' (" + std::to_string(got) + " of " + std::to_string(n) + " bytes)");
   }
 }
 
+std::string ControlClient::request(const std::string& line, double timeout_s) {
+  return request_with_payload(line, nullptr, 0, timeout_s);
+}
+
+std::string ControlClient::request_with_payload(const std::string& line, const void* payload, size_t n,
+                                                double timeout_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (fd_ < 0) throw Error("gradswitch: the control connection to " + endpoint_ + " is closed");
+  auto deadline = deadline_after(timeout_s);
+  std::string what = line.substr(0, line.find(' '));
+  std::string out = line + "\n";
+  send_all(out.data(), out.size(), deadline, what);
+  if (n > 0) send_all(payload, n, deadline, what);
+  return read_line(deadline, what, timeout_s);
+}
+
+std::string ControlClient::request_read_payload(const std::string& line, const std::string& bytes_key,
+                                                std::vector<uint8_t>* payload, double timeout_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (fd_ < 0) throw Error("gradswitch: the control connection to " + endpoint_ + " is closed");
+  auto deadline = deadline_after(timeout_s);
+  std::string what = line.substr(0, line.find(' '));
+  std::string out = line + "\n";
+  send_all(out.data(), out.size(), deadline, what);
+  std::string reply = read_line(deadline, what, timeout_s);
+  payload->clear();
+  Reply r = parse_reply(reply);
+  if (!r.ok || r.kv.find(bytes_key) == r.kv.end()) return reply;
+  long long b = r.get_int(bytes_key);
+  if (b < 0) throw Error("gradswitch: switch reply has a negative '" + bytes_key + "': " + reply);
+  payload->resize(static_cast<size_t>(b));
+  read_exact(payload->data(), payload->size(), deadline, what, timeout_s);
+  return reply;
+}
+
 JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned rank, const std::string& wire,
-                             const std::string& token, uint16_t udp_port, double timeout_s) {
+                             const std::string& token, uint16_t udp_port, double timeout_s,
+                             const std::string& extra) {
   std::string line = "JOIN job=" + job + " world=" + std::to_string(world) + " rank=" + std::to_string(rank) +
-                     " wire=" + wire + " token=" + token + " port=" + std::to_string(udp_port);
+                     " wire=" + wire + " token=" + token + " port=" + std::to_string(udp_port) + extra;
   std::string reply_line;
   try {
     reply_line = request(line, timeout_s);
@@ -227,7 +315,10 @@ JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned ra
       throw TimeoutError(what + ". Not every rank joined in time: are all ranks started with the same job name "
                                 "and world size?");
     if (r.code == "conflict")
-      throw Error(what + ". Another job of that name exists with other parameters, or the rank is taken.");
+      throw Error(what + (extra.find("optimizer=") != std::string::npos
+                              ? ". Another job of that name exists with other parameters (every rank must give the "
+                                "same optimizer, hyperparameters and number of parameters), or the rank is taken."
+                              : ". Another job of that name exists with other parameters, or the rank is taken."));
     throw Error(what);
   }
   JoinInfo ji;
@@ -239,6 +330,15 @@ JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned ra
   ji.threads = static_cast<uint16_t>(r.get_int("threads"));
   if (ji.slots == 0 || ji.threads == 0 || ji.payload_bytes < 4)
     throw Error("gradswitch: the switch sent an unusable JOIN reply: " + reply_line);
+  ji.optimizer = r.get("optimizer");
+  if (!ji.optimizer.empty()) {
+    ji.params = static_cast<uint64_t>(r.get_int("params"));
+    ji.chunk = static_cast<uint32_t>(r.get_int("chunk"));
+    ji.state_bytes = static_cast<uint64_t>(r.get_int("state_bytes"));
+  } else if (extra.find("optimizer=") != std::string::npos) {
+    throw Error("gradswitch: the switch at " + endpoint_ + " answered an optimizer JOIN without 'optimizer=' (" +
+                reply_line + "): does this gradswitchd support optimization in the switch?");
+  }
   return ji;
 }
 

@@ -2,10 +2,12 @@
 // Group, kept open for the group's lifetime (closing it without LEAVE aborts the job).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace gradswitch::worker {
 
@@ -29,6 +31,12 @@ struct JoinInfo {
   uint32_t payload_bytes = 0;
   uint16_t data_port = 0;
   uint16_t threads = 1;
+  // Optimizer jobs (docs/protocol.md section 1.3): the algorithm ("" for a plain job), the number
+  // of parameters, elements per chunk and the size of the STATE_GET blob.
+  std::string optimizer;
+  uint64_t params = 0;
+  uint32_t chunk = 0;
+  uint64_t state_bytes = 0;
 };
 
 class ControlClient {
@@ -44,10 +52,20 @@ class ControlClient {
   // failure or TimeoutError when no reply arrives within `timeout_s`.
   std::string request(const std::string& line, double timeout_s);
 
+  // Sends one request line followed at once by `n` raw bytes (PARAMS, STATE_SET: the binary
+  // payload of docs/protocol.md section 1.3) and returns the reply line.
+  std::string request_with_payload(const std::string& line, const void* payload, size_t n, double timeout_s);
+
+  // Sends one request line; when the reply is OK and carries `bytes_key`=B, reads the B raw bytes
+  // that follow it into `*payload` (STATE_GET). Returns the reply line.
+  std::string request_read_payload(const std::string& line, const std::string& bytes_key,
+                                   std::vector<uint8_t>* payload, double timeout_s);
+
   // JOIN; blocks until every rank joined (or the switch's join timeout). Throws Error for an
-  // ERR reply (TimeoutError for ERR timeout or no reply within `timeout_s`).
+  // ERR reply (TimeoutError for ERR timeout or no reply within `timeout_s`). `extra` (may be
+  // empty) is appended to the request line, e.g. the optimizer keys " optimizer=adam params=..".
   JoinInfo join(const std::string& job, unsigned world, unsigned rank, const std::string& wire,
-                const std::string& token, uint16_t udp_port, double timeout_s);
+                const std::string& token, uint16_t udp_port, double timeout_s, const std::string& extra = "");
 
   void close();
   bool is_open() const { return fd_ >= 0; }
@@ -55,12 +73,22 @@ class ControlClient {
   const std::string& endpoint() const { return endpoint_; }  // "host:port"
 
  private:
+  // Unlocked helpers (mu_ held by the caller).
+  void send_all(const void* data, size_t n, std::chrono::steady_clock::time_point deadline, const std::string& what);
+  std::string read_line(std::chrono::steady_clock::time_point deadline, const std::string& what, double timeout_s);
+  void read_exact(uint8_t* out, size_t n, std::chrono::steady_clock::time_point deadline, const std::string& what,
+                  double timeout_s);
+
   std::mutex mu_;
   int fd_ = -1;
   uint32_t peer_ipv4_be_ = 0;
   std::string endpoint_;
   std::string rbuf_;
 };
+
+// The shortest decimal that reads back (round to nearest) as exactly `x` (finite), e.g. "0.001"
+// for 1e-3f: how float hyperparameters travel in JOIN and SETLR.
+std::string format_float32(float x);
 
 // Splits "host:port" (port optional: default 7700).
 void split_host_port(const std::string& s, std::string* host, uint16_t* port);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -40,6 +41,13 @@ bool valid_name(const std::string& s) {
   if (s.empty() || s.size() > 64) return false;
   for (char c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '-')) return false;
+  return true;
+}
+
+bool valid_key(const std::string& s) {
+  if (s.empty() || s.size() > 32) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
   return true;
 }
 
@@ -144,9 +152,31 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
   if (const char* e = std::getenv("GRADSWITCH_GSO")) gso = std::string(e) == "1";
   bool gro = opt.gro;
   if (const char* e = std::getenv("GRADSWITCH_GRO")) gro = std::string(e) == "1";
+  std::string extra;
+  if (!opt.optimizer.empty()) {
+    if (!valid_key(opt.optimizer))
+      throw InvalidArgument("gradswitch: bad optimizer name '" + opt.optimizer + "'");
+    if (opt.wire != "float32")
+      throw InvalidArgument("gradswitch: an optimizer job needs wire='float32' (the switch holds fp32 parameters), "
+                            "got wire '" + opt.wire + "'");
+    if (opt.params < 1 || opt.params > 0xFFFFFFFFull)
+      throw InvalidArgument("gradswitch: an optimizer job needs params in 1..4294967295 (the number of fp32 "
+                            "parameters), got " + std::to_string(opt.params));
+    extra = " optimizer=" + opt.optimizer + " params=" + std::to_string(opt.params);
+    for (const auto& [k, v] : opt.optimizer_keys) {
+      if (!valid_key(k) || k == "optimizer" || k == "params")
+        throw InvalidArgument("gradswitch: bad optimizer key '" + k + "'");
+      if (v.empty() || v.size() > 64 ||
+          v.find_first_of(" \t\r\n=") != std::string::npos)
+        throw InvalidArgument("gradswitch: bad value '" + v + "' for optimizer key '" + k + "'");
+      extra += " " + k + "=" + v;
+    }
+  } else if (!opt.optimizer_keys.empty() || opt.params != 0) {
+    throw InvalidArgument("gradswitch: optimizer keys and params need an optimizer (Options::optimizer)");
+  }
   auto transport = make_udp_transport(opt.bind_ip, opt.sockbuf_bytes, gso, gro);
   JoinInfo ji = control->join(opt.job, opt.world, opt.rank, opt.wire, opt.token, transport->local_port(),
-                              opt.join_timeout_s);
+                              opt.join_timeout_s, extra);
   uint32_t ip = control->peer_ipv4_be();
   return std::make_unique<Group>(opt, std::move(transport), std::move(control), ji, ip);
 }
@@ -172,14 +202,122 @@ Group::~Group() {
 }
 
 Handle Group::allreduce_async(void* data, size_t count, DType dtype) {
+  return enqueue(Op{data, count, dtype, nullptr, nullptr});
+}
+
+Handle Group::enqueue(Op op) {
   auto st = std::make_shared<Handle::State>();
+  op.state = st;
   {
     std::lock_guard<std::mutex> lk(qmu_);
     if (stopping_) throw Error("gradswitch: the group of job '" + opt_.job + "' is closed");
-    queue_.push_back(Op{data, count, dtype, st});
+    queue_.push_back(std::move(op));
   }
   qcv_.notify_one();
   return Handle(st);
+}
+
+// ---------------------------------------------------------------- optimizer jobs
+
+void Group::require_optimizer(const char* what) const {
+  if (join_.optimizer.empty())
+    throw InvalidArgument(std::string("gradswitch: ") + what + " needs an optimizer job, but " + describe_job() +
+                          " was joined without optimizer=");
+}
+
+double Group::control_timeout(size_t bytes) const {
+  // The request's own timeout plus the time to move the payload at a pessimistic 50 MB/s.
+  return std::max(opt_.timeout_s, 10.0) + static_cast<double>(bytes) / 50e6;
+}
+
+namespace {
+[[noreturn]] void throw_reply(const std::string& what, const std::string& job, const Reply& r) {
+  std::string msg = "gradswitch: " + what + " of " + job + " refused by the switch: " + r.code + ": " + r.message;
+  if (r.code == "bad_request" || r.code == "conflict") throw InvalidArgument(msg);
+  throw Error(msg);
+}
+}  // namespace
+
+Handle Group::upload_params_async(const float* data, size_t n) {
+  require_optimizer("upload_params");
+  if (opt_.rank != 0)
+    throw InvalidArgument("gradswitch: upload_params is for rank 0 only (this is rank " + std::to_string(opt_.rank) +
+                          "): the switch takes the initial parameters from rank 0");
+  if (n != join_.params)
+    throw InvalidArgument("gradswitch: upload_params got " + std::to_string(n) + " values, but " + describe_job() +
+                          " has params=" + std::to_string(join_.params));
+  Op op{nullptr, 0, DType::kFloat32, nullptr, nullptr};
+  op.fn = [this, data, n] {
+    if (fatal_) std::rethrow_exception(fatal_);
+    if (seq_ != 0)
+      throw InvalidArgument("gradswitch: upload_params must come before the first allreduce of " + describe_job() +
+                            " (the switch may already have applied steps); use state_set to replace the "
+                            "parameters and state later");
+    // Little-endian float32 is the in-memory layout on every supported host (x86-64, aarch64).
+    size_t bytes = n * sizeof(float);
+    Reply r = parse_reply(control_->request_with_payload(
+        "PARAMS offset=0 count=" + std::to_string(n), data, bytes, control_timeout(bytes)));
+    if (!r.ok) throw_reply("PARAMS", describe_job(), r);
+  };
+  if (!control_) throw Error("gradswitch: upload_params needs a control connection");
+  return enqueue(std::move(op));
+}
+
+float Group::set_lr(float lr) {
+  require_optimizer("set_lr");
+  if (!std::isfinite(lr) || lr < 0)
+    throw InvalidArgument("gradswitch: set_lr needs a finite lr >= 0, got " + std::to_string(lr));
+  if (!control_) throw Error("gradswitch: set_lr needs a control connection");
+  auto stored = std::make_shared<float>(lr);
+  Op op{nullptr, 0, DType::kFloat32, nullptr, nullptr};
+  op.fn = [this, lr, stored] {
+    if (fatal_) std::rethrow_exception(fatal_);
+    Reply r = parse_reply(control_->request("SETLR lr=" + format_float32(lr), control_timeout(0)));
+    if (!r.ok) throw_reply("SETLR", describe_job(), r);
+    std::string v = r.get("lr");
+    if (!v.empty()) *stored = std::strtof(v.c_str(), nullptr);
+  };
+  enqueue(std::move(op)).wait();
+  return *stored;
+}
+
+std::vector<uint8_t> Group::state_get() {
+  require_optimizer("state_get");
+  if (!control_) throw Error("gradswitch: state_get needs a control connection");
+  auto out = std::make_shared<std::vector<uint8_t>>();
+  Op op{nullptr, 0, DType::kFloat32, nullptr, nullptr};
+  op.fn = [this, out] {
+    // Allowed after a failed allreduce or an abort (e.g. to save what the switch holds).
+    Reply r = parse_reply(control_->request_read_payload("STATE_GET", "bytes", out.get(),
+                                                         control_timeout(join_.state_bytes)));
+    if (!r.ok) throw_reply("STATE_GET", describe_job(), r);
+    if (out->size() != join_.state_bytes)
+      throw Error("gradswitch: STATE_GET of " + describe_job() + " returned " + std::to_string(out->size()) +
+                  " bytes, expected state_bytes=" + std::to_string(join_.state_bytes));
+  };
+  enqueue(std::move(op)).wait();
+  return std::move(*out);
+}
+
+void Group::state_set(const uint8_t* data, size_t n) {
+  require_optimizer("state_set");
+  if (opt_.rank != 0)
+    throw InvalidArgument("gradswitch: state_set is for rank 0 only (this is rank " + std::to_string(opt_.rank) + ")");
+  if (n != join_.state_bytes)
+    throw InvalidArgument("gradswitch: state_set got a blob of " + std::to_string(n) + " bytes, but " +
+                          describe_job() + " has state_bytes=" + std::to_string(join_.state_bytes) +
+                          " (a checkpoint of a job with the same optimizer, params and --mtu is needed)");
+  if (n < 8 || std::memcmp(data, "GSOPTST1", 8) != 0)
+    throw InvalidArgument("gradswitch: state_set: not a gradswitch optimizer checkpoint (magic GSOPTST1 missing)");
+  if (!control_) throw Error("gradswitch: state_set needs a control connection");
+  Op op{nullptr, 0, DType::kFloat32, nullptr, nullptr};
+  op.fn = [this, data, n] {
+    if (fatal_) std::rethrow_exception(fatal_);
+    Reply r = parse_reply(
+        control_->request_with_payload("STATE_SET bytes=" + std::to_string(n), data, n, control_timeout(n)));
+    if (!r.ok) throw_reply("STATE_SET", describe_job(), r);
+  };
+  enqueue(std::move(op)).wait();
 }
 
 void Group::thread_main() {
@@ -194,7 +332,8 @@ void Group::thread_main() {
     }
     std::exception_ptr err;
     try {
-      run_allreduce(op.data, op.count, op.dtype);
+      if (op.fn) op.fn();
+      else run_allreduce(op.data, op.count, op.dtype);
     } catch (...) {
       err = std::current_exception();
     }
@@ -294,6 +433,11 @@ void Group::run_allreduce(void* data, size_t count, DType dtype) {
     throw InvalidArgument("gradswitch: " + describe_job() +
                           " uses wire int32, which carries only int32 tensors; connect with wire='float32', "
                           "'fixed32', 'float16' or 'bfloat16' to reduce float32 tensors");
+  if (!join_.optimizer.empty() && (dtype != DType::kFloat32 || count != join_.params))
+    throw InvalidArgument("gradswitch: " + describe_job() + " is an optimizer job (" + join_.optimizer +
+                          "): an allreduce takes the float32 gradient of exactly params=" +
+                          std::to_string(join_.params) + " elements, got " + std::to_string(count) +
+                          (dtype == DType::kInt32 ? " int32" : " float32") + " elements");
   if (count == 0) return;  // nothing to do; consumes no sequence number (every rank does the same)
   if (count > 0xFFFFFFFFull)
     throw InvalidArgument("gradswitch: an allreduce holds at most 2^32-1 elements (offsets are 32-bit), got " +

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "worker/control.h"
@@ -46,6 +47,15 @@ struct Options {
   std::string bind_ip = "0.0.0.0";  // local UDP address
   bool gso = true;                  // UDP_SEGMENT for runs of DATA packets (env GRADSWITCH_GSO=1|0 overrides)
   bool gro = true;                  // UDP_GRO for result trains (env GRADSWITCH_GRO=1|0 overrides)
+
+  // Optimization in the switch (docs/optimizer.md, docs/protocol.md section 1.3). `optimizer` is
+  // the algorithm (sgd, adagrad, adam, adamw, smorms3; "" = a plain allreduce job), `params` the
+  // number of fp32 parameters (= the length of every allreduce), `optimizer_keys` the other JOIN
+  // keys in order, values already formatted (floats: format_float32), e.g. {{"lr", "0.001"}}. The
+  // switch validates them; every rank must give the same. Needs wire float32.
+  std::string optimizer;
+  uint64_t params = 0;
+  std::vector<std::pair<std::string, std::string>> optimizer_keys;
 };
 
 struct Stats {
@@ -100,6 +110,24 @@ class Group {
   Handle allreduce_async(void* data, size_t count, DType dtype);
   void allreduce(void* data, size_t count, DType dtype) { allreduce_async(data, count, dtype).wait(); }
 
+  // ---- Optimizer jobs (Options::optimizer). Each call is queued on the background thread behind
+  // the operations queued before it, so it runs between two allreduces, as the protocol requires.
+  // With an optimizer, allreduce takes the gradient (float32, exactly `params` elements) and writes
+  // the updated parameters into the same array.
+  //
+  // Rank 0 only, before the first allreduce: the initial parameters (n must equal `params`).
+  // Without it the switch's parameters start as zeros (or come from state_set).
+  Handle upload_params_async(const float* data, size_t n);  // `data` stays valid until the handle completes
+  void upload_params(const float* data, size_t n) { upload_params_async(data, n).wait(); }
+  // The learning rate of the following steps (any rank; normally rank 0). Returns the value stored
+  // at the switch (the float32 nearest `lr`).
+  float set_lr(float lr);
+  // The checkpoint blob (parameters, optimizer state, step counters, lr; layout in docs/protocol.md
+  // section 1.3). Any rank; also allowed after the job failed or was aborted.
+  std::vector<uint8_t> state_get();
+  // Restores a blob from state_get of a job with the same algorithm, params and chunking. Rank 0 only.
+  void state_set(const uint8_t* data, size_t n);
+
   // Finishes queued operations, leaves the job (LEAVE) and stops the thread. Idempotent.
   // With abort = true: the running and queued operations fail at once ("cancelled") and the
   // control connection is closed without LEAVE, so the switch aborts the job and the other
@@ -119,9 +147,13 @@ class Group {
     size_t count;
     DType dtype;
     std::shared_ptr<Handle::State> state;
+    std::function<void()> fn;  // a control-plane operation instead of an allreduce
   };
   struct Run;  // per-allreduce streaming state (group.cpp)
 
+  Handle enqueue(Op op);
+  void require_optimizer(const char* what) const;
+  double control_timeout(size_t bytes) const;
   void thread_main();
   void run_allreduce(void* data, size_t count, DType dtype);
   [[noreturn]] void fail_timeout(Run& run);

@@ -2,14 +2,22 @@
 against an independent numpy implementation of paper 004's algorithms (and torch.optim where it
 has the algorithm), exactly-once updates under packet loss, and checkpoint/restore.
 
-The workers here are minimal raw-socket ranks (protocol §4 with one chunk in flight, resending on
-a timer), so that these tests depend only on the daemon and the protocol document.
+The first half drives the daemon with minimal raw-socket ranks (protocol §4 with one chunk in
+flight, resending on a timer), so that those tests depend only on the daemon and the protocol
+document. The second half runs the same checks through the real worker API (gradswitch.connect with
+optimizer=, Group.set_lr / state_get / state_set) and gradswitch.torch.SwitchOptimizer.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import select
 import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -419,3 +427,360 @@ def test_checkpoint_then_restore_continues_bit_for_bit(daemon):
         p = b.step(quadratic_grads(p, targets, scale))
         assert p.tobytes() == cont[k].tobytes(), f"step {k + 1} after the restore differs"
     b.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker API: gradswitch.connect(optimizer=..., params=...) and Group's optimizer calls.
+
+
+def keys_to_dict(keys: str) -> dict:
+    """The JOIN keys of CASES as connect()'s optimizer= dict (floats as Python floats)."""
+    out = {}
+    for kv in keys.split():
+        k, v = kv.split("=")
+        if k == "optimizer":
+            out["algo"] = v
+        elif k in ("nesterov", "average"):
+            out[k] = v == "1"
+        elif k == "eps_mode":
+            out[k] = v
+        else:
+            out[k] = float(v)
+    return out
+
+
+def run_group(sw, name, optimizer, p0, targets, scale, steps=STEPS, setlr=None, drop_rate=0.0, ckpt_at=None):
+    """Two ranks (threads) of an optimizer job through gradswitch.connect; returns rank 0's
+    trajectory (checked equal to rank 1's), the final blob, and rank 0's stats.
+    ckpt_at: a step after which rank 1 takes a checkpoint (returned in extra["ckpt"])."""
+    import gradswitch
+
+    trajs, errors, extra = [[], []], [], {}
+
+    def rank(r):
+        try:
+            with gradswitch.connect(
+                sw.address,
+                name,
+                r,
+                2,
+                optimizer=optimizer,
+                params=p0 if r == 0 else len(p0),
+                drop_rate=drop_rate,
+                seed=11,
+                timeout=20,
+            ) as g:
+                p = p0.copy()
+                for k in range(steps):
+                    if r == 0 and setlr and k in setlr:
+                        assert g.set_lr(setlr[k]) == float(np.float32(setlr[k]))
+                    x = (scale * (p - targets[r])).astype(f32)
+                    g.allreduce(x)
+                    p = x
+                    trajs[r].append(p.copy())
+                    if r == 1 and ckpt_at == k + 1:
+                        extra["ckpt"] = g.state_get()
+                if r == 0:
+                    extra["blob"] = g.state_get()
+                    extra["stats"] = g.stats()
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    ts = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    if errors:
+        raise errors[0]
+    for a, b in zip(*trajs, strict=True):
+        assert a.tobytes() == b.tobytes(), "the ranks received different parameters"
+    return trajs[0], extra
+
+
+def check_against_references(case, got, p0, targets, scale, setlr):
+    algo, _, ref_kwargs, torch_make, _ = CASES[case]
+    want = run_reference(algo, ref_kwargs, p0, targets, scale, setlr=setlr)
+    assert len(got) == len(want) >= 100
+    tol = dict(rtol=0.05, atol=0.05) if algo == "smorms3" else dict(rtol=2e-5, atol=2e-5)  # see above
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_allclose(a, b, **tol, err_msg=f"{case}: step {k + 1} vs numpy")
+    if torch_make is not None:
+        torch = pytest.importorskip("torch")
+        for k, (a, b) in enumerate(zip(got, run_torch(torch_make(torch), p0, targets, scale), strict=True)):
+            np.testing.assert_allclose(
+                a, b, rtol=2e-5, atol=2e-5, err_msg=f"{case}: step {k + 1} vs torch.optim"
+            )
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_group_api_matches_reference_over_100_steps(switch_factory, case):
+    _, keys, _, _, setlr = CASES[case]
+    p0, targets, scale = problem()
+    got, _ = run_group(switch_factory(slots=8), case, keys_to_dict(keys), p0, targets, scale, setlr=setlr)
+    check_against_references(case, got, p0, targets, scale, setlr)
+
+
+def test_group_api_is_the_raw_protocol(switch_factory, daemon):
+    """The worker library and the raw-socket ranks of the protocol give the same bits."""
+    _, keys, _, _, setlr = CASES["adam_paper"]
+    p0, targets, scale = problem(3)
+    via_group, _ = run_group(switch_factory(slots=8), "g", keys_to_dict(keys), p0, targets, scale, 60, setlr)
+    raw = run_switch(daemon, "raw", keys, p0, targets, scale, 60, setlr)
+    for k, (a, b) in enumerate(zip(via_group, raw, strict=True)):
+        assert a.tobytes() == b.tobytes(), f"step {k + 1}"
+
+
+@pytest.mark.parametrize("case", ["adam_torch", "sgd_momentum_wd", "adagrad_torch"])
+def test_group_api_loss_never_applies_an_update_twice(switch_factory, case):
+    _, keys, _, _, _ = CASES[case]
+    p0, targets, scale = problem(4)
+    opt = keys_to_dict(keys)
+    want, _ = run_group(switch_factory(slots=8), "clean", opt, p0, targets, scale, steps=40)
+    lossy = switch_factory(slots=8, drop_rate=0.05, seed=5)
+    got, extra = run_group(lossy, "lossy", opt, p0, targets, scale, steps=40, drop_rate=0.05)
+    for k in range(40):
+        assert got[k].tobytes() == want[k].tobytes(), f"step {k + 1} differs from the loss-free run"
+    import gradswitch
+
+    st = gradswitch.decode_state(extra["blob"])
+    assert list(st["steps"]) == [40, 40, 40]  # one update per chunk and step, whatever was resent
+    assert extra["stats"]["retransmissions"] > 0 and extra["stats"]["injected_drops"] > 0
+    assert lossy.stats()["udp.injected_drops"] > 0
+
+
+def test_group_api_checkpoint_then_restore_continues_bit_for_bit(switch_factory):
+    import gradswitch
+
+    _, keys, _, _, _ = CASES["adamw_torch"]
+    opt = keys_to_dict(keys)
+    p0, targets, scale = problem(5)
+    sw = switch_factory(slots=8)
+    traj, extra = run_group(sw, "a", opt, p0, targets, scale, steps=60, ckpt_at=30, setlr={20: 0.004})
+    blob = extra["ckpt"]
+    st = gradswitch.decode_state(blob)
+    assert st["algo"] == "adamw" and list(st["steps"]) == [30, 30, 30]
+    assert st["lr"] == float(np.float32(0.004))
+    assert st["params"].tobytes() == traj[29].tobytes()
+    # A new job: rank 0 restores instead of uploading parameters; the lr comes with the checkpoint.
+    p_ckpt, out, errors = traj[29].copy(), [[], []], []
+
+    def rank(r):
+        try:
+            with gradswitch.connect(sw.address, "b", r, 2, optimizer=opt, params=len(p0)) as g:
+                assert g.state_bytes == len(blob)
+                if r == 0:
+                    g.state_set(blob)
+                p = p_ckpt.copy()
+                for _ in range(30):
+                    x = (scale * (p - targets[r])).astype(f32)
+                    g.allreduce(x)
+                    p = x
+                    out[r].append(p.copy())
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errors, errors
+    for k in range(30):
+        assert out[0][k].tobytes() == traj[30 + k].tobytes(), f"step {k + 1} after the restore differs"
+        assert out[1][k].tobytes() == traj[30 + k].tobytes()
+
+
+def test_connect_optimizer_errors(switch):
+    import gradswitch
+
+    p = np.zeros(10, f32)
+    bad = [
+        (dict(lr=0.1), ValueError, "algo"),
+        (dict(algo="rmsprop", lr=0.1), ValueError, "algo"),
+        (dict(algo="adam"), ValueError, "needs 'lr'"),
+        (dict(algo="adam", lr=0.1, momentum=0.9), ValueError, "momentum"),
+        (dict(algo="sgd", lr=0.1, nesterov=True), ValueError, "nesterov"),
+        (dict(algo="adam", lr=float("nan")), ValueError, "finite"),
+        (dict(algo="adam", lr=1e39), ValueError, "float32"),
+        (dict(algo="adam", lr=-1.0), ValueError, ">= 0"),
+        (dict(algo="adam", lr=0.1, betas=(0.9, 1.0)), ValueError, "beta2"),
+        (dict(algo="adam", lr=0.1, eps_mode="numpy"), ValueError, "eps_mode"),
+        (dict(algo="adam", lr="0.1"), TypeError, "number"),
+        ("adam", TypeError, "dict"),
+    ]
+    for optimizer, exc, text in bad:
+        with pytest.raises(exc, match=text):
+            gradswitch.connect(switch.address, "e", 0, 1, optimizer=optimizer, params=p)
+    with pytest.raises(ValueError, match="float32"):
+        gradswitch.connect(
+            switch.address, "e", 0, 1, wire="fixed32", optimizer=dict(algo="sgd", lr=0.1), params=p
+        )
+    with pytest.raises(ValueError, match="needs params"):
+        gradswitch.connect(switch.address, "e", 0, 1, optimizer=dict(algo="sgd", lr=0.1))
+    with pytest.raises(ValueError, match="needs optimizer"):
+        gradswitch.connect(switch.address, "e", 0, 1, params=p)
+    with gradswitch.connect(switch.address, "e", 0, 1, optimizer=dict(algo="sgd", lr=0.5), params=p) as g:
+        assert (g.optimizer, g.params) == ("sgd", 10)
+        with pytest.raises(ValueError, match="params=10"):
+            g.allreduce(np.ones(11, f32))
+        x = np.ones(10, f32)
+        g.allreduce(x)
+        np.testing.assert_array_equal(x, np.full(10, -0.5, f32))
+        with pytest.raises(ValueError, match="before the first allreduce"):
+            g.upload_params(p)
+        with pytest.raises(ValueError, match="state_bytes"):
+            g.state_set(b"GSOPTST1")
+        with pytest.raises(ValueError, match="finite"):
+            g.set_lr(float("inf"))
+    with gradswitch.connect(switch.address, "plain", 0, 1) as g:
+        assert g.optimizer is None
+        with pytest.raises(ValueError, match="optimizer job"):
+            g.set_lr(0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# gradswitch.torch.SwitchOptimizer
+
+
+def _two_ranks(fn):
+    out, errors = [None, None], []
+
+    def run(r):
+        try:
+            out[r] = fn(r)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, errors
+    return out
+
+
+def test_switch_optimizer_is_torch_optim_with_scheduler_and_checkpoint(switch):
+    torch = pytest.importorskip("torch")
+    import gradswitch.torch as gt
+
+    xs = torch.randn(8, 5, generator=torch.Generator().manual_seed(0))
+    ys = torch.randn(8, 3, generator=torch.Generator().manual_seed(1))
+
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
+
+    def loss(m, x, y):
+        return torch.nn.functional.mse_loss(m(x), y)
+
+    # torch.optim.AdamW on the whole batch, with a StepLR schedule.
+    ref = net()
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.02, weight_decay=0.01)
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, 10, 0.5)
+    for _ in range(40):
+        ref_opt.zero_grad()
+        loss(ref, xs, ys).backward()
+        ref_opt.step()
+        ref_sched.step()
+
+    models = [net(), net()]  # here, not in the threads: torch's global RNG is shared between threads
+
+    def rank(r):
+        m = models[r]
+        opt = gt.SwitchOptimizer(
+            m.parameters(),
+            algo="adamw",
+            lr=0.02,
+            weight_decay=0.01,
+            switch=switch.address,
+            job="t",
+            rank=r,
+            world_size=2,
+        )
+        assert isinstance(opt, torch.optim.Optimizer)
+        sched = torch.optim.lr_scheduler.StepLR(opt, 10, 0.5)
+        half = slice(4 * r, 4 * r + 4)
+        for k in range(40):
+            opt.zero_grad()
+            loss(m, xs[half], ys[half]).backward()
+            opt.step()
+            sched.step()
+            if k == 19:
+                buf = io.BytesIO()
+                torch.save(opt.state_dict(), buf)
+                ckpt, params_at_20 = buf.getvalue(), [p.detach().clone() for p in m.parameters()]
+        final = [p.detach().clone() for p in m.parameters()]
+        # Restore step 20 and redo 20 steps: bit for bit the same.
+        opt.load_state_dict(torch.load(io.BytesIO(ckpt), weights_only=False))
+        assert all(torch.equal(a, b) for a, b in zip(m.parameters(), params_at_20, strict=True))
+        sched = torch.optim.lr_scheduler.StepLR(opt, 10, 0.5, last_epoch=-1)
+        for g in opt.param_groups:
+            g["lr"] = 0.02 * 0.5**2  # the schedule's value after 20 steps
+        for k in range(20, 40):
+            opt.zero_grad()
+            loss(m, xs[half], ys[half]).backward()
+            opt.step()
+            if (k + 1) % 10 == 0:
+                for g in opt.param_groups:
+                    g["lr"] *= 0.5
+        again = [p.detach().clone() for p in m.parameters()]
+        opt.close()
+        return final, again
+
+    (f0, a0), (f1, a1) = _two_ranks(rank)
+    for a, b, c, d, want in zip(f0, f1, a0, a1, ref.parameters(), strict=True):
+        assert torch.equal(a, b) and torch.equal(c, d)
+        assert torch.equal(a, c), "restoring the checkpoint did not continue bit for bit"
+        torch.testing.assert_close(a, want.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_switch_optimizer_errors(switch):
+    torch = pytest.importorskip("torch")
+    import gradswitch.torch as gt
+
+    m = torch.nn.Linear(3, 2)
+    with pytest.raises(ValueError, match="momentum"):
+        gt.SwitchOptimizer(m.parameters(), algo="adam", momentum=0.9, switch=switch.address)
+    with pytest.raises(ValueError, match="algo"):
+        gt.SwitchOptimizer(m.parameters(), algo="lion", switch=switch.address)
+    with pytest.raises(TypeError, match="float32"):
+        gt.SwitchOptimizer(torch.nn.Linear(3, 2).double().parameters(), switch=switch.address)
+    with pytest.raises(ValueError, match="same hyperparameters"):
+        gt.SwitchOptimizer(
+            [{"params": [m.weight]}, {"params": [m.bias], "lr": 0.1}], lr=0.01, switch=switch.address
+        )
+    opt = gt.SwitchOptimizer(m.parameters(), algo="sgd", lr=0.1, momentum=0.9, switch=switch.address, job="e")
+    opt.param_groups[0]["momentum"] = 0.5
+    with pytest.raises(ValueError, match="cannot change momentum"):
+        opt.step()
+    opt.close()
+
+
+def test_switch_optimizer_trains_digits_like_torch_adam(switch):
+    """Two worker processes train an MLP on sklearn's digits with SwitchOptimizer(adam); the same run
+    with torch.optim.Adam (one process, whole batches) reaches the same test accuracy within 1 point."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    script = str(Path(__file__).with_name("_switch_optimizer_mlp.py"))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, "switch", switch.address, "digits", str(r), "2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    ref = subprocess.run([sys.executable, script, "reference"], capture_output=True, text=True, timeout=120)
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1])["accuracy"])
+    assert ref.returncode == 0, ref.stderr
+    want = json.loads(ref.stdout.strip().splitlines()[-1])["accuracy"]
+    assert results[0] == results[1]
+    assert want > 90
+    assert abs(results[0] - want) <= 1.0, (results, want)

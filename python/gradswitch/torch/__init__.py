@@ -7,7 +7,8 @@
 - GradswitchState + allreduce_hook / fixed32_hook / float16_hook / bfloat16_hook: DDP comm hooks for
   users who keep gloo or nccl as their process group;
 - ChunkedOverlap: uniform-chunk overlap of backward and communication (paper 001's PCCO);
-- DistributedOptimizer, broadcast_parameters, broadcast_optimizer_state: Horovod-style API.
+- DistributedOptimizer, broadcast_parameters, broadcast_optimizer_state: Horovod-style API;
+- SwitchOptimizer: a torch.optim.Optimizer whose update runs in the switch (docs/optimizer.md).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .hooks import (
 )
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 from .overlap import ChunkedOverlap
+from .switch_optimizer import SwitchOptimizer
 
 register()
 
@@ -57,6 +59,7 @@ __all__ = [
     "GradswitchState",
     "Options",
     "ProcessGroupGradswitch",
+    "SwitchOptimizer",
     "allreduce_hook",
     "bfloat16_hook",
     "broadcast_optimizer_state",
