@@ -403,6 +403,7 @@ struct Group::Run {
     uint32_t len = 0;
     uint32_t tries = 0;
     int64_t sent_ns = 0, deadline_ns = 0, rto_ns = 0;
+    int64_t last_tx_ns = 0;  // latest (re)transmission, for loss detection
     uint8_t* pkt = nullptr;
   };
   uint8_t* base = nullptr;
@@ -418,6 +419,9 @@ struct Group::Run {
   std::vector<OutPacket> out;
   unsigned outstanding = 0;
   int64_t last_progress_ns = 0;
+  // Send time of the most recently sent round whose result has arrived (RACK, RFC 8985): a busy
+  // slot transmitted before it is probably lost, since results come back in about send order.
+  int64_t newest_delivered_tx_ns = 0;
 };
 
 void Group::run_allreduce(void* data, size_t count, DType dtype) {
@@ -515,6 +519,7 @@ void Group::run_allreduce(void* data, size_t count, DType dtype) {
     st.busy = true;
     st.tries = 0;
     st.sent_ns = now;
+    st.last_tx_ns = now;
     st.rto_ns = initial_rto();
     st.deadline_ns = now + st.rto_ns;
     if (opt_.drop_rate > 0 &&
@@ -663,6 +668,7 @@ void Group::run_allreduce(void* data, size_t count, DType dtype) {
           }
         }
         run.last_progress_ns = now;
+        run.newest_delivered_tx_ns = std::max(run.newest_delivered_tx_ns, st.last_tx_ns);
         st.busy = false;
         const uint8_t* payload = p + GS_HEADER_BYTES;
         size_t next_chunk;
@@ -705,24 +711,47 @@ void Group::run_allreduce(void* data, size_t count, DType dtype) {
         continue;
       }
       last_timer_check = now;
-      // Timers: retransmit what is due; find the next deadline.
+      // Loss detection. A round is resent when a round sent after it has completed (it was
+      // overtaken: probably lost), or, when its timer expires with nothing sent after it having
+      // completed, only if it is the oldest such round: a single probe. Without that rule a rank
+      // that is merely slow (descheduled on a busy host) makes every other rank resend its whole
+      // window at each backoff step; with it they send one probe per step, and real losses are
+      // still repaired within about one round-trip once results flow again.
+      const int64_t reorder_ns = std::max<int64_t>(static_cast<int64_t>(srtt_ns_ / 4), 500'000);
       int64_t next_deadline = run.last_progress_ns + timeout_ns;
+      int probe = -1;
+      auto resend = [&](unsigned s) {
+        Run::Slot& st = run.slots[s];
+        st.pkt[16] |= GS_FLAG_RETX;
+        st.tries++;
+        st.last_tx_ns = now;
+        st.rto_ns = std::min(st.rto_ns * 2, rto_max);
+        st.deadline_ns = now + st.rto_ns;
+        bump(stats_.retransmissions);
+        if (opt_.drop_rate > 0 && static_cast<double>(splitmix64(rng_state_) >> 11) * 0x1p-53 < opt_.drop_rate) {
+          bump(stats_.injected_drops);
+        } else {
+          run.out.push_back(OutPacket{st.pkt, st.len, static_cast<uint16_t>(join_.data_port + s % join_.threads)});
+        }
+      };
       for (unsigned s = 0; s < run.W; ++s) {
         Run::Slot& st = run.slots[s];
         if (!st.busy) continue;
-        if (st.deadline_ns <= now) {
-          st.pkt[16] |= GS_FLAG_RETX;
-          st.tries++;
+        const bool overtaken = st.last_tx_ns + reorder_ns < run.newest_delivered_tx_ns &&
+                               now - st.last_tx_ns >= static_cast<int64_t>(srtt_ns_) + reorder_ns;
+        if (overtaken || (st.deadline_ns <= now && st.last_tx_ns < run.newest_delivered_tx_ns)) {
+          resend(s);
+        } else if (st.deadline_ns <= now) {
+          if (probe < 0 || st.last_tx_ns < run.slots[probe].last_tx_ns) probe = static_cast<int>(s);
+        }
+      }
+      if (probe >= 0) resend(static_cast<unsigned>(probe));
+      for (unsigned s = 0; s < run.W; ++s) {
+        Run::Slot& st = run.slots[s];
+        if (!st.busy) continue;
+        if (st.deadline_ns <= now) {  // due but not the probe: back off without sending
           st.rto_ns = std::min(st.rto_ns * 2, rto_max);
           st.deadline_ns = now + st.rto_ns;
-          bump(stats_.retransmissions);
-          if (opt_.drop_rate > 0 &&
-              static_cast<double>(splitmix64(rng_state_) >> 11) * 0x1p-53 < opt_.drop_rate) {
-            bump(stats_.injected_drops);
-          } else {
-            run.out.push_back(
-                OutPacket{st.pkt, st.len, static_cast<uint16_t>(join_.data_port + s % join_.threads)});
-          }
         }
         next_deadline = std::min(next_deadline, st.deadline_ns);
       }
