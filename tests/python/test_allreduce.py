@@ -17,23 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _daemon import daemon_binary
 
 import gradswitch
-from gradswitch._paths import switch_binary
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_TIMEOUT = 10.0  # an allreduce without progress for this long fails
 
 
-def daemon_binary() -> str:
-    """$GRADSWITCHD, the package's bin/gradswitchd, else the build-switchd build."""
-    try:
-        return switch_binary()
-    except FileNotFoundError:
-        path = REPO / "build-switchd" / "src" / "switch" / "gradswitchd"
-        if path.exists():
-            return str(path)
-        pytest.skip("gradswitchd not found: set GRADSWITCHD or build build-switchd")
 
 
 @pytest.fixture

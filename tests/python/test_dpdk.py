@@ -248,14 +248,13 @@ def _run(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
 
 
 def find_switch_binary() -> Path | None:
-    cands = [os.environ.get("GRADSWITCHD", "")]
-    for d in ("build-dpdk", "build", "build-release", "build-ci"):
-        cands.append(str(REPO / d / "src/switch/gradswitchd"))
-    for c in cands:
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return Path(c)
-    w = shutil.which("gradswitchd")
-    return Path(w) if w else None
+    """$GRADSWITCHD, else the installed package's daemon."""
+    from gradswitch._paths import switch_binary
+
+    try:
+        return Path(switch_binary())
+    except FileNotFoundError:
+        return None
 
 
 def dpdk_unavailable_reason() -> str | None:
@@ -265,7 +264,7 @@ def dpdk_unavailable_reason() -> str | None:
         return "iproute2 `ip` not found"
     b = find_switch_binary()
     if b is None:
-        return "gradswitchd not built (cmake -S . -B build-dpdk -G Ninja && ninja -C build-dpdk)"
+        return "gradswitchd not found: install the package (pip install .) or set GRADSWITCHD"
     h = _run(str(b), "--backend", "dpdk", "--help", check=False)
     if "built without DPDK" in h.stdout + h.stderr or "--agg-ip" not in h.stdout:
         return f"{b} was built without DPDK (install libdpdk-dev pkg-config and rebuild)"

@@ -6,7 +6,6 @@ deadline; waiting is never itself the assertion.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import socket
@@ -16,16 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+from _daemon import daemon_binary
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def daemon_path() -> Path:
-    """The gradswitchd under test: $GRADSWITCHD, else the build-switchd build."""
-    path = Path(os.environ.get("GRADSWITCHD", REPO / "build-switchd" / "src" / "switch" / "gradswitchd"))
-    if not path.exists():
-        pytest.skip(f"gradswitchd not built ({path}); set GRADSWITCHD or build build-switchd")
-    return path
+    """The gradswitchd under test (tests/python/_daemon.py)."""
+    return Path(daemon_binary())
 
 
 HEADER = struct.Struct(">HBBIIHHBBHIIbbH")

@@ -20,12 +20,12 @@ import traceback
 from pathlib import Path
 
 import pytest
+from _daemon import daemon_binary
 
 torch = pytest.importorskip("torch", reason="PyTorch is not importable: the gradswitch.torch tests need it")
 dist = pytest.importorskip("torch.distributed", reason="this PyTorch has no torch.distributed")
 
 import gradswitch  # noqa: E402
-from gradswitch._paths import switch_binary  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_ddp.py"
@@ -33,13 +33,7 @@ WORLD = 2
 
 
 def _binary() -> str:
-    try:
-        return switch_binary()
-    except FileNotFoundError:
-        path = REPO / "build-switchd" / "src" / "switch" / "gradswitchd"
-        if path.exists():
-            return str(path)
-        pytest.skip("gradswitchd not found: set GRADSWITCHD or install the package")
+    return daemon_binary()
 
 
 @pytest.fixture

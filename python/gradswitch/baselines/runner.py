@@ -177,6 +177,10 @@ def mpirun_command(tb: Testbed, hosts: list[str], prog: list[str], agent: str) -
         "--mca",
         "plm_rsh_no_tree_spawn",
         "1",
+        # All "nodes" share this machine's cores: yield instead of busy-polling when idle.
+        "--mca",
+        "mpi_yield_when_idle",
+        "1",
         "--mca",
         "pml",
         "ob1",
