@@ -1,0 +1,163 @@
+"""Measurement helpers of the benchmark suite (bench/suite.py): machine CPU, per-namespace CPU of the
+processes under test, kernel counters of each testbed namespace (TCP retransmissions, UDP buffer
+errors) and tc drops at the switch ports."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+_CLK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine from /proc/stat."""
+    with open("/proc/stat") as f:
+        vals = [int(x) for x in f.readline().split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    total = sum(vals[:8])
+    return total - idle, total
+
+
+def busy_fraction(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """Share of the machine's CPU time (all cores) that was busy between two machine_cpu() samples."""
+    dt = b[1] - a[1]
+    return (b[0] - a[0]) / dt if dt > 0 else float("nan")
+
+
+def loadavg() -> float:
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def _pid_cpu(pid: str) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class NsCpuSampler:
+    """CPU seconds (utime+stime) of every process in the testbed's namespaces, per host, sampled every
+    `interval` s from /proc while it runs (a process's last sample counts once it has exited)."""
+
+    def __init__(self, tb, interval: float = 0.1):
+        self.tb = tb
+        self.interval = interval
+        self.inodes: dict[int, str] = {}
+        for h in tb.hosts:
+            try:
+                self.inodes[os.stat(f"/run/netns/{tb.netns(h)}").st_ino] = h
+            except OSError:
+                pass
+        self.last: dict[int, tuple[str, float]] = {}  # pid -> (host, cpu seconds)
+        self._stop = threading.Event()
+        self._th: threading.Thread | None = None
+
+    def sample(self) -> None:
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                ino = os.stat(f"/proc/{d}/ns/net").st_ino
+            except OSError:
+                continue
+            h = self.inodes.get(ino)
+            if h is None:
+                continue
+            c = _pid_cpu(d)
+            if c is not None:
+                self.last[int(d)] = (h, c)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self):
+        self.sample()
+        self.baseline = dict(self.last)  # processes that existed before the run (e.g. idle shells)
+        self._th = threading.Thread(target=self._loop, daemon=True)
+        self._th.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._th:
+            self._th.join()
+        self.sample()
+
+    def per_host(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, (h, c) in self.last.items():
+            c0 = self.baseline.get(pid, (h, 0.0))[1]
+            out[h] = out.get(h, 0.0) + (c - c0)
+        return out
+
+
+def snmp(tb, host: str) -> dict[str, int]:
+    """/proc/net/snmp of a testbed namespace, as {'Tcp.RetransSegs': n, 'Udp.RcvbufErrors': n, ...}."""
+    r = tb.exec(host, ["cat", "/proc/net/snmp"], check=False)
+    lines = r.stdout.splitlines()
+    d: dict[str, int] = {}
+    for a, b in zip(lines[::2], lines[1::2], strict=False):
+        k = a.split(":")[0]
+        for x, y in zip(a.split()[1:], b.split()[1:], strict=False):
+            try:
+                d[f"{k}.{x}"] = int(y)
+            except ValueError:
+                pass
+    return d
+
+
+_TC_RE = re.compile(
+    r"qdisc \S+ \S+ dev (\S+) .*?\n\s*Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)", re.S
+)
+
+
+def tc_drops(tb, host: str = "switch") -> dict[str, int]:
+    """Packets dropped by each qdisc of a namespace (tbf queue overflow)."""
+    r = tb.exec(host, ["tc", "-s", "qdisc", "show"], check=False)
+    return {m.group(1): int(m.group(4)) for m in _TC_RE.finditer(r.stdout)}
+
+
+def nft_loss_drops(tb) -> int:
+    """Packets the testbed's random-loss rules dropped (nftables counters in the switch namespace)."""
+    r = tb.exec("switch", ["nft", "list", "table", "netdev", "gs_loss"], check=False)
+    return sum(int(x) for x in re.findall(r"counter packets (\d+)", r.stdout)) if r.returncode == 0 else 0
+
+
+class Counters:
+    """Kernel counters of the testbed before/after a run: TCP retransmitted segments and UDP receive
+    buffer errors summed over the endpoint namespaces (and the switch), tbf drops at the switch ports
+    and on the hosts' egress."""
+
+    KEYS = ("Tcp.RetransSegs", "Tcp.OutSegs", "Udp.RcvbufErrors", "Udp.SndbufErrors", "Udp.InDatagrams")
+
+    def __init__(self, tb, hosts: list[str]):
+        self.tb = tb
+        self.hosts = hosts
+
+    def read(self) -> dict[str, int]:
+        tot = {k: 0 for k in self.KEYS}
+        for h in self.hosts + ["switch"]:
+            s = snmp(self.tb, h)
+            for k in self.KEYS:
+                tot[k] += s.get(k, 0)
+        tot["tbf_drops_switch"] = sum(tc_drops(self.tb, "switch").values())
+        tot["tbf_drops_hosts"] = sum(sum(tc_drops(self.tb, h).values()) for h in self.hosts)
+        tot["loss_drops"] = nft_loss_drops(self.tb) if self.tb.link.loss > 0 else 0
+        return tot
+
+    @staticmethod
+    def delta(a: dict, b: dict) -> dict[str, int]:
+        return {k: b.get(k, 0) - a.get(k, 0) for k in b}
+
+
+def wait_quiet(max_wait: float = 0.0) -> None:
+    """Give the machine a moment between runs (exited processes, TIME_WAIT sockets)."""
+    if max_wait > 0:
+        time.sleep(max_wait)

@@ -1,0 +1,400 @@
+"""gradswitch itself as a system of the side-by-side comparison: `gradswitchd` in the testbed's switch
+namespace, one worker process per worker namespace using the Python API (`gradswitch.connect`).
+
+Same rules as the baselines: gradients from `common.grad` (small integers in float32, so any summation
+order is exact), every rank checks every sum with `common.check`, a barrier before each timed call (a
+1-element allreduce through the switch, as gloo's and MPI's barriers are small collectives), and the
+time of iteration i is the slowest rank's. Also reported (Result.extra): the switch's STATS counters over
+the whole run, the workers' counters summed (retransmissions, packets), the workers' process CPU time
+spent inside the timed allreduce calls, and the daemon's CPU time over rank 0's timed window.
+
+    python -m gradswitch.baselines.gradswitch_sys worker --switch 10.66.0.1:7700 --rank r --world N \
+        --nbytes B --iters I [--warmup 1] [--wire float32] [--switch-pid PID]
+    python -m gradswitch.baselines.gradswitch_sys request --switch 10.66.0.1:7700 STATS
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+
+from .common import check, emit, grad
+
+CONTROL_PORT = 17700
+DATA_PORT = 17701
+_CLK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process (all its threads) from /proc/<pid>/stat; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def request(switch: str, line: str, timeout: float = 5.0) -> str:
+    """One control-plane request on a fresh TCP connection; the reply line."""
+    host, port = switch.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(line.encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return buf.decode().strip()
+
+
+def work(
+    switch: str,
+    job: str,
+    rank: int,
+    world: int,
+    nbytes: int,
+    iters: int,
+    warmup: int,
+    wire: str = "float32",
+    timeout: float = 30.0,
+    drop_rate: float = 0.0,
+    switch_pid: int | None = None,
+    barrier: bool = True,
+) -> dict:
+    import gradswitch
+
+    n = nbytes // 4
+    x = np.empty(n, np.float32)
+    tok = np.zeros(1, np.float32)
+    times, cpu, max_err = [], 0.0, 0.0
+    sw_cpu0 = sw_cpu1 = None
+    with gradswitch.connect(
+        switch,
+        job=job,
+        rank=rank,
+        world_size=world,
+        wire=wire,
+        timeout=timeout,
+        drop_rate=drop_rate,
+        seed=rank + 1,
+    ) as g:
+        st0 = None
+        for it in range(iters):
+            np.copyto(x, grad(rank, n, it))
+            if barrier:
+                g.allreduce(tok)
+            if it == warmup:
+                st0 = g.stats()
+                if switch_pid and rank == 0:
+                    sw_cpu0 = proc_cpu_seconds(switch_pid)
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            g.allreduce(x)
+            t1 = time.perf_counter()
+            c1 = time.process_time()
+            if it >= warmup:
+                times.append(t1 - t0)
+                cpu += c1 - c0
+            max_err = max(max_err, check(x, world, it))
+        if switch_pid and rank == 0 and sw_cpu0 is not None:
+            sw_cpu1 = proc_cpu_seconds(switch_pid)
+        st1 = g.stats()
+    timed_stats = {k: v - (st0 or {}).get(k, 0) for k, v in st1.items()} if st0 is not None else {}
+    return {
+        "rank": rank,
+        "times": times,
+        "max_err": max_err,
+        "ok": max_err == 0.0,
+        "cpu_s": cpu,  # this process's CPU inside the timed allreduce calls
+        "stats": st1,  # whole run (warmup + barriers included)
+        "timed_stats": timed_stats,  # from the first timed iteration on (its barrier included)
+        "switch_cpu_s": (sw_cpu1 - sw_cpu0) if sw_cpu1 is not None and sw_cpu0 is not None else None,
+    }
+
+
+def parse_stats(reply: str) -> dict[str, int]:
+    if not reply.startswith("OK"):
+        raise RuntimeError(f"switch STATS failed: {reply}")
+    out = {}
+    for kv in reply.split()[1:]:
+        k, _, v = kv.partition("=")
+        try:
+            out[k] = int(v)
+        except ValueError:
+            pass
+    return out
+
+
+def switch_request(tb, line: str, wait: float = 0.0, port: int = CONTROL_PORT) -> str:
+    """A control-plane request to the daemon, sent from inside the switch namespace."""
+    from .common import python
+
+    addr = f"{tb.address('switch')}:{port}"
+    r = tb.exec(
+        "switch",
+        [
+            python(),
+            "-m",
+            "gradswitch.baselines.gradswitch_sys",
+            "request",
+            "--switch",
+            addr,
+            "--wait",
+            wait,
+            line,
+        ],
+        check=False,
+        timeout=wait + 30,
+    )
+    return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else f"ERR {r.stderr.strip()[-500:]}"
+
+
+class SwitchDaemon:
+    """gradswitchd in the testbed's switch namespace (context manager)."""
+
+    def __init__(
+        self,
+        tb,
+        threads: int = 1,
+        mtu: int | None = None,
+        drop_rate: float = 0.0,
+        slots: int | None = None,
+        extra_args: list[str] | None = None,
+        control_port: int = CONTROL_PORT,
+        data_port: int = DATA_PORT,
+        binary: str | None = None,
+    ):
+        from .._paths import switch_binary
+
+        self.tb = tb
+        self.control_port = control_port
+        self.address = f"{tb.address('switch')}:{control_port}"
+        self.cmd = [
+            binary or switch_binary(),
+            "--control-host",
+            tb.address("switch"),
+            "--control-port",
+            str(control_port),
+            "--data-port",
+            str(data_port),
+            "--threads",
+            str(threads),
+            "--mtu",
+            str(mtu or tb.link.mtu),
+            "--log-level",
+            "warn",
+        ]
+        if drop_rate:
+            self.cmd += ["--drop-rate", str(drop_rate)]
+        if slots:
+            self.cmd += ["--slots", str(slots)]
+        self.cmd += list(extra_args or [])
+        self.proc = None
+        self.log = None
+
+    def start(self, timeout: float = 15.0):
+        import tempfile
+
+        self.log = tempfile.TemporaryFile()
+        self.proc = self.tb.popen("switch", self.cmd, stdout=self.log, stderr=-2)
+        reply = switch_request(self.tb, "PING", wait=timeout, port=self.control_port)
+        if not reply.startswith("OK"):
+            self.stop()
+            raise RuntimeError(f"gradswitchd did not answer PING ({reply}); its log:\n{self.log_text()}")
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stats(self) -> dict[str, int]:
+        return parse_stats(switch_request(self.tb, "STATS", port=self.control_port))
+
+    def log_text(self) -> str:
+        if self.log is None:
+            return ""
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def run_gradswitch(
+    tb,
+    nbytes: int,
+    iters: int,
+    workers: int | None = None,
+    warmup: int = 1,
+    threads: int = 1,
+    mtu: int | None = None,
+    wire: str = "float32",
+    drop_rate: float = 0.0,
+    switch_drop_rate: float = 0.0,
+    slots: int | None = None,
+    op_timeout: float = 30.0,
+    timeout: float = 300,
+    daemon_args: list[str] | None = None,
+    gso: bool | None = None,
+) -> Result:  # noqa: F821 - common.Result, imported inside
+    """Run `iters` timed allreduces (after `warmup`) through gradswitchd on the testbed's switch.
+
+    Result.extra: switch (STATS deltas over the run), workers (worker counters summed over ranks, whole
+    run), timed_workers (summed from the first timed iteration), worker_cpu_s (per rank, inside the
+    timed calls), switch_cpu_s (daemon CPU over rank 0's timed window), threads, mtu, wire.
+
+    gso=False turns UDP segmentation offload off in the daemon (--udp-gso off) and the workers
+    (GRADSWITCH_GSO=0): every datagram is then its own skb, so the testbed's random loss (an nftables
+    rule sees one skb: a whole UDP_SEGMENT burst when GSO is on) drops datagrams one by one."""
+    from .common import combine, fail_text, parse_results, wait_all
+    from .runner import BaselineError, _workers
+
+    n = _workers(tb, workers)
+    total = iters + warmup
+    env = None
+    if gso is not None:
+        daemon_args = list(daemon_args or []) + ["--udp-gso", "on" if gso else "off"]
+        env = {"GRADSWITCH_GSO": "1" if gso else "0"}
+    with SwitchDaemon(tb, threads, mtu, switch_drop_rate, slots, daemon_args) as sw:
+        s0 = sw.stats()
+        procs = [
+            (
+                f"w{r}",
+                tb.python(
+                    f"w{r}",
+                    "gradswitch.baselines.gradswitch_sys",
+                    "worker",
+                    "--switch",
+                    sw.address,
+                    "--rank",
+                    r,
+                    "--world",
+                    n,
+                    "--nbytes",
+                    nbytes,
+                    "--iters",
+                    total,
+                    "--warmup",
+                    warmup,
+                    "--wire",
+                    wire,
+                    "--timeout",
+                    op_timeout,
+                    "--drop-rate",
+                    drop_rate,
+                    "--switch-pid",
+                    sw.pid,
+                    "--job",
+                    f"bench{os.getpid()}",
+                    stdout=-1,
+                    stderr=-1,
+                    text=True,
+                    env=env,
+                ),
+            )
+            for r in range(n)
+        ]
+        outs = wait_all(procs, timeout)
+        s1 = sw.stats() if sw.proc.poll() is None else {}
+        if any(rc != 0 for _, rc, _, _ in outs):
+            raise BaselineError(
+                "gradswitch failed:\n" + fail_text(outs) + "\n--- gradswitchd log\n" + sw.log_text()
+            )
+    rs = [r for _, _, so, _ in outs for r in parse_results(so)]
+    rs.sort(key=lambda r: r["rank"])
+
+    def summed(key):
+        out: dict[str, int] = {}
+        for r in rs:
+            for k, v in (r.get(key) or {}).items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    extra = {
+        "threads": threads,
+        "mtu": mtu or tb.link.mtu,
+        "wire": wire,
+        "gso": gso,
+        "switch": {k: v - s0.get(k, 0) for k, v in s1.items() if isinstance(v, int)},
+        "workers": summed("stats"),
+        "timed_workers": summed("timed_stats"),
+        "worker_cpu_s": [r.get("cpu_s") for r in rs],
+        "switch_cpu_s": next((r.get("switch_cpu_s") for r in rs if r["rank"] == 0), None),
+    }
+    return combine("gradswitch", n, nbytes, iters, rs, n, extra)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gradswitch.baselines.gradswitch_sys")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("worker")
+    w.add_argument("--switch", required=True, help="host:port of the switch's control plane")
+    w.add_argument("--job", default="bench")
+    w.add_argument("--rank", type=int, required=True)
+    w.add_argument("--world", type=int, required=True)
+    w.add_argument("--nbytes", type=int, required=True)
+    w.add_argument("--iters", type=int, required=True, help="total, warmup included")
+    w.add_argument("--warmup", type=int, default=1)
+    w.add_argument("--wire", default="float32")
+    w.add_argument("--timeout", type=float, default=30.0)
+    w.add_argument("--drop-rate", type=float, default=0.0)
+    w.add_argument("--switch-pid", type=int, default=None)
+    w.add_argument("--no-barrier", action="store_true")
+    r = sub.add_parser("request", help="one control-plane request; retries until the switch answers")
+    r.add_argument("--switch", required=True)
+    r.add_argument("--wait", type=float, default=0.0, help="retry connecting for this many seconds")
+    r.add_argument("line", nargs="+")
+    a = p.parse_args(argv)
+    if a.cmd == "request":
+        deadline = time.time() + a.wait
+        while True:
+            try:
+                print(request(a.switch, " ".join(a.line)), flush=True)
+                return 0
+            except OSError as e:
+                if time.time() >= deadline:
+                    print(f"ERR unreachable {e}", flush=True)
+                    return 1
+                time.sleep(0.05)
+    if a.nbytes % 4:
+        p.error("--nbytes must be a multiple of 4 (float32)")
+    emit(
+        **work(
+            a.switch,
+            a.job,
+            a.rank,
+            a.world,
+            a.nbytes,
+            a.iters,
+            a.warmup,
+            a.wire,
+            a.timeout,
+            a.drop_rate,
+            a.switch_pid,
+            not a.no_barrier,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The benchmark suite's quick configuration (bench/suite.py --quick): every system runs on the testbed
+with N = 2 and 3, every rank's sums are checked, and the report (Markdown + PNG plots) is written.
+
+Needs root and network namespaces (skips with the reason otherwise; GRADSWITCH_REQUIRE_NETNS=1 fails
+instead). Takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _netns import ROOT, require_netns, unique
+
+SYSTEMS = ("gradswitch", "hostagg", "gloo", "mpi_allreduce", "mpi_reduce_bcast")
+
+
+def _python_path() -> str:
+    """PYTHONPATH for the suite: the gradswitch this test imports (installed, or the source tree)."""
+    import gradswitch
+
+    pkg_parent = str(Path(gradswitch.__file__).absolute().parent.parent)
+    parts = [pkg_parent] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(parts))
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    require_netns()
+    pytest.importorskip("matplotlib")
+    for mod, why in (("torch", "gloo baseline"), ("mpi4py", "MPI baselines")):
+        pytest.importorskip(mod, reason=f"{mod} not installed ({why})")
+    out = tmp_path_factory.mktemp("suite")
+    env = dict(os.environ, PYTHONPATH=_python_path())
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "suite.py"),
+        "--quick",
+        "--out",
+        str(out),
+        "--name",
+        unique("sq"),
+    ]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500)
+    print(p.stdout[-6000:])
+    print(p.stderr[-3000:])
+    assert (out / "results.json").exists(), (
+        f"the suite wrote no results (rc={p.returncode}):\n{p.stderr[-3000:]}"
+    )
+    return out, p
+
+
+def test_quick_suite_every_sum_checked(quick_run):
+    out, p = quick_run
+    data = json.loads((out / "results.json").read_text())
+    recs = data["records"]
+    wrong = [r for r in recs if "wrong sum" in str(r.get("error", ""))]
+    assert not wrong, f"wrong sums: {wrong}"
+    assert p.returncode != 2, "the suite reported wrong sums"
+    # every system was verified correct at N = 2 and N = 3 in the model-size series
+    for s in SYSTEMS:
+        for n in (2, 3):
+            ok = [
+                r
+                for r in recs
+                if r["series"] == "models" and r["system"] == s and r["workers"] == n and r.get("ok")
+            ]
+            assert ok, f"{s} N={n}: no verified run: " + str(
+                [r.get("error") for r in recs if r["system"] == s and r["workers"] == n][:2]
+            )
+    # every series produced at least one verified run
+    for series in ("models", "scaling", "loss", "frames", "small", "variation", "cpu"):
+        assert any(r["series"] == series and r.get("ok") for r in recs), f"series {series}: nothing verified"
+    failed = [r for r in recs if not r.get("skipped") and not r.get("ok")]
+    assert len(failed) <= 2, f"{len(failed)} runs failed: " + "; ".join(
+        str(r.get("error"))[:200] for r in failed
+    )
+
+
+def test_quick_suite_report_written(quick_run):
+    out, _ = quick_run
+    report = (out / "report.md").read_text()
+    for head in (
+        "## Targets",
+        "## Aggregation time",
+        "## Scaling",
+        "## Random loss",
+        "## Frame size",
+        "## Small tensors",
+        "## Run-to-run variation",
+        "## CPU time per GB",
+        "## Where the bottleneck",
+    ):
+        assert head in report, f"report lacks {head!r}"
+    for png in ("models.png", "scaling.png", "loss.png", "frames.png", "small.png", "variation.png"):
+        f = out / png
+        assert f.exists() and f.stat().st_size > 1000, f"{png} missing"
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "runs verified correct by every rank, 0 wrong" in report
+
+
+def test_report_renders_from_results_alone(quick_run, tmp_path):
+    """--report-only re-renders a results.json (no testbed needed)."""
+    out, _ = quick_run
+    (tmp_path / "results.json").write_text((out / "results.json").read_text())
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "suite.py"), "--report-only", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "report.md").exists() and (tmp_path / "models.png").exists()
