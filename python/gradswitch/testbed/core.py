@@ -485,12 +485,18 @@ class Testbed:
                 self.ip(sw, "link", "set", port, "master", BRIDGE)
             self.ip(h, "addr", "add", f"{self.address(h)}/{plen}", "dev", HOST_IF)
             if not lk.offloads_on():
+                # tx-udp-segmentation too: a UDP_SEGMENT burst (gradswitch's GSO sends) would
+                # otherwise cross the link as one skb and the loss rule would drop ~32 datagrams at once.
                 for ns_host, dev in ((h, HOST_IF), (sw, port)):
-                    self.exec(ns_host, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"])
+                    features = ["tso", "off", "gso", "off", "gro", "off", "tx-udp-segmentation", "off"]
+                    self.exec(ns_host, ["ethtool", "-K", dev, *features])
             if dp:
                 # af_xdp/af_packet hand the daemon the frame as the sender's kernel left it: with TX
                 # checksum offload a veth leaves TCP/UDP checksums partial and the receiver drops them
                 self.exec(h, ["ethtool", "-K", HOST_IF, "tx", "off"])
+        if not lk.offloads_on() and not dp:
+            # the switch's own sends (results) leave through the bridge: segment them there too
+            self.exec(sw, ["ethtool", "-K", BRIDGE, "tx-udp-segmentation", "off"])
         # 4. shaping: egress of both ends of every link
         if lk.rate is not None:
             burst, limit = lk.tbf_params()
