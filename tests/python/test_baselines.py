@@ -45,7 +45,7 @@ def test_mpi(tb, system, n):
         pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
     from gradswitch.baselines import run
 
-    r = run(system, tb, NBYTES, iters=2, workers=n)
+    r = run(system, tb, NBYTES, iters=2, workers=n, timeout=60)  # a healthy run takes seconds
     print(r.summary())
     assert r.ok and len(r.times) == 2
 
