@@ -40,6 +40,20 @@ def _pick_ports(threads: int) -> tuple[int, int]:
     raise RuntimeError("could not find free loopback ports for a local switch")
 
 
+def control_request(address: str, line: str, timeout: float = 5.0) -> str:
+    """One control-plane request to the switch at host:port, on a fresh TCP connection; the reply line."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(line.encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return buf.decode().strip()
+
+
 class SwitchError(RuntimeError):
     pass
 
@@ -121,15 +135,7 @@ class LocalSwitch:
 
     def request(self, line: str, timeout: float = 5.0) -> str:
         """Sends one control-plane request on a fresh connection and returns the reply line."""
-        with socket.create_connection((self.host, self.control_port), timeout=timeout) as s:
-            s.sendall(line.encode() + b"\n")
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        return buf.decode().strip()
+        return control_request(self.address, line, timeout)
 
     def stats(self, job_id: int | None = None) -> dict[str, int]:
         reply = self.request("STATS" + (f" job_id={job_id}" if job_id is not None else ""))

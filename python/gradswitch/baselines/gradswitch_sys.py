@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import time
 
 import numpy as np
+
+from gradswitch.local_switch import control_request
 
 from .common import check, emit, grad
 
@@ -42,16 +43,7 @@ def proc_cpu_seconds(pid: int) -> float | None:
 
 def request(switch: str, line: str, timeout: float = 5.0) -> str:
     """One control-plane request on a fresh TCP connection; the reply line."""
-    host, port = switch.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(line.encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return buf.decode().strip()
+    return control_request(switch, line, timeout)
 
 
 def work(
