@@ -35,6 +35,15 @@ inline int8_t block_exponent(float max_abs) {
   return static_cast<int8_t>(e);
 }
 
+// The same for a chunk of doubles (values below 2^-127 clamp as for floats).
+inline int8_t block_exponent(double max_abs) {
+  if (max_abs == 0.0) return GS_EXP_NONE;
+  int e = 0;
+  std::frexp(max_abs, &e);
+  if (e < kMinBlockExp) e = kMinBlockExp;
+  return static_cast<int8_t>(e);
+}
+
 // Scale exponent S for an agreed block exponent, clamped so 2^S and 2^-S are normal floats.
 inline int scale_exponent(int8_t block_exp, unsigned world) {
   if (block_exp == GS_EXP_NONE) return 0;

@@ -26,9 +26,35 @@ float float_of(uint32_t u) {
   return f;
 }
 
-void add_f32_scalar(float* dst, const float* src, size_t n) {
+// One template per operation for float and double elements.
+template <typename T>
+void add_scalar(T* dst, const T* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
+template <typename T>
+void quantize_scalar(int32_t* dst, const T* src, size_t n, T scale) {
+  // std::lrint rounds to nearest even in the default rounding mode, like cvtps2dq / cvtpd2dq.
+  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<int32_t>(std::lrint(src[i] * scale));
+}
+template <typename T>
+void dequantize_scalar(T* dst, const int32_t* src, size_t n, T scale) {
+  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]) * scale;
+}
+template <typename T>
+T max_abs_scalar(const T* src, size_t n) {
+  T m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    T a = std::fabs(src[i]);
+    if (std::isnan(a)) return a;
+    if (a > m) m = a;
+  }
+  return m;
+}
+template <typename To, typename From>
+void convert_scalar(To* dst, const From* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<To>(src[i]);
+}
+
 void add_i32_scalar(int32_t* dst, const int32_t* src, size_t n) {
   for (size_t i = 0; i < n; ++i)
     dst[i] = static_cast<int32_t>(static_cast<uint32_t>(dst[i]) + static_cast<uint32_t>(src[i]));
@@ -51,27 +77,26 @@ void add_bf16_to_f32_loop(float* dst, const uint16_t* src, size_t n) {
 void f32_to_bf16_loop(uint16_t* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16_scalar(src[i]);
 }
-void quantize_scalar(int32_t* dst, const float* src, size_t n, float scale) {
-  // lrintf rounds to nearest even in the default rounding mode, like cvtps2dq.
-  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<int32_t>(std::lrintf(src[i] * scale));
-}
-void dequantize_scalar(float* dst, const int32_t* src, size_t n, float scale) {
-  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
-}
-float max_abs_scalar(const float* src, size_t n) {
-  float m = 0.0f;
-  for (size_t i = 0; i < n; ++i) {
-    float a = std::fabs(src[i]);
-    if (std::isnan(a)) return a;
-    if (a > m) m = a;
-  }
-  return m;
-}
 
 const Kernels kScalarKernels = {
-    "scalar",        add_f32_scalar,      add_i32_scalar,   f16_to_f32_loop,
-    add_f16_to_f32_loop, f32_to_f16_loop, bf16_to_f32_loop, add_bf16_to_f32_loop,
-    f32_to_bf16_loop, quantize_scalar,    dequantize_scalar, max_abs_scalar,
+    "scalar",
+    add_scalar<float>,
+    add_i32_scalar,
+    f16_to_f32_loop,
+    add_f16_to_f32_loop,
+    f32_to_f16_loop,
+    bf16_to_f32_loop,
+    add_bf16_to_f32_loop,
+    f32_to_bf16_loop,
+    quantize_scalar<float>,
+    dequantize_scalar<float>,
+    max_abs_scalar<float>,
+    add_scalar<double>,
+    convert_scalar<double, float>,
+    convert_scalar<float, double>,
+    quantize_scalar<double>,
+    dequantize_scalar<double>,
+    max_abs_scalar<double>,
 };
 
 // F16C straight from CPUID (leaf 1, ECX bit 29): not every compiler's __builtin_cpu_supports knows it.

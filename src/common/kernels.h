@@ -30,6 +30,18 @@ struct Kernels {
   void (*dequantize)(float* dst, const int32_t* src, size_t n, float scale);
   // max |src[i]|; NaN if any element is NaN, +inf if any is infinite.
   float (*max_abs)(const float* src, size_t n);
+
+  // float64 (switch: the sum; worker: tensors of doubles on any wire).
+  // dst[i] += src[i]
+  void (*add_f64)(double* dst, const double* src, size_t n);
+  // Widening is exact; narrowing rounds to nearest even (as a C cast), NaNs stay NaN.
+  void (*f32_to_f64)(double* dst, const float* src, size_t n);
+  void (*f64_to_f32)(float* dst, const double* src, size_t n);
+  // fixed32 from/to doubles: as quantize/dequantize with a double scale (a power of two, so the
+  // product is exact); the caller keeps |src[i] * scale| < 2^31.
+  void (*quantize_f64)(int32_t* dst, const double* src, size_t n, double scale);
+  void (*dequantize_f64)(double* dst, const int32_t* src, size_t n, double scale);
+  double (*max_abs_f64)(const double* src, size_t n);
 };
 
 // The variant in use (chosen at first call).

@@ -116,11 +116,68 @@ float max_abs(const float* src, size_t n) {
   return r;
 }
 
+void add_f64(double* dst, const double* src, size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    _mm256_storeu_pd(dst + i, _mm256_add_pd(_mm256_loadu_pd(dst + i), _mm256_loadu_pd(src + i)));
+  for (; i < n; ++i) dst[i] += src[i];
+}
+void f32_to_f64(double* dst, const float* src, size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(dst + i, _mm256_cvtps_pd(_mm_loadu_ps(src + i)));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+void f64_to_f32(float* dst, const double* src, size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(dst + i, _mm256_cvtpd_ps(_mm256_loadu_pd(src + i)));
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+void quantize_f64(int32_t* dst, const double* src, size_t n, double scale) {
+  const __m256d s = _mm256_set1_pd(scale);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_loadu_pd(src + i), s)));
+  for (; i < n; ++i) dst[i] = static_cast<int32_t>(std::lrint(src[i] * scale));
+}
+void dequantize_f64(double* dst, const int32_t* src, size_t n, double scale) {
+  const __m256d s = _mm256_set1_pd(scale);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    _mm256_storeu_pd(
+        dst + i,
+        _mm256_mul_pd(_mm256_cvtepi32_pd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))), s));
+  for (; i < n; ++i) dst[i] = static_cast<double>(src[i]) * scale;
+}
+double max_abs_f64(const double* src, size_t n) {
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll));
+  __m256d m = _mm256_setzero_pd();
+  __m256d nan_seen = _mm256_setzero_pd();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    __m256d a = _mm256_and_pd(_mm256_loadu_pd(src + i), abs_mask);
+    nan_seen = _mm256_or_pd(nan_seen, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
+    m = _mm256_max_pd(m, a);
+  }
+  if (_mm256_movemask_pd(nan_seen)) return NAN;
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, m);
+  double r = 0.0;
+  for (double v : lanes) r = v > r ? v : r;
+  for (; i < n; ++i) {
+    double a = std::fabs(src[i]);
+    if (std::isnan(a)) return a;
+    if (a > r) r = a;
+  }
+  return r;
+}
+
 }  // namespace
 
 extern const Kernels kAvx2Kernels = {
-    "avx2",     add_f32,         add_i32,     f16_to_f32, add_f16_to_f32, f32_to_f16,
-    bf16_to_f32, add_bf16_to_f32, f32_to_bf16, quantize,   dequantize,     max_abs,
+    "avx2",      add_f32,         add_i32,     f16_to_f32,   add_f16_to_f32, f32_to_f16,
+    bf16_to_f32, add_bf16_to_f32, f32_to_bf16, quantize,     dequantize,     max_abs,
+    add_f64,     f32_to_f64,      f64_to_f32,  quantize_f64, dequantize_f64, max_abs_f64,
 };
 
 }  // namespace gradswitch

@@ -98,11 +98,64 @@ float max_abs(const float* src, size_t n) {
   return _mm512_reduce_max_ps(m);
 }
 
+inline __mmask8 tail_mask8(size_t left) {
+  return left >= 8 ? 0xFF : static_cast<__mmask8>((1u << left) - 1);
+}
+
+void add_f64(double* dst, const double* src, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    __mmask8 k = tail_mask8(n - i);
+    __m512d a = _mm512_maskz_loadu_pd(k, dst + i), b = _mm512_maskz_loadu_pd(k, src + i);
+    _mm512_mask_storeu_pd(dst + i, k, _mm512_add_pd(a, b));
+  }
+}
+void f32_to_f64(double* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    __mmask8 k = tail_mask8(n - i);
+    _mm512_mask_storeu_pd(dst + i, k, _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, src + i)));
+  }
+}
+void f64_to_f32(float* dst, const double* src, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    __mmask8 k = tail_mask8(n - i);
+    _mm256_mask_storeu_ps(dst + i, k, _mm512_cvtpd_ps(_mm512_maskz_loadu_pd(k, src + i)));
+  }
+}
+void quantize_f64(int32_t* dst, const double* src, size_t n, double scale) {
+  const __m512d s = _mm512_set1_pd(scale);
+  for (size_t i = 0; i < n; i += 8) {
+    __mmask8 k = tail_mask8(n - i);
+    _mm256_mask_storeu_epi32(dst + i, k,
+                             _mm512_cvtpd_epi32(_mm512_mul_pd(_mm512_maskz_loadu_pd(k, src + i), s)));
+  }
+}
+void dequantize_f64(double* dst, const int32_t* src, size_t n, double scale) {
+  const __m512d s = _mm512_set1_pd(scale);
+  for (size_t i = 0; i < n; i += 8) {
+    __mmask8 k = tail_mask8(n - i);
+    _mm512_mask_storeu_pd(dst + i, k,
+                          _mm512_mul_pd(_mm512_cvtepi32_pd(_mm256_maskz_loadu_epi32(k, src + i)), s));
+  }
+}
+double max_abs_f64(const double* src, size_t n) {
+  __m512d m = _mm512_setzero_pd();
+  __mmask8 nan_seen = 0;
+  for (size_t i = 0; i < n; i += 8) {
+    __mmask8 k = tail_mask8(n - i);
+    __m512d a = _mm512_abs_pd(_mm512_maskz_loadu_pd(k, src + i));
+    nan_seen |= _mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q);
+    m = _mm512_max_pd(m, a);
+  }
+  if (nan_seen) return __builtin_nan("");
+  return _mm512_reduce_max_pd(m);
+}
+
 }  // namespace
 
 extern const Kernels kAvx512Kernels = {
-    "avx512",   add_f32,         add_i32,     f16_to_f32, add_f16_to_f32, f32_to_f16,
-    bf16_to_f32, add_bf16_to_f32, f32_to_bf16, quantize,   dequantize,     max_abs,
+    "avx512",    add_f32,         add_i32,     f16_to_f32,   add_f16_to_f32, f32_to_f16,
+    bf16_to_f32, add_bf16_to_f32, f32_to_bf16, quantize,     dequantize,     max_abs,
+    add_f64,     f32_to_f64,      f64_to_f32,  quantize_f64, dequantize_f64, max_abs_f64,
 };
 
 }  // namespace gradswitch
