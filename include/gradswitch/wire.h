@@ -12,6 +12,7 @@
 #ifndef GRADSWITCH_WIRE_H
 #define GRADSWITCH_WIRE_H
 
+#include <float.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -53,6 +54,7 @@ enum gs_elem_type {
   GS_ELEM_FIXED32 = 3,  /* int32 fixed point, scale 2^-S agreed per chunk (docs/protocol.md) */
   GS_ELEM_FLOAT16 = 4,  /* IEEE 754 binary16, summed in fp32, rounded to nearest even */
   GS_ELEM_BFLOAT16 = 5, /* bfloat16, summed in fp32, rounded to nearest even */
+  GS_ELEM_FLOAT64 = 6,  /* IEEE 754 binary64, summed in fp64 */
 };
 
 enum gs_flags {
@@ -120,6 +122,10 @@ GS_STATIC_ASSERT(offsetof(struct gs_header, next_exp) == 28, "next_exp offset");
 GS_STATIC_ASSERT(offsetof(struct gs_header, scale_exp) == 29, "scale_exp offset");
 GS_STATIC_ASSERT(offsetof(struct gs_header, reserved) == 30, "reserved offset");
 GS_STATIC_ASSERT(GS_DEFAULT_PAYLOAD_BYTES >= 1400, "default payload must carry at least 1400 bytes");
+/* float64 elements travel as the host's double: the in-memory and wire layouts must agree. */
+GS_STATIC_ASSERT(sizeof(double) == 8 && DBL_MANT_DIG == 53 && DBL_MAX_EXP == 1024,
+                 "float64 elements are IEEE 754 binary64, the host's double");
+GS_STATIC_ASSERT(GS_DEFAULT_PAYLOAD_BYTES % 8 == 0, "the default payload holds whole float64 elements");
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gradswitch elements are little-endian on the wire; this host is not (add byte swaps first)"
@@ -135,6 +141,8 @@ static inline size_t gs_elem_size(uint8_t elem_type) {
     case GS_ELEM_FLOAT32:
     case GS_ELEM_FIXED32:
       return 4;
+    case GS_ELEM_FLOAT64:
+      return 8;
     case GS_ELEM_FLOAT16:
     case GS_ELEM_BFLOAT16:
       return 2;
@@ -150,6 +158,8 @@ static inline const char* gs_elem_name(uint8_t elem_type) {
     case GS_ELEM_FIXED32: return "fixed32";
     case GS_ELEM_FLOAT16: return "float16";
     case GS_ELEM_BFLOAT16: return "bfloat16";
+    case GS_ELEM_FLOAT64:
+      return "float64";
     default: return "unknown";
   }
 }

@@ -143,6 +143,7 @@ TEST(numbers_names_wire) {
   CHECK(is_valid_key("drop.bad_rank0"));
   CHECK(!is_valid_key("Drop"));
   CHECK_EQ(wire_from_name("bfloat16"), GS_ELEM_BFLOAT16);
+  CHECK_EQ(wire_from_name("float64"), GS_ELEM_FLOAT64);
   CHECK_EQ(wire_from_name("int32"), GS_ELEM_INT32);
   CHECK_EQ(wire_from_name("INT32"), 0);
 }

@@ -94,7 +94,8 @@ std::optional<uint64_t> parse_number(std::string_view s, uint64_t max) {
 }
 
 uint8_t wire_from_name(std::string_view s) {
-  for (uint8_t t : {GS_ELEM_INT32, GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16})
+  for (uint8_t t :
+       {GS_ELEM_INT32, GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64})
     if (s == gs_elem_name(t)) return t;
   return 0;
 }
@@ -340,7 +341,8 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
   if (!required(r, "wire", &v, err)) return std::nullopt;
   j.wire = wire_from_name(*v);
   if (!j.wire) {
-    *err = {kErrBadRequest, "wire=" + shown(*v) + " is unknown (int32|float32|fixed32|float16|bfloat16)"};
+    *err = {kErrBadRequest,
+            "wire=" + shown(*v) + " is unknown (int32|float32|fixed32|float16|bfloat16|float64)"};
     return std::nullopt;
   }
   if (!required(r, "token", &v, err)) return std::nullopt;

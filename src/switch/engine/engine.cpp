@@ -291,7 +291,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   SlotVersion& sv = job->slots[h.slot].version[version];
   const uint64_t bit = uint64_t{1} << h.rank;
   const uint8_t* payload = packet + GS_HEADER_BYTES;
-  if (reinterpret_cast<uintptr_t>(payload) % 4 != 0) {  // e.g. after a 42-byte L2-L4 header
+  if (reinterpret_cast<uintptr_t>(payload) % elem_size != 0) {  // e.g. after a 42-byte L2-L4 header
     std::memcpy(ts.aligned_payload, payload, payload_len);
     payload = ts.aligned_payload;
   }
@@ -339,6 +339,9 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
         break;
       case GS_ELEM_BFLOAT16:
         k.add_bf16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
+        break;
+      case GS_ELEM_FLOAT64:
+        k.add_f64(reinterpret_cast<double*>(sum), reinterpret_cast<const double*>(payload), h.count);
         break;
     }
     if (h.next_exp > sv.next_exp) sv.next_exp = h.next_exp;

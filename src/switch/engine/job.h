@@ -28,8 +28,9 @@ struct SlotVersion {
   uint8_t elem_type = 0;
   int8_t scale_exp = 0;
   int8_t next_exp = GS_EXP_NONE;
-  // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4-byte element
-  // types accumulate in place here; 16-bit types accumulate in `accum` and are narrowed at the end.
+  // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
+  // types accumulate in place here (the payload starts 32-byte aligned); 16-bit types accumulate in
+  // `accum` and are narrowed at the end.
   uint8_t* result = nullptr;
   float* accum = nullptr;
 };
