@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
   const double read_bw = memory_read_gbps(seconds);
   std::printf("%-28s %8.2f GB/s\n", "memory read (1 core)", read_bw);
   std::printf("%-28s %8.2f GB/s\n", "memcpy (1 core)", memcpy_gbps(seconds));
-  for (uint8_t t : {GS_ELEM_FLOAT32, GS_ELEM_INT32, GS_ELEM_FIXED32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16}) {
+  for (uint8_t t :
+       {GS_ELEM_FLOAT32, GS_ELEM_INT32, GS_ELEM_FIXED32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64}) {
     for (size_t ring : {size_t{64}, size_t{1} << 15}) {
       Result r = ingest(t, workers, seconds, ring);
       std::printf("ingest %-9s %-11s %8.2f GB/s  %6.2f Mpps  %5.0f%% of memory read\n", gs_elem_name(t),

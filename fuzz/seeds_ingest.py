@@ -1,4 +1,4 @@
-"""Writes a seed corpus for fuzz_ingest: valid DATA packets of the fuzz target's two jobs.
+"""Writes a seed corpus for fuzz_ingest: valid DATA packets of the fuzz target's two jobs, every element type.
 
 Usage: python3 fuzz/seeds_ingest.py DIR
 """
@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 JOBS = [(0x100, 0x11111111, 2), (0x201, 0x22222222, 3)]  # ids as the engine assigns them
+PAYLOAD = 64  # the fuzz target's jobs' payload bytes
+# elem_type -> (struct code of one element, element size): wire.h's gs_elem_type
+ELEMS = {1: ("i", 4), 2: ("f", 4), 3: ("i", 4), 4: ("e", 2), 5: ("H", 2), 6: ("d", 8)}
 
 
 def packet(job, key, rank, slot, version, seq, offset, values, elem_type=1):
@@ -29,7 +32,8 @@ def packet(job, key, rank, slot, version, seq, offset, values, elem_type=1):
         0,
         0,
     )
-    return header + struct.pack(f"<{len(values)}i", *values)
+    code, _ = ELEMS[elem_type]
+    return header + struct.pack(f"<{len(values)}{code}", *values)
 
 
 def framed(packets):
@@ -48,6 +52,14 @@ def main():
         ]
         (out / f"job{i}_rounds").write_bytes(framed(rounds))
         (out / f"job{i}_retx").write_bytes(framed(rounds + rounds[:world]))
+        for elem_type, (_, size) in ELEMS.items():
+            per = PAYLOAD // size
+            typed = [
+                packet(job, key, r, s, 0, 1, s * per, [r + 1] * per, elem_type)
+                for s in range(4)
+                for r in range(world)
+            ]
+            (out / f"job{i}_type{elem_type}").write_bytes(framed(typed))
 
 
 if __name__ == "__main__":

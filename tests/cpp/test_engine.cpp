@@ -87,6 +87,53 @@ TEST(float16_and_bfloat16_accumulate_in_fp32) {
   CHECK(bf16_to_f32_scalar(h) == 258.0f);
 }
 
+TEST(float64_sum_from_unaligned_packets) {
+  // A DPDK frame puts the payload 42 + 32 bytes into the buffer: 8-byte elements arrive on a
+  // 2-byte boundary and must still be summed as doubles (copied aside, never read misaligned).
+  Fixture f;
+  std::vector<double> a(180), b(180);
+  for (int i = 0; i < 180; ++i) a[i] = 0x1p40 + i, b[i] = 0.5 + i;
+  for (size_t shift : {0, 2, 4}) {
+    auto pa = f.packet(0, 1, GS_ELEM_FLOAT64, a.data(), 180),
+         pb = f.packet(1, 1, GS_ELEM_FLOAT64, b.data(), 180);
+    std::vector<uint8_t> buf(pb.size() + 8);
+    std::memcpy(buf.data() + shift, pb.data(), pb.size());
+    gs_header h;
+    gs_header_decode(pa.data(), &h);
+    h.seq = static_cast<uint32_t>(shift);  // a new round each time
+    gs_header_encode(&h, pa.data());
+    gs_header_encode(&h, buf.data() + shift);
+    std::memcpy(buf.data() + shift + offsetof(gs_header, rank), pb.data() + offsetof(gs_header, rank), 2);
+    CHECK(f.ingest(pa, 1).kind == IngestResult::kAbsorbed);
+    IngestResult r = f.engine.ingest(1, buf.data() + shift, pb.size(), 1);
+    CHECK(r.kind == IngestResult::kSend && r.len == 32 + 1440);
+    if (r.kind != IngestResult::kSend) continue;
+    std::vector<double> out(180);
+    std::memcpy(out.data(), r.data + 32, 1440);
+    bool ok = true;
+    for (int i = 0; i < 180; ++i) ok &= out[i] == 0x1p40 + 0.5 + 2 * i;  // exact in fp64, not in fp32
+    CHECK(ok);
+  }
+}
+
+TEST(float64_round_rejects_other_element_types_and_oversized_payloads) {
+  Fixture f;
+  double d[2] = {1.0, 2.0};
+  int32_t i[2] = {1, 2};
+  std::vector<double> big(181, 1.0);
+  CHECK(f.ingest(f.packet(0, 0, GS_ELEM_FLOAT64, big.data(), 181)).reason == DropReason::kBadLength);
+  CHECK(f.ingest(f.packet(0, 0, GS_ELEM_FLOAT64, d, 2)).kind == IngestResult::kAbsorbed);
+  CHECK(f.ingest(f.packet(1, 0, GS_ELEM_INT32, i, 2)).reason == DropReason::kInconsistent);
+  auto short_pkt = f.packet(1, 0, GS_ELEM_FLOAT64, d, 2);
+  short_pkt.pop_back();  // 15 bytes of payload for 2 doubles
+  CHECK(f.ingest(short_pkt).reason == DropReason::kBadLength);
+  IngestResult r = f.ingest(f.packet(1, 0, GS_ELEM_FLOAT64, d, 2));
+  CHECK(r.kind == IngestResult::kSend && r.len == 32 + 16);
+  gs_header h;
+  gs_header_decode(r.data, &h);
+  CHECK(h.elem_type == GS_ELEM_FLOAT64 && h.count == 2);
+}
+
 TEST(fixed32_keeps_the_maximum_exponent_and_requires_one_scale) {
   Fixture f(3);
   int32_t v = 5;

@@ -15,36 +15,56 @@ namespace {
 
 enum class Out { kNothing, kMulticast, kUnicast, kDrop, kAbort };
 
+// The element type a table's values travel as.
+template <typename T>
+constexpr uint8_t elem_of();
+template <>
+constexpr uint8_t elem_of<int32_t>() {
+  return GS_ELEM_INT32;
+}
+template <>
+constexpr uint8_t elem_of<double>() {
+  return GS_ELEM_FLOAT64;
+}
+
+template <typename T>
 struct In {
   uint16_t rank;
   uint16_t slot;
   uint8_t version;
   uint32_t seq;
   uint32_t offset;
-  std::vector<int32_t> values;
+  std::vector<T> values;
   int job = 0;         // index into the scenario's jobs (0 or 1)
   bool wrong_key = false;
 };
 
+template <typename T>
 struct Expect {
+  // A constructor rather than default member initializers: GCC 12 fails on those in this template.
+  Expect(Out o, std::vector<T> v = std::vector<T>(), DropReason r = DropReason::kNone)
+      : out(o), values(std::move(v)), reason(r) {}
   Out out;
-  std::vector<int32_t> values = {};  // payload of a result
-  DropReason reason = DropReason::kNone;
+  std::vector<T> values;  // payload of a result
+  DropReason reason;
 };
 
+template <typename T>
 struct Step {
-  In in;
-  Expect expect;
+  In<T> in;
+  Expect<T> expect;
 };
 
+template <typename T>
 struct Scenario {
   const char* name;
   uint16_t world;
-  std::vector<Step> steps;
+  std::vector<Step<T>> steps;
 };
 
-std::vector<uint8_t> data_packet(uint32_t job_id, uint32_t key, const In& in) {
-  std::vector<uint8_t> p(GS_HEADER_BYTES + in.values.size() * 4);
+template <typename T>
+std::vector<uint8_t> data_packet(uint32_t job_id, uint32_t key, const In<T>& in) {
+  std::vector<uint8_t> p(GS_HEADER_BYTES + in.values.size() * sizeof(T));
   gs_header h{};
   h.magic = GS_MAGIC;
   h.version = GS_VERSION;
@@ -54,14 +74,15 @@ std::vector<uint8_t> data_packet(uint32_t job_id, uint32_t key, const In& in) {
   h.rank = in.rank;
   h.slot = in.slot;
   h.flags = in.version;
-  h.elem_type = GS_ELEM_INT32;
+  h.elem_type = elem_of<T>();
   h.count = static_cast<uint16_t>(in.values.size());
   h.seq = in.seq;
   h.offset = in.offset;
   h.next_exp = GS_EXP_NONE;
   h.scale_exp = 0;
   gs_header_encode(&h, p.data());
-  std::memcpy(p.data() + GS_HEADER_BYTES, in.values.data(), in.values.size() * 4);
+  if (!in.values.empty())
+    std::memcpy(p.data() + GS_HEADER_BYTES, in.values.data(), in.values.size() * sizeof(T));
   return p;
 }
 
@@ -71,7 +92,8 @@ std::vector<Endpoint> endpoints(uint16_t world) {
   return e;
 }
 
-void run(const Scenario& sc) {
+template <typename T>
+void run(const Scenario<T>& sc) {
   Engine engine(EngineConfig{1, 8});
   uint32_t ids[2], keys[2] = {0xA5A5A5A5u, 0x12345678u};
   for (int j = 0; j < 2; ++j) {
@@ -87,9 +109,9 @@ void run(const Scenario& sc) {
     CHECK(ids[j] != 0);
   }
   int step_no = 0;
-  for (const Step& st : sc.steps) {
+  for (const Step<T>& st : sc.steps) {
     ++step_no;
-    const In& in = st.in;
+    const In<T>& in = st.in;
     auto pkt = data_packet(ids[in.job], in.wrong_key ? keys[in.job] ^ 1u : keys[in.job], in);
     IngestResult r = engine.ingest(0, pkt.data(), pkt.size(), 1000 + step_no);
     auto fail = [&](const char* what) {
@@ -124,33 +146,40 @@ void run(const Scenario& sc) {
     if ((h.flags & GS_FLAG_VERSION) != in.version) fail("wrong version");
     if (bool(h.flags & GS_FLAG_UNICAST) == multicast) fail("wrong unicast flag");
     if (h.slot != in.slot || h.seq != in.seq || h.offset != in.offset) fail("wrong slot/seq/offset");
-    if (h.count != st.expect.values.size() || r.len != GS_HEADER_BYTES + h.count * 4u) {
+    if (h.elem_type != elem_of<T>()) fail("wrong element type");
+    if (h.count != st.expect.values.size() || r.len != GS_HEADER_BYTES + h.count * sizeof(T)) {
       fail("wrong count");
       continue;
     }
-    if (std::memcmp(r.data + GS_HEADER_BYTES, st.expect.values.data(), h.count * 4u) != 0) fail("wrong sum");
+    // Bitwise: the sums are specified exactly (for floats, additions in arrival order).
+    if (h.count && std::memcmp(r.data + GS_HEADER_BYTES, st.expect.values.data(), h.count * sizeof(T)) != 0)
+      fail("wrong sum");
   }
 }
 
 using V = std::vector<int32_t>;
+using D = std::vector<double>;
 constexpr auto kNothing = Out::kNothing;
 constexpr auto kMulticast = Out::kMulticast;
 constexpr auto kUnicast = Out::kUnicast;
 constexpr auto kDrop = Out::kDrop;
 
-const std::vector<Scenario> kScenarios = {
-    {"basic reduction, 2 workers", 2,
+const std::vector<Scenario<int32_t>> kScenarios = {
+    {"basic reduction, 2 workers",
+     2,
      {
          {{0, 0, 0, 0, 0, V{1, 2, 3}}, {kNothing}},
          {{1, 0, 0, 0, 0, V{10, 20, 30}}, {kMulticast, V{11, 22, 33}}},
      }},
-    {"basic reduction, 3 workers, arrival order 2-0-1", 3,
+    {"basic reduction, 3 workers, arrival order 2-0-1",
+     3,
      {
          {{2, 1, 0, 0, 16, V{100, -1}}, {kNothing}},
          {{0, 1, 0, 0, 16, V{1, -1}}, {kNothing}},
          {{1, 1, 0, 0, 16, V{10, -1}}, {kMulticast, V{111, -3}}},
      }},
-    {"retransmission after reduction answered from the shadow copy", 3,
+    {"retransmission after reduction answered from the shadow copy",
+     3,
      {
          {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
          {{1, 0, 0, 0, 0, V{2}}, {kNothing}},
@@ -158,12 +187,14 @@ const std::vector<Scenario> kScenarios = {
          {{1, 0, 0, 0, 0, V{2}}, {kUnicast, V{7}}},
          {{0, 0, 0, 0, 0, V{1}}, {kUnicast, V{7}}},
      }},
-    {"reduction in the other version", 2,
+    {"reduction in the other version",
+     2,
      {
          {{0, 2, 1, 0, 0, V{5}}, {kNothing}},
          {{1, 2, 1, 0, 0, V{6}}, {kMulticast, V{11}}},
      }},
-    {"both versions in flight", 2,
+    {"both versions in flight",
+     2,
      {
          // Version 0 completes; worker 0 moves on to version 1 while worker 1's result was lost.
          {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
@@ -172,7 +203,8 @@ const std::vector<Scenario> kScenarios = {
          {{1, 0, 0, 0, 0, V{2}}, {kUnicast, V{3}}},  // shadow of version 0 still there
          {{1, 0, 1, 0, 4, V{20}}, {kMulticast, V{30}}},
      }},
-    {"slot reuse: version 0, 1, then 0 again with a new round", 2,
+    {"slot reuse: version 0, 1, then 0 again with a new round",
+     2,
      {
          {{0, 3, 0, 0, 0, V{1}}, {kNothing}},
          {{1, 3, 0, 0, 0, V{1}}, {kMulticast, V{2}}},
@@ -183,7 +215,8 @@ const std::vector<Scenario> kScenarios = {
          {{0, 3, 1, 1, 0, V{7}}, {kNothing}},  // next allreduce (seq 1) reuses version 1
          {{1, 3, 1, 1, 0, V{8}}, {kMulticast, V{15}}},
      }},
-    {"duplicates ignored", 3,
+    {"duplicates ignored",
+     3,
      {
          {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
          {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
@@ -191,7 +224,8 @@ const std::vector<Scenario> kScenarios = {
          {{1, 0, 0, 0, 0, V{2}}, {kNothing}},
          {{2, 0, 0, 0, 0, V{4}}, {kMulticast, V{7}}},
      }},
-    {"retransmission from the previous version", 2,
+    {"retransmission from the previous version",
+     2,
      {
          {{0, 1, 0, 0, 0, V{1}}, {kNothing}},
          {{1, 1, 0, 0, 0, V{1}}, {kMulticast, V{2}}},
@@ -202,7 +236,8 @@ const std::vector<Scenario> kScenarios = {
          // ...and version 1's shadow answers its own.
          {{1, 1, 1, 0, 4, V{5}}, {kUnicast, V{10}}},
      }},
-    {"slot reuse with retransmissions", 2,
+    {"slot reuse with retransmissions",
+     2,
      {
          {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
          {{0, 0, 0, 0, 0, V{1}}, {kNothing}},  // retransmitted before completion: a duplicate
@@ -210,13 +245,14 @@ const std::vector<Scenario> kScenarios = {
          {{1, 0, 1, 0, 4, V{4}}, {kNothing}},
          {{1, 0, 1, 0, 4, V{4}}, {kNothing}},
          {{0, 0, 1, 0, 4, V{8}}, {kMulticast, V{12}}},
-         {{0, 0, 0, 0, 8, V{16}}, {kNothing}},  // reuse of version 0
+         {{0, 0, 0, 0, 8, V{16}}, {kNothing}},                           // reuse of version 0
          {{0, 0, 0, 0, 0, V{1}}, {kDrop, {}, DropReason::kStaleRound}},  // old round while the new is open
          {{1, 0, 0, 0, 8, V{32}}, {kMulticast, V{48}}},
          {{1, 0, 0, 0, 0, V{2}}, {kDrop, {}, DropReason::kStaleRound}},  // older than the completed round
          {{1, 0, 0, 0, 8, V{32}}, {kUnicast, V{48}}},
      }},
-    {"packets of another job or with a wrong key ignored", 2,
+    {"packets of another job or with a wrong key ignored",
+     2,
      {
          {{0, 0, 0, 0, 0, V{1}}, {kNothing}},
          {{1, 0, 0, 0, 0, V{1000}, 0, true}, {kDrop, {}, DropReason::kWrongKey}},
@@ -224,33 +260,85 @@ const std::vector<Scenario> kScenarios = {
          {{1, 0, 0, 0, 0, V{2}}, {kMulticast, V{3}}},
          {{0, 0, 0, 0, 0, V{7}, 1}, {kMulticast, V{507}}},
      }},
-    {"inconsistent count within a round is dropped", 2,
+    {"inconsistent count within a round is dropped",
+     2,
      {
          {{0, 0, 0, 0, 0, V{1, 2}}, {kNothing}},
          {{1, 0, 0, 0, 0, V{1}}, {kDrop, {}, DropReason::kInconsistent}},
          {{1, 0, 0, 0, 0, V{1, 1}}, {kMulticast, V{2, 3}}},
      }},
-    {"rank and slot bounds", 2,
+    {"rank and slot bounds",
+     2,
      {
          {{2, 0, 0, 0, 0, V{1}}, {kDrop, {}, DropReason::kBadRank}},
          {{0, 4, 0, 0, 0, V{1}}, {kDrop, {}, DropReason::kSlotOutOfRange}},
          {{0, 0, 0, 0, 0, V(17, 1)}, {kDrop, {}, DropReason::kBadLength}},  // 68 bytes > 64-byte payload
      }},
-    {"one worker: every contribution completes", 1,
+    {"one worker: every contribution completes",
+     1,
      {
          {{0, 0, 0, 0, 0, V{9}}, {kMulticast, V{9}}},
          {{0, 0, 0, 0, 0, V{9}}, {kUnicast, V{9}}},
      }},
 };
 
-}  // namespace
+// float64: IEEE binary64 additions in arrival order. 1e16 + 1 is a tie between 1e16 and 1e16 + 2
+// and rounds to even (1e16), so the order of arrival shows in the result, exactly as specified.
+const std::vector<Scenario<double>> kFloat64Scenarios = {
+    {"float64: the sum keeps what float32 would lose",
+     2,
+     {
+         {{0, 0, 0, 0, 0, D{0x1p53, 0.5, -1.25}}, {kNothing}},
+         {{1, 0, 0, 0, 0, D{2.0, 0.25, 1e-300}}, {kMulticast, D{0x1p53 + 2.0, 0.75, -1.25 + 1e-300}}},
+     }},
+    {"float64: additions in arrival order, 1 + 1 + 1e16",
+     3,
+     {
+         {{0, 1, 0, 0, 8, D{1.0}}, {kNothing}},
+         {{1, 1, 0, 0, 8, D{1.0}}, {kNothing}},
+         {{2, 1, 0, 0, 8, D{1e16}}, {kMulticast, D{1e16 + 2.0}}},
+     }},
+    {"float64: additions in arrival order, 1e16 + 1 + 1",
+     3,
+     {
+         {{2, 1, 0, 0, 8, D{1e16}}, {kNothing}},
+         {{0, 1, 0, 0, 8, D{1.0}}, {kNothing}},
+         {{1, 1, 0, 0, 8, D{1.0}}, {kMulticast, D{1e16}}},
+     }},
+    {"float64: retransmission answered from the shadow copy",
+     2,
+     {
+         {{0, 2, 1, 4, 16, D{-0.0, 3.0}}, {kNothing}},
+         {{1, 2, 1, 4, 16, D{-0.0, 4.0}}, {kMulticast, D{-0.0, 7.0}}},
+         {{0, 2, 1, 4, 16, D{-0.0, 3.0}}, {kUnicast, D{-0.0, 7.0}}},
+     }},
+    {"float64: a full payload (8 elements of 64 bytes) and one too many",
+     2,
+     {
+         {{0, 3, 0, 0, 0, D(8, 1.5)}, {kNothing}},
+         {{1, 3, 0, 0, 0, D(9, 1.5)}, {kDrop, {}, DropReason::kBadLength}},
+         {{1, 3, 0, 0, 0, D(7, 1.5)}, {kDrop, {}, DropReason::kInconsistent}},
+         {{1, 3, 0, 0, 0, D(8, 2.5)}, {kMulticast, D(8, 4.0)}},
+     }},
+};
 
-TEST(golden_tables) {
-  for (const Scenario& sc : kScenarios) {
+template <typename T>
+void run_all(const std::vector<Scenario<T>>& scenarios) {
+  for (const Scenario<T>& sc : scenarios) {
     int before = gs_test::failures();
     run(sc);
     std::printf("  %-60s %s\n", sc.name, gs_test::failures() == before ? "ok" : "FAILED");
   }
+}
+
+}  // namespace
+
+TEST(golden_tables) {
+  run_all(kScenarios);
+}
+
+TEST(golden_tables_float64) {
+  run_all(kFloat64Scenarios);
 }
 
 GS_TEST_MAIN()

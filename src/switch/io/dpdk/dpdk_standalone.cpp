@@ -29,6 +29,7 @@ uint8_t wire_of(const std::string& s) {
   if (s == "fixed32") return GS_ELEM_FIXED32;
   if (s == "float16") return GS_ELEM_FLOAT16;
   if (s == "bfloat16") return GS_ELEM_BFLOAT16;
+  if (s == "float64") return GS_ELEM_FLOAT64;
   return GS_ELEM_FLOAT32;
 }
 }  // namespace
