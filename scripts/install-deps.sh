@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what gradswitch needs on a fresh Debian machine: build tools, DPDK, clang (fuzzing),
+# Installs what gradswitch needs on a fresh Debian machine: build tools, DPDK, clang (fuzzing) and clang-format,
 # network tools for the testbed, Open MPI, and the Python packages. Idempotent.
 #   scripts/install-deps.sh           everything (tests)
 #   scripts/install-deps.sh --minimal what the demo needs
@@ -12,7 +12,7 @@ SUDO=""
 
 apt_packages=(build-essential cmake ninja-build pkg-config python3-dev)
 if [ $minimal -eq 0 ]; then
-  apt_packages+=(libdpdk-dev dpdk clang libclang-rt-14-dev iproute2 nftables iputils-ping iperf3
+  apt_packages+=(libdpdk-dev dpdk clang clang-format libclang-rt-14-dev iproute2 nftables iputils-ping iperf3
                  openmpi-bin libopenmpi-dev procps psmisc)
 fi
 missing=()
