@@ -12,7 +12,7 @@ SUDO=""
 
 apt_packages=(build-essential cmake ninja-build pkg-config python3-dev)
 if [ $minimal -eq 0 ]; then
-  apt_packages+=(libdpdk-dev dpdk clang clang-format libclang-rt-14-dev iproute2 nftables iputils-ping iperf3
+  apt_packages+=(libdpdk-dev dpdk clang clang-format libclang-rt-14-dev iproute2 nftables iputils-ping iperf3 ethtool
                  openmpi-bin libopenmpi-dev procps psmisc)
 fi
 missing=()

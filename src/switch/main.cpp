@@ -22,11 +22,14 @@ using namespace gradswitch;
 
 namespace {
 
-constexpr const char* kNoDpdk = "this gradswitchd was built without DPDK (libdpdk-dev not found at build time)";
+constexpr const char* kNoDpdk =
+    "this gradswitchd was built without DPDK (libdpdk-dev not found at build time)";
 constexpr int kShutdownGraceMs = 200;  // data threads keep answering DATA with ABORT(SHUTDOWN) this long
 
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop.store(true); }
+void on_signal(int) {
+  g_stop.store(true);
+}
 
 struct Args {
   SwitchConfig config;
@@ -36,20 +39,23 @@ struct Args {
 
 void print_help() {
   const SwitchConfig defaults;
-  std::printf("usage: gradswitchd [options] [-- dpdk-options]\n"
-              "A software switch that sums data-parallel workers' gradients as they stream through.\n\n");
+  std::printf(
+      "usage: gradswitchd [options] [-- dpdk-options]\n"
+      "A software switch that sums data-parallel workers' gradients as they stream through.\n\n");
   for (const OptionSpec& o : switch_options()) {
     std::string flag = std::string("--") + o.name + " " + o.metavar;
     std::printf("  %-26s %s (default %s)\n", flag.c_str(), o.help, o.get(defaults).c_str());
   }
-  std::printf("  %-26s %s\n  %-26s %s\n", "-h, --help", "this text; with --backend dpdk also the DPDK options",
-              "-V, --version", "print the version and exit");
+  std::printf("  %-26s %s\n  %-26s %s\n", "-h, --help",
+              "this text; with --backend dpdk also the DPDK options", "-V, --version",
+              "print the version and exit");
 }
 
 bool parse_args(int argc, char** argv, Args* args, std::string* error) {
   const auto& specs = switch_options();
   std::vector<option> longopts;
-  for (size_t i = 0; i < specs.size(); ++i) longopts.push_back({specs[i].name, required_argument, nullptr, int(1000 + i)});
+  for (size_t i = 0; i < specs.size(); ++i)
+    longopts.push_back({specs[i].name, required_argument, nullptr, int(1000 + i)});
   longopts.push_back({"help", no_argument, nullptr, 'h'});
   longopts.push_back({"version", no_argument, nullptr, 'V'});
   longopts.push_back({nullptr, 0, nullptr, 0});
@@ -57,10 +63,14 @@ bool parse_args(int argc, char** argv, Args* args, std::string* error) {
   for (;;) {
     int c = getopt_long(argc, argv, "+:hV", longopts.data(), nullptr);
     if (c == -1) break;
-    if (c == 'h') args->help = true;
-    else if (c == 'V') args->version = true;
-    else if (c == ':') return *error = std::string("option '") + argv[optind - 1] + "' needs a value", false;
-    else if (c == '?') return *error = std::string("unknown option '") + argv[optind - 1] + "'", false;
+    if (c == 'h')
+      args->help = true;
+    else if (c == 'V')
+      args->version = true;
+    else if (c == ':')
+      return *error = std::string("option '") + argv[optind - 1] + "' needs a value", false;
+    else if (c == '?')
+      return *error = std::string("unknown option '") + argv[optind - 1] + "'", false;
     else {
       const OptionSpec& o = specs[c - 1000];
       std::string why;
@@ -69,7 +79,8 @@ bool parse_args(int argc, char** argv, Args* args, std::string* error) {
     }
   }
   if (optind < argc && !(optind > 1 && std::strcmp(argv[optind - 1], "--") == 0))
-    return *error = std::string("unexpected argument '") + argv[optind] + "' (DPDK options go after --)", false;
+    return *error = std::string("unexpected argument '") + argv[optind] + "' (DPDK options go after --)",
+           false;
   for (int i = optind; i < argc; ++i) args->backend_args.push_back(argv[i]);
   if (!args->backend_args.empty() && args->config.backend != "dpdk")
     return *error = "arguments after -- are for --backend dpdk", false;
@@ -77,7 +88,8 @@ bool parse_args(int argc, char** argv, Args* args, std::string* error) {
   return true;
 }
 
-std::unique_ptr<Backend> make_backend(Engine& engine, ControlPlane& control, const Args& args, std::string* error) {
+std::unique_ptr<Backend> make_backend(Engine& engine, ControlPlane& control, const Args& args,
+                                      std::string* error) {
   if (args.config.backend == "udp") return make_udp_backend(engine, args.config, error);
 #ifdef GRADSWITCH_HAVE_DPDK
   return make_dpdk_backend(engine, control, args.config, args.backend_args, error);
@@ -99,7 +111,8 @@ int main(int argc, char** argv) {
   if (args.help) {
     print_help();
 #ifdef GRADSWITCH_HAVE_DPDK
-    if (args.config.backend == "dpdk") std::printf("\nDPDK backend (options after --):\n%s", dpdk_backend_help().c_str());
+    if (args.config.backend == "dpdk")
+      std::printf("\nDPDK backend (options after --):\n%s", dpdk_backend_help().c_str());
 #else
     if (args.config.backend == "dpdk") std::printf("\n--backend dpdk: %s\n", kNoDpdk);
 #endif
@@ -123,7 +136,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gradswitchd: %s\n", error.c_str());
     return 1;
   }
-  control.add_stats_source([&] { return udp_backend_stats(*backend); });
+  control.add_stats_source([&] { return format_backend_stats(*backend); });
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -131,9 +144,9 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::fprintf(stderr, "gradswitchd %s: control %s, data %s, mtu %u (payload %u B), simd %s\n", GRADSWITCH_VERSION,
-               control.describe().c_str(), backend->describe().c_str(), config.mtu, config.payload_bytes(),
-               kernels().name);
+  std::fprintf(stderr, "gradswitchd %s: control %s, data %s, mtu %u (payload %u B), simd %s\n",
+               GRADSWITCH_VERSION, control.describe().c_str(), backend->describe().c_str(), config.mtu,
+               config.payload_bytes(), kernels().name);
   const uint64_t start_ns = monotonic_ns();
 
   // The control plane runs on its own thread until a signal (or the backend returning); then it
@@ -158,7 +171,7 @@ int main(int argc, char** argv) {
                "retx_answered=%llu drops=%llu%s%s\n",
                (monotonic_ns() - start_ns) / 1e9, (unsigned long long)control.jobs_started(),
                (unsigned long long)t.pkts_in, (unsigned long long)t.pkts_out, (unsigned long long)t.completed,
-               (unsigned long long)t.retx_answered, (unsigned long long)t.drops_total(),
-               udp_backend_stats(*backend).empty() ? "" : " ", udp_backend_stats(*backend).c_str());
+               (unsigned long long)t.retx_answered, (unsigned long long)t.drops_total(), " ",
+               format_backend_stats(*backend).c_str());
   return backend_rc;
 }

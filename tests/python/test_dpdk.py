@@ -432,6 +432,14 @@ class DpdkSwitch:
         except OSError:
             return ""
 
+    def control_stats(self) -> dict[str, str]:
+        """The control plane's STATS reply (engine totals and the backend's counters), asked from host 0
+        through the switch."""
+        r = self.topo.exec(0, PY, str(HERE), "stats", self.topo.agg_ip, "7700")
+        line = r.stdout.strip()
+        assert line.startswith("OK "), f"STATS failed: {line!r} {r.stderr[-2000:]}"
+        return dict(kv.split("=", 1) for kv in line.split()[1:])
+
     def stats(self) -> dict[str, str]:
         time.sleep(0.45)  # the file is rewritten every 200 ms
         out = {}
@@ -506,6 +514,14 @@ if pytest is not None:
         assert f"got {4 << 20}" in sout, sout + serr
         st = sw.stats()
         assert int(st["dpdk.l2_forwarded"]) > 1000
+        # The same counters reach the control plane's STATS through the backend interface, with the
+        # ports' ethdev counters (snapshots every 100 ms) and the lcore's busy cycles.
+        time.sleep(0.25)
+        cs = sw.control_stats()
+        assert int(cs["dpdk.l2_forwarded"]) >= int(st["dpdk.l2_forwarded"]), cs
+        assert int(cs["dpdk.port0.port_rx_packets"]) > 1000, cs
+        assert int(cs["dpdk.port1.port_tx_packets"]) > 1000, cs
+        assert int(cs["dpdk.lcore0.busy_cycles"]) > 0 and int(cs["dpdk.tsc_hz"]) > 0, cs
         # The daemon's own kernel (the tap) is reachable: ping the aggregation address.
         assert topo.exec(1, "ping", "-c", "1", "-W", "2", topo.agg_ip).returncode == 0
 
@@ -675,6 +691,10 @@ def _main(argv: list[str]) -> int:
         print(json.dumps(sniff(argv[1], float(argv[2]), argv[3])))
     elif cmd == "listen":
         print(json.dumps(listen_udp(int(argv[1]), float(argv[2]))))
+    elif cmd == "stats":  # stats agg cport: the STATS reply line
+        c = socket.create_connection((argv[1], int(argv[2])), timeout=10)
+        c.sendall(b"STATS\n")
+        print(c.makefile("r").readline().strip())
     elif cmd == "join":  # join agg cport job world rank: JOIN, print the reply, hold until killed
         agg, cport, job, world, rank = argv[1:6]
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -16,10 +16,6 @@
 
 #include <arpa/inet.h>
 #include <net/if.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <rte_arp.h>
 #include <rte_cycles.h>
 #include <rte_eal.h>
@@ -33,6 +29,9 @@
 #include <rte_mempool.h>
 #include <rte_ring.h>
 #include <rte_udp.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -52,7 +51,7 @@ namespace {
 constexpr unsigned kBurst = 32;
 constexpr unsigned kMaxPorts = 32;
 constexpr unsigned kMaxAgg = 64;
-constexpr unsigned kJobEntries = 256;  // engine job ids: low 8 bits are the table index
+constexpr unsigned kJobEntries = 256;           // engine job ids: low 8 bits are the table index
 constexpr uint32_t kNotifyMagic = 0x4753434Eu;  // "GSCN"
 
 // ---------------------------------------------------------------------------------------------
@@ -158,7 +157,8 @@ class MacTable {
       if ((w & kMacMask) == key) {
         bool changed = w != word;
         if (changed) e.word.store(word, std::memory_order_relaxed);
-        if (changed || e.seen_s.load(std::memory_order_relaxed) != now_s) e.seen_s.store(now_s, std::memory_order_relaxed);
+        if (changed || e.seen_s.load(std::memory_order_relaxed) != now_s)
+          e.seen_s.store(now_s, std::memory_order_relaxed);
         return changed;
       }
       if (w == 0) {
@@ -180,7 +180,8 @@ class MacTable {
   unsigned live(uint32_t now_s, uint32_t age_s) const {
     unsigned n = 0;
     for (const Entry& e : e_)
-      if (e.word.load(std::memory_order_relaxed) && now_s - e.seen_s.load(std::memory_order_relaxed) <= age_s) ++n;
+      if (e.word.load(std::memory_order_relaxed) && now_s - e.seen_s.load(std::memory_order_relaxed) <= age_s)
+        ++n;
     return n;
   }
   void dump(std::string* out, uint32_t now_s, uint32_t age_s) const {
@@ -221,7 +222,8 @@ class NeighTable {
     return false;
   }
   void learn(uint32_t ip_be, const rte_ether_addr& m, uint32_t now_s) {
-    if (ip_be == 0 || ip_be == 0xFFFFFFFFu || rte_is_multicast_ether_addr(&m) || rte_is_zero_ether_addr(&m)) return;
+    if (ip_be == 0 || ip_be == 0xFFFFFFFFu || rte_is_multicast_ether_addr(&m) || rte_is_zero_ether_addr(&m))
+      return;
     const uint64_t word = mac_key(m) | (uint64_t{1} << 63);
     for (unsigned i = 0, h = mix(ip_be); i < kProbe; ++i, ++h) {
       Entry& e = e_[h % kSize];
@@ -259,17 +261,45 @@ class NeighTable {
 // ---------------------------------------------------------------------------------------------
 // Per-lcore counters (one writer, read by the stats writer)
 
-#define GS_DPDK_COUNTERS(X)                                                                        \
-  X(rx_frames) X(rx_bytes) X(tx_frames) X(tx_bytes) X(l2_forwarded) X(l2_flooded) X(l2_filtered)   \
-  X(agg_in) X(agg_results) X(agg_frames_out) X(arp_replies) X(arp_requests) X(notify_sent)         \
-  X(drop_runt) X(drop_bad_ipv4) X(drop_bad_udp) X(drop_ip_fragment) X(drop_agg_ring_full)          \
-  X(drop_tx_ring_full) X(drop_tx_full) X(drop_no_mbuf) X(drop_no_neighbour) X(drop_injected)       \
-  X(drop_too_big)
+#define GS_DPDK_COUNTERS(X)                                                                         \
+  X(rx_frames, "Frames received on all ports")                                                      \
+  X(rx_bytes, "Bytes of the frames received on all ports")                                          \
+  X(tx_frames, "Frames transmitted on all ports")                                                   \
+  X(tx_bytes, "Bytes of the frames transmitted on all ports")                                       \
+  X(l2_forwarded, "Frames switched to the one port their destination MAC was learned on")           \
+  X(l2_flooded, "Frames flooded to every other port (broadcast, multicast, unknown unicast)")       \
+  X(l2_filtered, "Frames dropped because their destination is on the port they came from")          \
+  X(agg_in, "Data packets handed to the aggregation threads")                                       \
+  X(agg_results, "Results (and ABORT answers) the engine produced")                                 \
+  X(agg_frames_out, "Result frames built, one per receiving worker")                                \
+  X(arp_replies, "ARP requests for the aggregation address answered by the switch")                 \
+  X(arp_requests, "ARP requests sent for a worker or notify address with an unknown MAC")           \
+  X(notify_sent, "Completion signals sent (--notify)")                                              \
+  X(drop_runt, "Frames dropped: shorter than an Ethernet header, or chained mbufs")                 \
+  X(drop_bad_ipv4, "UDP to the aggregation address dropped: bad IPv4 version, IHL or total length") \
+  X(drop_bad_udp, "Data packets dropped: UDP length beyond the IPv4 payload")                       \
+  X(drop_ip_fragment, "Data packets dropped: IPv4 fragments")                                       \
+  X(drop_agg_ring_full, "Data packets dropped: the aggregation thread's ring was full")             \
+  X(drop_tx_ring_full, "Frames dropped: a port's TX ring was full")                                 \
+  X(drop_tx_full, "Frames dropped: the port did not take them (TX queue full)")                     \
+  X(drop_no_mbuf, "Frames not built or copied: the mbuf pool was empty")                            \
+  X(drop_no_neighbour, "Results or signals not sent: the destination's MAC is not known yet")       \
+  X(drop_injected, "Data packets dropped by --drop-rate before the engine")                         \
+  X(drop_too_big, "Results not sent: the frame does not fit an mbuf")
 
 struct alignas(64) LcoreCounters {
-#define GS_X(name) std::atomic<uint64_t> name{0};
+#define GS_X(name, help) std::atomic<uint64_t> name{0};
   GS_DPDK_COUNTERS(GS_X)
 #undef GS_X
+  // Cost of the switch: TSC cycles of the loop iterations that handled at least one frame, and
+  // how many such iterations there were (the rest of the time the lcore polls empty queues).
+  std::atomic<uint64_t> busy_cycles{0}, busy_iterations{0};
+};
+
+// Port counters as the main lcore last read them (ethdev calls stay on the lcores).
+struct PortSnapshot {
+  std::atomic<uint64_t> ipackets{0}, opackets{0}, ibytes{0}, obytes{0}, imissed{0}, ierrors{0}, oerrors{0},
+      rx_nombuf{0};
 };
 
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
@@ -283,7 +313,7 @@ struct JobProgress {
   std::atomic<uint32_t> lock{0};  // odd while the owner writes
   std::atomic<uint32_t> job_id{0};
   std::atomic<uint32_t> seq{0};
-  std::atomic<uint64_t> elems{0};   // result elements multicast for `seq`
+  std::atomic<uint64_t> elems{0};  // result elements multicast for `seq`
   std::atomic<uint64_t> last_ns{0};
 };
 
@@ -380,8 +410,10 @@ class DpdkBackend final : public Backend {
   ~DpdkBackend() override { shutdown(); }
 
   bool init(std::string* error);
+  const char* name() const override { return "dpdk"; }
   std::string describe() const override { return describe_; }
   int run(const std::atomic<bool>& stop) override;
+  std::vector<BackendStat> stats() const override;
 
  private:
   static int lcore_entry(void* arg);
@@ -396,6 +428,7 @@ class DpdkBackend final : public Backend {
   void flush_tx(Lcore& lc, unsigned port);
   void arp_request(Lcore& lc, uint32_t target_ip);
   void monitor(Lcore& lc);
+  void snapshot_ports();
   void write_stats();
   void shutdown();
   bool assign_layout(std::string* error);
@@ -404,6 +437,8 @@ class DpdkBackend final : public Backend {
   Engine& engine_;
   Options o_;
   std::vector<Port> ports_;
+  std::unique_ptr<PortSnapshot[]> port_stats_;
+  uint64_t next_port_snapshot_ns_ = 0;
   std::vector<std::unique_ptr<Lcore>> lcores_;
   std::unique_ptr<AggState[]> agg_;
   std::unique_ptr<MacTable> macs_;
@@ -424,12 +459,14 @@ class DpdkBackend final : public Backend {
     uint32_t seen = 0;      // latest seq observed
     uint64_t elems = 0;
     uint64_t last_ns = 0;
-    bool pending = false;   // `seen` not yet signaled
+    bool pending = false;  // `seen` not yet signaled
   };
   std::map<uint32_t, Signal> signals_;
 };
 
-bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
+bool seq_after(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) > 0;
+}
 
 bool DpdkBackend::configure_tap(const Port& p, std::string* error) {
   int fd = socket(AF_INET, SOCK_DGRAM, 0);
@@ -449,7 +486,9 @@ bool DpdkBackend::configure_tap(const Port& p, std::string* error) {
     ifr.ifr_flags |= IFF_UP;
     ok = ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
   }
-  if (!ok) *error = "cannot assign " + ip_str(o_.agg_ip_be) + " to tap interface " + p.iface + ": " + strerror(errno);
+  if (!ok)
+    *error =
+        "cannot assign " + ip_str(o_.agg_ip_be) + " to tap interface " + p.iface + ": " + strerror(errno);
   close(fd);
   return ok;
 }
@@ -457,9 +496,13 @@ bool DpdkBackend::configure_tap(const Port& p, std::string* error) {
 bool DpdkBackend::init(std::string* error) {
   const uint16_t nports = rte_eth_dev_count_avail();
   if (nports == 0)
-    return *error = "DPDK found no ports: pass --vdev=net_af_xdp0,iface=IFACE (one per host) or -a PCI-ADDRESS", false;
+    return *error =
+               "DPDK found no ports: pass --vdev=net_af_xdp0,iface=IFACE (one per host) or -a PCI-ADDRESS",
+           false;
   if (nports > kMaxPorts) return *error = "too many ports (max " + std::to_string(kMaxPorts) + ")", false;
-  if (o_.threads == 0 || o_.threads > kMaxAgg) return *error = "threads must be 1.." + std::to_string(kMaxAgg), false;
+  if (o_.threads == 0 || o_.threads > kMaxAgg)
+    return *error = "threads must be 1.." + std::to_string(kMaxAgg), false;
+  port_stats_ = std::make_unique<PortSnapshot[]>(nports);
   macs_ = std::make_unique<MacTable>();
   neigh_ = std::make_unique<NeighTable>();
   agg_ = std::make_unique<AggState[]>(o_.threads);
@@ -475,7 +518,8 @@ bool DpdkBackend::init(std::string* error) {
     p.id = pid;
     rte_eth_dev_info info;
     int r = rte_eth_dev_info_get(pid, &info);
-    if (r != 0) return *error = "rte_eth_dev_info_get(" + std::to_string(pid) + "): " + rte_strerror(-r), false;
+    if (r != 0)
+      return *error = "rte_eth_dev_info_get(" + std::to_string(pid) + "): " + rte_strerror(-r), false;
     p.driver = info.driver_name ? info.driver_name : "?";
     char name[IF_NAMESIZE] = {};
     if (info.if_index && if_indextoname(info.if_index, name)) p.iface = name;
@@ -486,8 +530,9 @@ bool DpdkBackend::init(std::string* error) {
     // af_xdp really is limited (one page per frame); af_packet reports 1518 but takes what its
     // ring frames (framesz) hold, so only warn for the others.
     if (info.max_rx_pktlen && info.max_rx_pktlen < frame && p.driver != "net_af_xdp")
-      GS_LOG_WARN("dpdk: port %u (%s) reports frames up to %u bytes, --mtu %u needs %u: check the vdev's frame size",
-                  pid, p.driver.c_str(), info.max_rx_pktlen, o_.mtu, frame);
+      GS_LOG_WARN(
+          "dpdk: port %u (%s) reports frames up to %u bytes, --mtu %u needs %u: check the vdev's frame size",
+          pid, p.driver.c_str(), info.max_rx_pktlen, o_.mtu, frame);
     else if (info.max_rx_pktlen && info.max_rx_pktlen < frame)
       return *error = "port " + std::to_string(pid) + " (" + p.driver + ") takes frames up to " +
                       std::to_string(info.max_rx_pktlen) + " bytes, --mtu " + std::to_string(o_.mtu) +
@@ -495,7 +540,8 @@ bool DpdkBackend::init(std::string* error) {
                       (p.driver == "net_af_xdp" ? ": use net_af_packet for jumbo frames" : ""),
              false;
     std::string pool_name = "gs_pool" + std::to_string(pid);
-    p.pool = rte_pktmbuf_pool_create(pool_name.c_str(), o_.mbufs, 256, 0, data_room, rte_eth_dev_socket_id(pid));
+    p.pool =
+        rte_pktmbuf_pool_create(pool_name.c_str(), o_.mbufs, 256, 0, data_room, rte_eth_dev_socket_id(pid));
     if (!p.pool)
       return *error = "mbuf pool for port " + std::to_string(pid) + ": " + rte_strerror(rte_errno) +
                       " (with --no-huge give EAL more memory: -m 512, or fewer --mbufs)",
@@ -513,8 +559,8 @@ bool DpdkBackend::init(std::string* error) {
     if (r == 0) r = rte_eth_tx_queue_setup(pid, 0, ntx, rte_eth_dev_socket_id(pid), nullptr);
     if (r == 0) r = rte_eth_dev_start(pid);
     if (r != 0)
-      return *error = "port " + std::to_string(pid) + " (" + p.driver + " " + p.iface + "): setup failed: " +
-                      rte_strerror(-r),
+      return *error = "port " + std::to_string(pid) + " (" + p.driver + " " + p.iface +
+                      "): setup failed: " + rte_strerror(-r),
              false;
     started_ = true;
     rte_eth_promiscuous_enable(pid);  // a switch port takes every frame (a no-op for some vdevs)
@@ -524,7 +570,8 @@ bool DpdkBackend::init(std::string* error) {
       int fd = socket(AF_INET, SOCK_DGRAM, 0);
       ifreq ifr{};
       std::snprintf(ifr.ifr_name, IFNAMSIZ, "%s", p.iface.c_str());
-      if (fd >= 0 && ioctl(fd, SIOCGIFHWADDR, &ifr) == 0) std::memcpy(p.mac.addr_bytes, ifr.ifr_hwaddr.sa_data, 6);
+      if (fd >= 0 && ioctl(fd, SIOCGIFHWADDR, &ifr) == 0)
+        std::memcpy(p.mac.addr_bytes, ifr.ifr_hwaddr.sa_data, 6);
       if (fd >= 0) close(fd);
     }
     std::string ring_name = "gs_tx" + std::to_string(pid);
@@ -582,8 +629,8 @@ bool DpdkBackend::assign_layout(std::string* error) {
   if (layout == "auto") layout = L >= 2 * P + X ? "8b" : L >= P + X ? "8a" : L >= 2 ? "io" : "single";
   const unsigned need = layout == "8b" ? 2 * P + X : layout == "8a" ? P + X : layout == "io" ? 2 : 1;
   if (L < need)
-    return *error = "layout " + layout + " needs " + std::to_string(need) + " lcores, EAL has " + std::to_string(L) +
-                    " (EAL -l)",
+    return *error = "layout " + layout + " needs " + std::to_string(need) + " lcores, EAL has " +
+                    std::to_string(L) + " (EAL -l)",
            false;
   o_.layout = layout;
   // Only lcores that get a task are used; the main lcore always runs (it also does the stats).
@@ -621,7 +668,8 @@ bool DpdkBackend::assign_layout(std::string* error) {
   std::vector<std::unique_ptr<Lcore>> used;
   for (unsigned i = 0; i < lcores_.size(); ++i) {
     Lcore& lc = *lcores_[i];
-    if (i == 0 || !lc.rx_ports.empty() || !lc.tx_ports.empty() || !lc.aggs.empty()) used.push_back(std::move(lcores_[i]));
+    if (i == 0 || !lc.rx_ports.empty() || !lc.tx_ports.empty() || !lc.aggs.empty())
+      used.push_back(std::move(lcores_[i]));
   }
   lcores_ = std::move(used);
   for (unsigned i = 0; i < lcores_.size(); ++i)
@@ -641,7 +689,8 @@ void DpdkBackend::flush_tx(Lcore& lc, unsigned port) {
   TxBuf& b = lc.tx[port];
   if (b.n == 0) return;
   uint16_t sent = 0;
-  for (int tries = 0; tries < 4 && sent < b.n; ++tries) sent += rte_eth_tx_burst(ports_[port].id, 0, b.m + sent, b.n - sent);
+  for (int tries = 0; tries < 4 && sent < b.n; ++tries)
+    sent += rte_eth_tx_burst(ports_[port].id, 0, b.m + sent, b.n - sent);
   uint64_t bytes = 0;
   for (uint16_t i = 0; i < sent; ++i) bytes += b.m[i]->pkt_len;
   bump(lc.c.tx_frames, sent);
@@ -710,8 +759,8 @@ void DpdkBackend::arp_request(Lcore& lc, uint32_t target_ip) {
 
 // Builds Ethernet/IPv4/UDP around `data` for `dst_ip` and sends it out of the port behind the
 // destination's MAC. Returns false (counted) when the neighbour is unknown or no mbuf is left.
-bool DpdkBackend::send_udp(Lcore& lc, uint32_t dst_ip, uint16_t sport_be, uint16_t dport_be, const uint8_t* data,
-                           uint32_t len, uint16_t* ip_id, int payload_sum) {
+bool DpdkBackend::send_udp(Lcore& lc, uint32_t dst_ip, uint16_t sport_be, uint16_t dport_be,
+                           const uint8_t* data, uint32_t len, uint16_t* ip_id, int payload_sum) {
   rte_ether_addr dmac;
   if (!neigh_->lookup(dst_ip, &dmac, lc.now_s, o_.age_s)) {
     bump(lc.c.drop_no_neighbour);
@@ -794,7 +843,8 @@ void DpdkBackend::send_result(Lcore& lc, unsigned k, const IngestResult& r, uint
     const uint32_t lock = jp.lock.load(std::memory_order_relaxed);
     jp.lock.store(lock + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
-    if (jp.job_id.load(std::memory_order_relaxed) != job || seq_after(seq, jp.seq.load(std::memory_order_relaxed))) {
+    if (jp.job_id.load(std::memory_order_relaxed) != job ||
+        seq_after(seq, jp.seq.load(std::memory_order_relaxed))) {
       jp.job_id.store(job, std::memory_order_relaxed);
       jp.seq.store(seq, std::memory_order_relaxed);
       jp.elems.store(0, std::memory_order_relaxed);
@@ -868,7 +918,8 @@ void DpdkBackend::handle_rx(Lcore& lc, unsigned port, rte_mbuf** pkts, uint16_t 
           }
         } else if (ip->next_proto_id == IPPROTO_UDP) {
           const unsigned total = ntohs(ip->total_length);
-          const bool fragment = (ntohs(ip->fragment_offset) & (RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) != 0;
+          const bool fragment =
+              (ntohs(ip->fragment_offset) & (RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) != 0;
           if (!fragment && total >= ihl + sizeof(rte_udp_hdr)) {
             auto* udp = reinterpret_cast<rte_udp_hdr*>(reinterpret_cast<uint8_t*>(ip) + ihl);
             const unsigned dport = ntohs(udp->dst_port);
@@ -909,7 +960,8 @@ void DpdkBackend::handle_rx(Lcore& lc, unsigned port, rte_mbuf** pkts, uint16_t 
       auto* arp = reinterpret_cast<rte_arp_hdr*>(eth + 1);
       if (arp->arp_hardware == htons(RTE_ARP_HRD_ETHER) && arp->arp_protocol == htons(RTE_ETHER_TYPE_IPV4)) {
         neigh_->learn(arp->arp_data.arp_sip, arp->arp_data.arp_sha, lc.now_s);
-        if (answer_arp_ && arp->arp_opcode == htons(RTE_ARP_OP_REQUEST) && arp->arp_data.arp_tip == o_.agg_ip_be) {
+        if (answer_arp_ && arp->arp_opcode == htons(RTE_ARP_OP_REQUEST) &&
+            arp->arp_data.arp_tip == o_.agg_ip_be) {
           // Turn the request into the reply, in place, and send it back where it came from.
           arp->arp_opcode = htons(RTE_ARP_OP_REPLY);
           arp->arp_data.arp_tha = arp->arp_data.arp_sha;
@@ -949,6 +1001,7 @@ void DpdkBackend::loop(Lcore& lc) {
   unsigned idle = 0;
   const bool is_main = rte_lcore_id() == rte_get_main_lcore();
   while (!halt_.load(std::memory_order_relaxed)) {
+    const uint64_t start_tsc = rte_rdtsc();
     refresh_clock(lc);
     unsigned work = 0;
     for (unsigned p : lc.rx_ports) {
@@ -962,7 +1015,8 @@ void DpdkBackend::loop(Lcore& lc) {
         agg_batch(lc, k, lc.inline_m[k], lc.inline_n[k]);
         lc.inline_n[k] = 0;
       }
-      const unsigned n = rte_ring_sc_dequeue_burst(agg_[k].ring, reinterpret_cast<void**>(pkts), kBurst, nullptr);
+      const unsigned n =
+          rte_ring_sc_dequeue_burst(agg_[k].ring, reinterpret_cast<void**>(pkts), kBurst, nullptr);
       work += n;
       agg_batch(lc, k, pkts, n);
     }
@@ -979,6 +1033,10 @@ void DpdkBackend::loop(Lcore& lc) {
     if (is_main) {
       if (stop_ && stop_->load(std::memory_order_relaxed)) halt_.store(true, std::memory_order_relaxed);
       if (lc.now_ns >= next_monitor_ns_) monitor(lc);
+    }
+    if (work) {
+      bump(lc.c.busy_cycles, rte_rdtsc() - start_tsc);
+      bump(lc.c.busy_iterations);
     }
     if (work == 0 && o_.idle_sleep_us && ++idle >= 64) {
       usleep(o_.idle_sleep_us);
@@ -1038,7 +1096,8 @@ void DpdkBackend::monitor(Lcore& lc) {
         std::memcpy(msg + 16, &v64, 8);
         v64 = __builtin_bswap64(sg.last_ns);
         std::memcpy(msg + 24, &v64, 8);
-        if (send_udp(lc, o_.notify_ip_be, htons(o_.data_port), o_.notify_port_be, msg, sizeof msg, &notify_ip_id_))
+        if (send_udp(lc, o_.notify_ip_be, htons(o_.data_port), o_.notify_port_be, msg, sizeof msg,
+                     &notify_ip_id_))
           bump(lc.c.notify_sent);
       }
       sg.any = true;
@@ -1059,12 +1118,17 @@ void DpdkBackend::monitor(Lcore& lc) {
       v64 = __builtin_bswap64(sg.last_ns);
       std::memcpy(msg + 24, &v64, 8);
       // The neighbour may still be unknown (an ARP request went out): retry on the next tick.
-      if (send_udp(lc, o_.notify_ip_be, htons(o_.data_port), o_.notify_port_be, msg, sizeof msg, &notify_ip_id_)) {
+      if (send_udp(lc, o_.notify_ip_be, htons(o_.data_port), o_.notify_port_be, msg, sizeof msg,
+                   &notify_ip_id_)) {
         bump(lc.c.notify_sent);
         sg.signaled = sg.seen;
         sg.pending = false;
       }
     }
+  }
+  if (lc.now_ns >= next_port_snapshot_ns_) {
+    next_port_snapshot_ns_ = lc.now_ns + 100'000'000;
+    snapshot_ports();
   }
   if (!o_.stats_file.empty() && lc.now_ns >= next_stats_ns_) {
     next_stats_ns_ = lc.now_ns + uint64_t{o_.stats_interval_ms} * 1000000ull;
@@ -1072,35 +1136,77 @@ void DpdkBackend::monitor(Lcore& lc) {
   }
 }
 
-void DpdkBackend::write_stats() {
-  std::string out;
-  uint64_t sums[64] = {};
-  const char* names[64];
-  unsigned n = 0;
-  for (const auto& lc : lcores_) {
-    unsigned i = 0;
-#define GS_X(name) names[i] = #name, sums[i++] += lc->c.name.load(std::memory_order_relaxed);
-    GS_DPDK_COUNTERS(GS_X)
-#undef GS_X
-    n = i;
-  }
-  for (unsigned i = 0; i < n; ++i) out += std::string("dpdk.") + names[i] + "=" + std::to_string(sums[i]) + "\n";
-  for (const Port& p : ports_) {
+void DpdkBackend::snapshot_ports() {
+  for (size_t i = 0; i < ports_.size(); ++i) {
     rte_eth_stats st;
-    if (rte_eth_stats_get(p.id, &st) != 0) continue;
-    const std::string pre = "port" + std::to_string(p.id) + ".";
-    out += pre + "driver=" + p.driver + "\n" + pre + "iface=" + p.iface + "\n";
-    out += pre + "ipackets=" + std::to_string(st.ipackets) + "\n" + pre + "opackets=" + std::to_string(st.opackets) +
-           "\n" + pre + "imissed=" + std::to_string(st.imissed) + "\n" + pre + "ierrors=" +
-           std::to_string(st.ierrors) + "\n" + pre + "oerrors=" + std::to_string(st.oerrors) + "\n" + pre +
-           "rx_nombuf=" + std::to_string(st.rx_nombuf) + "\n";
+    if (rte_eth_stats_get(ports_[i].id, &st) != 0) continue;
+    PortSnapshot& p = port_stats_[i];
+    p.ipackets.store(st.ipackets, std::memory_order_relaxed);
+    p.opackets.store(st.opackets, std::memory_order_relaxed);
+    p.ibytes.store(st.ibytes, std::memory_order_relaxed);
+    p.obytes.store(st.obytes, std::memory_order_relaxed);
+    p.imissed.store(st.imissed, std::memory_order_relaxed);
+    p.ierrors.store(st.ierrors, std::memory_order_relaxed);
+    p.oerrors.store(st.oerrors, std::memory_order_relaxed);
+    p.rx_nombuf.store(st.rx_nombuf, std::memory_order_relaxed);
+  }
+}
+
+std::vector<BackendStat> DpdkBackend::stats() const {
+  using Kind = BackendStat::Kind;
+  std::vector<BackendStat> out;
+  unsigned i = 0;
+#define GS_X(name, help)                                                                     \
+  out.push_back({#name, help, Kind::kCounter, 0});                                           \
+  for (const auto& lc : lcores_) out[i].value += lc->c.name.load(std::memory_order_relaxed); \
+  ++i;
+  GS_DPDK_COUNTERS(GS_X)
+#undef GS_X
+  for (const auto& lc : lcores_) {
+    out.push_back({"busy_cycles", "TSC cycles of this lcore's loop iterations that handled frames",
+                   Kind::kCounter, lc->c.busy_cycles.load(std::memory_order_relaxed), "lcore", lc->lcore_id});
+    out.push_back({"busy_iterations", "Loop iterations of this lcore that handled frames", Kind::kCounter,
+                   lc->c.busy_iterations.load(std::memory_order_relaxed), "lcore", lc->lcore_id});
+    out.push_back({"lcore_rx_frames", "Frames this lcore received from its ports", Kind::kCounter,
+                   lc->c.rx_frames.load(std::memory_order_relaxed), "lcore", lc->lcore_id});
+  }
+  out.push_back({"tsc_hz", "Frequency of the TSC that busy_cycles counts", Kind::kGauge, rte_get_tsc_hz()});
+  for (size_t p = 0; p < ports_.size(); ++p) {
+    const PortSnapshot& s = port_stats_[p];
+    const unsigned id = ports_[p].id;
+    auto add = [&](const char* name, const char* help, const std::atomic<uint64_t>& v) {
+      out.push_back({name, help, Kind::kCounter, v.load(std::memory_order_relaxed), "port", id});
+    };
+    add("port_rx_packets", "Frames the port received (ethdev ipackets)", s.ipackets);
+    add("port_tx_packets", "Frames the port transmitted (ethdev opackets)", s.opackets);
+    add("port_rx_bytes", "Bytes the port received", s.ibytes);
+    add("port_tx_bytes", "Bytes the port transmitted", s.obytes);
+    add("port_rx_missed", "Frames the port dropped because the switch did not poll fast enough", s.imissed);
+    add("port_rx_errors", "Erroneous frames the port received", s.ierrors);
+    add("port_tx_errors", "Frames the port failed to transmit", s.oerrors);
+    add("port_rx_nombuf", "Receive failures for lack of mbufs", s.rx_nombuf);
   }
   const uint32_t now_s = static_cast<uint32_t>(monotonic_ns() / 1000000000ull);
-  out += "dpdk.macs_live=" + std::to_string(macs_->live(now_s, o_.age_s)) + "\n";
+  out.push_back(
+      {"macs_live", "MAC addresses learned and not aged out", Kind::kGauge, macs_->live(now_s, o_.age_s)});
+  return out;
+}
+
+// The optional --stats-file: the backend's stats, the MAC and neighbour tables and the engine's
+// totals as key=value lines, rewritten atomically.
+void DpdkBackend::write_stats() {
+  std::string out = format_backend_stats(*this);
+  for (char& ch : out)
+    if (ch == ' ') ch = '\n';
+  out += "\n";
+  for (const Port& p : ports_) {
+    const std::string pre = "port" + std::to_string(p.id) + ".";
+    out += pre + "driver=" + p.driver + "\n" + pre + "iface=" + p.iface + "\n";
+  }
+  const uint32_t now_s = static_cast<uint32_t>(monotonic_ns() / 1000000000ull);
   macs_->dump(&out, now_s, o_.age_s);
   neigh_->dump(&out, now_s, o_.age_s);
-  CounterValues ev = engine_.total_counters();
-  std::string ef = ev.format("engine.");
+  std::string ef = engine_.total_counters().format("engine.");
   for (char& ch : ef)
     if (ch == ' ') ch = '\n';
   out += ef + "\n";
@@ -1154,6 +1260,7 @@ int DpdkBackend::run(const std::atomic<bool>& stop) {
       rte_pktmbuf_free_bulk(lc->inline_m[k], lc->inline_n[k]);
       lc->inline_n[k] = 0;
     }
+  snapshot_ports();
   if (!o_.stats_file.empty()) write_stats();
   GS_LOG_INFO("dpdk: stopped");
   return 0;
@@ -1173,7 +1280,8 @@ bool has_arg(const std::vector<std::string>& v, std::initializer_list<const char
   for (const std::string& a : v)
     for (const char* n : names) {
       const size_t len = std::strlen(n);
-      if (a == n || (a.compare(0, len, n) == 0 && (a.size() > len && (a[len] == '=' || n[1] != '-')))) return true;
+      if (a == n || (a.compare(0, len, n) == 0 && (a.size() > len && (a[len] == '=' || n[1] != '-'))))
+        return true;
     }
   return false;
 }
@@ -1197,8 +1305,8 @@ bool parse_options(const std::vector<std::string>& v, Options* o, std::string* e
     auto num = [&](uint64_t lo, uint64_t hi) -> bool {
       if (!need()) return false;
       if (!parse_unsigned(value, lo, hi, &u))
-        return *error = name + ": expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" +
-                        value + "'",
+        return *error = name + ": expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                        ", got '" + value + "'",
                false;
       return true;
     };
@@ -1210,7 +1318,8 @@ bool parse_options(const std::vector<std::string>& v, Options* o, std::string* e
       o->agg_prefix = u;
     } else if (name == "--agg-mac") {
       if (!need()) return false;
-      if (rte_ether_unformat_addr(value.c_str(), &o->agg_mac) != 0) return *error = "--agg-mac: bad MAC " + value, false;
+      if (rte_ether_unformat_addr(value.c_str(), &o->agg_mac) != 0)
+        return *error = "--agg-mac: bad MAC " + value, false;
       o->have_agg_mac = true;
     } else if (name == "--layout") {
       if (!need()) return false;
@@ -1266,7 +1375,9 @@ bool parse_options(const std::vector<std::string>& v, Options* o, std::string* e
 
 }  // namespace
 
-std::string dpdk_backend_help() { return help_text(); }
+std::string dpdk_backend_help() {
+  return help_text();
+}
 
 std::unique_ptr<Backend> make_dpdk_backend(Engine& engine, ControlPlane& control, const SwitchConfig& config,
                                            const std::vector<std::string>& args, std::string* error) {
@@ -1297,8 +1408,9 @@ std::unique_ptr<Backend> make_dpdk_backend(Engine& engine, const SwitchConfig& c
   if (config.control_host != "0.0.0.0") parse_ipv4(config.control_host, &o.agg_ip_be);
   if (!parse_options(own, &o, error)) return nullptr;
   if (o.agg_ip_be == 0)
-    return *error = "the DPDK backend needs the aggregation address: add `-- --agg-ip A.B.C.D` after the EAL "
-                    "arguments (or give --control-host)",
+    return *error =
+               "the DPDK backend needs the aggregation address: add `-- --agg-ip A.B.C.D` after the EAL "
+               "arguments (or give --control-host)",
            nullptr;
   if (o.data_port + o.threads - 1 > 65535) return *error = "data ports exceed 65535", nullptr;
 

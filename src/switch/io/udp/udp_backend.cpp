@@ -1,9 +1,11 @@
+// The UDP socket backend: one thread per data port, recvmmsg/sendmmsg bursts, GSO and GRO.
 #include "switch/io/udp/udp_backend.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,14 +25,14 @@ namespace gradswitch {
 namespace {
 
 constexpr int kSocketBufferBytes = 8 << 20;
-constexpr int kPollMs = 50;                 // the stop flag is seen at least this often
-constexpr size_t kRxPlainBytes = 9216;      // > largest valid datagram (32 + 8940)
-constexpr size_t kRxGroBytes = 65536;       // a GRO-coalesced train of datagrams
-constexpr size_t kMaxGroRxMemory = 8 << 20; // per thread; beyond it (huge --batch) GRO stays off
-constexpr size_t kArenaBytes = 256 * 1024;  // results of one burst, copied out of the engine
+constexpr int kPollMs = 50;                  // the stop flag is seen at least this often
+constexpr size_t kRxPlainBytes = 9216;       // > largest valid datagram (32 + 8940)
+constexpr size_t kRxGroBytes = 65536;        // a GRO-coalesced train of datagrams
+constexpr size_t kMaxGroRxMemory = 8 << 20;  // per thread; beyond it (huge --batch) GRO stays off
+constexpr size_t kArenaBytes = 256 * 1024;   // results of one burst, copied out of the engine
 constexpr size_t kMaxGroups = 1024;
 constexpr size_t kMaxEndpoints = 8192;
-constexpr size_t kMaxTxMsgs = 1024;         // UIO_MAXIOV: most messages per sendmmsg
+constexpr size_t kMaxTxMsgs = 1024;  // UIO_MAXIOV: most messages per sendmmsg
 constexpr uint32_t kMaxGsoSegments = 64;
 constexpr uint32_t kMaxGsoBytes = 60000;
 
@@ -41,8 +43,8 @@ struct Group {
   uint32_t job_id;
   uint16_t dest_rank;  // GS_RANK_ALL or a rank
   uint16_t n_eps;
-  uint32_t ep_off;     // into the endpoint pool
-  uint32_t off;        // into the arena
+  uint32_t ep_off;  // into the endpoint pool
+  uint32_t off;     // into the arena
   uint32_t seg, nseg, bytes;
   uint64_t sent_pkts, sent_bytes;
 };
@@ -60,16 +62,17 @@ void set_buffer(int fd, int opt, int force_opt, const char* what, bool* warned) 
   int got = 0;
   socklen_t len = sizeof got;
   ::getsockopt(fd, SOL_SOCKET, opt, &got, &len);
-  if (got / 2 < kSocketBufferBytes) {  // the kernel reports twice what it grants
+  if (got / 2 < kSocketBufferBytes) {                       // the kernel reports twice what it grants
     ::setsockopt(fd, SOL_SOCKET, force_opt, &v, sizeof v);  // needs CAP_NET_ADMIN
     ::getsockopt(fd, SOL_SOCKET, opt, &got, &len);
   }
   if (got / 2 < kSocketBufferBytes && !*warned) {
     *warned = true;
-    GS_LOG_WARN("UDP %s buffer capped at %d KiB by net.core.%s_max (asked for %d KiB); bursts may be dropped: "
-                "sysctl -w net.core.%s_max=%d",
-                what, got / 2 / 1024, opt == SO_RCVBUF ? "rmem" : "wmem", kSocketBufferBytes / 1024,
-                opt == SO_RCVBUF ? "rmem" : "wmem", 2 * kSocketBufferBytes);
+    GS_LOG_WARN(
+        "UDP %s buffer capped at %d KiB by net.core.%s_max (asked for %d KiB); bursts may be dropped: "
+        "sysctl -w net.core.%s_max=%d",
+        what, got / 2 / 1024, opt == SO_RCVBUF ? "rmem" : "wmem", kSocketBufferBytes / 1024,
+        opt == SO_RCVBUF ? "rmem" : "wmem", 2 * kSocketBufferBytes);
   }
 }
 
@@ -96,8 +99,13 @@ class UdpBackend final : public Backend {
     std::vector<sockaddr_in> tx_addr;
     std::vector<uint8_t> tx_ctrl;
     std::vector<uint32_t> tx_group;
-    // Read by the control thread (udp_backend_stats); written by this thread only.
+    // Read by the control thread (stats()); written by this thread only.
     std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0};
+    std::atomic<uint64_t> rx_datagrams{0};
+    // The thread's CPU clock while it runs (-1 before and after), its CPU time once it ended.
+    std::atomic<clockid_t> cpu_clock{-1};
+    std::atomic<uint64_t> final_cpu_ns{0};
+    uint64_t cpu_ns() const;
   };
 
   UdpBackend(Engine& engine, const SwitchConfig& config) : engine_(engine), config_(config) {}
@@ -109,7 +117,8 @@ class UdpBackend final : public Backend {
   bool open(std::string* error);
   std::string describe() const override;
   int run(const std::atomic<bool>& stop) override;
-  std::string stats() const;
+  const char* name() const override { return "udp"; }
+  std::vector<BackendStat> stats() const override;
 
  private:
   void loop(Thread& t, const std::atomic<bool>& stop);
@@ -153,8 +162,9 @@ bool UdpBackend::open(std::string* error) {
              ::setsockopt(t->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
     t->rx_size = t->gro ? kRxGroBytes : kRxPlainBytes;
     t->rng = config_.seed ^ (0x5851f42d4c957f2dull * (i + 1));
-    t->drop_threshold = config_.drop_rate >= 1.0 ? UINT64_MAX
-                                                 : static_cast<uint64_t>(config_.drop_rate * 18446744073709551616.0);
+    t->drop_threshold = config_.drop_rate >= 1.0
+                            ? UINT64_MAX
+                            : static_cast<uint64_t>(config_.drop_rate * 18446744073709551616.0);
 
     t->rx_buf.resize(size_t(batch) * t->rx_size);
     t->rx_msgs.resize(batch);
@@ -182,7 +192,16 @@ std::string UdpBackend::describe() const {
          std::to_string(config_.batch) + ", gso " + config_.udp_gso + ", gro " + (gro ? "on" : "off") + ")";
 }
 
-std::string UdpBackend::stats() const {
+uint64_t UdpBackend::Thread::cpu_ns() const {
+  const clockid_t clock = cpu_clock.load(std::memory_order_acquire);
+  timespec ts;
+  if (clock != -1 && clock_gettime(clock, &ts) == 0)
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  return final_cpu_ns.load(std::memory_order_acquire);  // not started, or ended just now
+}
+
+std::vector<BackendStat> UdpBackend::stats() const {
+  using Kind = BackendStat::Kind;
   uint64_t inj = 0, err = 0, trunc = 0, gso = 0, gro = 0;
   for (auto& t : threads_) {
     inj += t->injected_drops.load(std::memory_order_relaxed);
@@ -191,9 +210,22 @@ std::string UdpBackend::stats() const {
     gso += t->gso_writes.load(std::memory_order_relaxed);
     gro += t->gro_trains.load(std::memory_order_relaxed);
   }
-  return "udp.injected_drops=" + std::to_string(inj) + " udp.send_errors=" + std::to_string(err) +
-         " udp.truncated=" + std::to_string(trunc) + " udp.gso_writes=" + std::to_string(gso) +
-         " udp.gro_trains=" + std::to_string(gro);
+  std::vector<BackendStat> out = {
+      {"injected_drops", "Received datagrams dropped by --drop-rate before the engine", Kind::kCounter, inj},
+      {"send_errors", "Results that could not be sent (socket errors, malformed results)", Kind::kCounter,
+       err},
+      {"truncated", "Received datagrams longer than the receive buffer (handed to the engine as bad length)",
+       Kind::kCounter, trunc},
+      {"gso_writes", "UDP_SEGMENT writes (each carries several results to one worker)", Kind::kCounter, gso},
+      {"gro_trains", "Received GRO trains (several datagrams in one read)", Kind::kCounter, gro},
+  };
+  for (auto& t : threads_) {
+    out.push_back({"rx_datagrams", "Datagrams this data thread handed to the engine or dropped",
+                   Kind::kCounter, t->rx_datagrams.load(std::memory_order_relaxed), "thread", t->index});
+    out.push_back({"cpu_ns", "CPU time of this data thread (user + system)", Kind::kCounter, t->cpu_ns(),
+                   "thread", t->index});
+  }
+  return out;
 }
 
 int UdpBackend::run(const std::atomic<bool>& stop) {
@@ -205,6 +237,8 @@ int UdpBackend::run(const std::atomic<bool>& stop) {
 
 void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
   const unsigned batch = config_.batch;
+  clockid_t clock;
+  if (pthread_getcpuclockid(pthread_self(), &clock) == 0) t.cpu_clock.store(clock, std::memory_order_release);
   while (!stop.load(std::memory_order_relaxed)) {
     for (unsigned i = 0; i < batch; ++i) {
       t.rx_iov[i] = {t.rx_buf.data() + size_t(i) * t.rx_size, t.rx_size};
@@ -251,6 +285,7 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       size_t off = 0;
       do {
         const size_t l = std::min(seg, len - off);
+        Counters::bump(t.rx_datagrams);
         if (t.drop_threshold && splitmix64(t.rng) < t.drop_threshold) {
           Counters::bump(t.injected_drops);
         } else {
@@ -264,6 +299,10 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
     flush(t);
   }
   flush(t);
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  t.final_cpu_ns.store(uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec), std::memory_order_release);
+  t.cpu_clock.store(-1, std::memory_order_release);
 }
 
 // Copies a result out of the engine (r.data and r.endpoints are only valid until the next
@@ -271,17 +310,19 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
 void UdpBackend::queue(Thread& t, const IngestResult& r) {
   const bool all = r.dest_rank == GS_RANK_ALL;
   const uint16_t n_eps = all ? r.world : 1;
-  if (r.len == 0 || r.len > 65507 || r.endpoints == nullptr || n_eps == 0 || (!all && r.dest_rank >= r.world)) {
+  if (r.len == 0 || r.len > 65507 || r.endpoints == nullptr || n_eps == 0 ||
+      (!all && r.dest_rank >= r.world)) {
     Counters::bump(t.send_errors);
     return;
   }
-  if (t.arena_used + r.len > t.arena.size() || t.eps_used + n_eps > t.eps.size() || t.groups.size() == kMaxGroups)
+  if (t.arena_used + r.len > t.arena.size() || t.eps_used + n_eps > t.eps.size() ||
+      t.groups.size() == kMaxGroups)
     flush(t);
   std::memcpy(t.arena.data() + t.arena_used, r.data, r.len);
   if (!t.groups.empty()) {
     Group& g = t.groups.back();
-    if (t.gso && g.job_id == r.job_id && g.dest_rank == r.dest_rank && g.bytes == g.seg * g.nseg && r.len <= g.seg &&
-        g.nseg < kMaxGsoSegments && g.bytes + r.len <= kMaxGsoBytes) {
+    if (t.gso && g.job_id == r.job_id && g.dest_rank == r.dest_rank && g.bytes == g.seg * g.nseg &&
+        r.len <= g.seg && g.nseg < kMaxGsoSegments && g.bytes + r.len <= kMaxGsoBytes) {
       ++g.nseg;
       g.bytes += r.len;
       t.arena_used += r.len;
@@ -296,8 +337,10 @@ void UdpBackend::queue(Thread& t, const IngestResult& r) {
   g.off = static_cast<uint32_t>(t.arena_used);
   g.seg = g.bytes = r.len;
   g.nseg = 1;
-  if (all) std::memcpy(&t.eps[t.eps_used], r.endpoints, sizeof(Endpoint) * n_eps);
-  else t.eps[t.eps_used] = r.endpoints[r.dest_rank];
+  if (all)
+    std::memcpy(&t.eps[t.eps_used], r.endpoints, sizeof(Endpoint) * n_eps);
+  else
+    t.eps[t.eps_used] = r.endpoints[r.dest_rank];
   t.eps_used += n_eps;
   t.arena_used += r.len;
   t.groups.push_back(g);
@@ -376,16 +419,19 @@ void UdpBackend::send_msgs(Thread& t, size_t n) {
       continue;
     }
     msghdr& h = t.tx_msgs[i].msg_hdr;
-    if (h.msg_controllen != 0 && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT || errno == EMSGSIZE)) {
+    if (h.msg_controllen != 0 &&
+        (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT || errno == EMSGSIZE)) {
       // The kernel or the route cannot segment: fall back to one datagram per result for good.
-      if (t.gso) GS_LOG_WARN("udp thread %u: UDP GSO failed (%s); sending datagrams one by one", t.index,
-                             std::strerror(errno));
+      if (t.gso)
+        GS_LOG_WARN("udp thread %u: UDP GSO failed (%s); sending datagrams one by one", t.index,
+                    std::strerror(errno));
       t.gso = false;
       Group& g = t.groups[t.tx_group[i]];
       const auto* base = static_cast<const uint8_t*>(t.tx_iov[i].iov_base);
       for (uint32_t off = 0; off < t.tx_iov[i].iov_len; off += g.seg) {
         size_t l = std::min<size_t>(g.seg, t.tx_iov[i].iov_len - off);
-        if (::sendto(t.fd, base + off, l, 0, static_cast<sockaddr*>(h.msg_name), h.msg_namelen) == ssize_t(l)) {
+        if (::sendto(t.fd, base + off, l, 0, static_cast<sockaddr*>(h.msg_name), h.msg_namelen) ==
+            ssize_t(l)) {
           ++g.sent_pkts;
           g.sent_bytes += l;
         } else {
@@ -406,11 +452,6 @@ std::unique_ptr<Backend> make_udp_backend(Engine& engine, const SwitchConfig& co
   auto b = std::make_unique<UdpBackend>(engine, config);
   if (!b->open(error)) return nullptr;
   return b;
-}
-
-std::string udp_backend_stats(const Backend& backend) {
-  auto* u = dynamic_cast<const UdpBackend*>(&backend);
-  return u ? u->stats() : "";
 }
 
 }  // namespace gradswitch

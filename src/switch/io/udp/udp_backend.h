@@ -14,7 +14,4 @@ namespace gradswitch {
 // Binds thread t's socket to control_host:data_port+t; nullptr with `error` set on failure.
 std::unique_ptr<Backend> make_udp_backend(Engine& engine, const SwitchConfig& config, std::string* error);
 
-// The backend's own counters ("udp.injected_drops=.. udp.send_errors=.. ..."), "" for another backend.
-std::string udp_backend_stats(const Backend& backend);
-
 }  // namespace gradswitch
