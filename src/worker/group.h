@@ -21,53 +21,14 @@
 #include <vector>
 
 #include "worker/control.h"
+#include "worker/counters.h"
 #include "worker/errors.h"
+#include "worker/options.h"
+#include "worker/path.h"
+#include "worker/switch_allreduce.h"
 #include "worker/transport.h"
 
 namespace gradswitch::worker {
-
-enum class DType : uint8_t { kFloat32, kInt32 };
-
-struct Options {
-  std::string switch_addr = "127.0.0.1:7700";  // control plane host:port
-  std::string job = "default";
-  unsigned rank = 0;
-  unsigned world = 1;
-  std::string wire = "float32";  // int32 | float32 | fixed32 | float16 | bfloat16
-  std::string token = "gradswitch";
-  double timeout_s = 30.0;          // an allreduce fails after this long without progress
-  double join_timeout_s = 120.0;    // JOIN waits this long for the other ranks (the switch has its own)
-  double connect_timeout_s = 5.0;   // TCP connect to the control port
-  double drop_rate = 0.0;           // test hook: drop this fraction of outgoing data packets
-  uint64_t seed = 0;                //   with a PRNG seeded from (seed, rank)
-  uint64_t shuffle_seed = 0;        // test hook: != 0 permutes the order of each window's first sends
-  double rto_initial_s = 0.004;     // first retransmission timeout of a round (raised by measured RTT)
-  double rto_max_s = 0.2;           // backoff cap
-  int sockbuf_bytes = 4 << 20;      // UDP SO_RCVBUF/SO_SNDBUF request
-  std::string bind_ip = "0.0.0.0";  // local UDP address
-  bool gso = true;                  // UDP_SEGMENT for runs of DATA packets (env GRADSWITCH_GSO=1|0 overrides)
-  bool gro = true;                  // UDP_GRO for result trains (env GRADSWITCH_GRO=1|0 overrides)
-
-  // Optimization in the switch (docs/optimizer.md, docs/protocol.md section 1.3). `optimizer` is
-  // the algorithm (sgd, adagrad, adam, adamw, smorms3; "" = a plain allreduce job), `params` the
-  // number of fp32 parameters (= the length of every allreduce), `optimizer_keys` the other JOIN
-  // keys in order, values already formatted (floats: format_float32), e.g. {{"lr", "0.001"}}. The
-  // switch validates them; every rank must give the same. Needs wire float32.
-  std::string optimizer;
-  uint64_t params = 0;
-  std::vector<std::pair<std::string, std::string>> optimizer_keys;
-};
-
-struct Stats {
-  uint64_t allreduces = 0;
-  uint64_t packets_sent = 0, bytes_sent = 0;
-  uint64_t packets_received = 0, bytes_received = 0;
-  uint64_t retransmissions = 0;   // DATA packets resent after a timer fired
-  uint64_t injected_drops = 0;    // DATA packets dropped by the drop_rate hook
-  uint64_t ignored = 0;           // received datagrams matching no outstanding round (late duplicates, ...)
-  uint64_t unicast_results = 0;   // results answering a retransmission
-  uint64_t bootstrap_rounds = 0;  // fixed32 exponent rounds (count = 0)
-};
 
 // Shared completion state of one queued operation.
 class Handle {
@@ -149,14 +110,11 @@ class Group {
     std::shared_ptr<Handle::State> state;
     std::function<void()> fn;  // a control-plane operation instead of an allreduce
   };
-  struct Run;  // per-allreduce streaming state (group.cpp)
-
   Handle enqueue(Op op);
   void require_optimizer(const char* what) const;
   double control_timeout(size_t bytes) const;
   void thread_main();
   void run_allreduce(void* data, size_t count, DType dtype);
-  [[noreturn]] void fail_timeout(Run& run);
   std::string describe_job() const;
 
   Options opt_;
@@ -166,14 +124,11 @@ class Group {
   uint32_t switch_ipv4_be_ = 0;
   uint8_t wire_ = 0;
 
-  // Persistent data-plane state (background thread only).
+  // Data-plane state (background thread only).
+  PathContext ctx_;
+  std::unique_ptr<SwitchAllreduce> switch_path_;
   uint32_t seq_ = 0;
-  std::vector<uint8_t> version_;  // per slot: version of its next round
-  uint64_t rng_state_ = 0;
-  double srtt_ns_ = 0, rttvar_ns_ = 0;
-  size_t pkt_cap_ = 0;              // bytes per packet buffer (header + payload, rounded up)
-  std::vector<uint8_t> slot_mem_;   // one packet buffer per slot (retransmissions resend it)
-  std::vector<int8_t> exps_;        // fixed32: this rank's block exponent per chunk
+  std::vector<int8_t> exps_;  // fixed32: this rank's block exponent per chunk
   std::exception_ptr fatal_;  // set after a timeout or abort: the group is unusable
 
   // Queue.
@@ -186,10 +141,7 @@ class Group {
   std::mutex close_mu_;
   std::thread thread_;
 
-  struct AtomicStats {
-    std::atomic<uint64_t> allreduces{0}, packets_sent{0}, bytes_sent{0}, packets_received{0}, bytes_received{0},
-        retransmissions{0}, injected_drops{0}, ignored{0}, unicast_results{0}, bootstrap_rounds{0};
-  } stats_;
+  Counters counters_;
 };
 
 // Parses a wire name; throws InvalidArgument for unknown names.

@@ -175,7 +175,8 @@ class FakeSwitch {
   size_t recv(unsigned rank, InPacket* pkts, size_t max, int64_t timeout_ns) {
     std::unique_lock<std::mutex> lk(mu_);
     auto& q = inbox_[rank];
-    if (q.empty() && timeout_ns > 0) qcv_.wait_for(lk, std::chrono::nanoseconds(timeout_ns), [&] { return !q.empty(); });
+    if (q.empty() && timeout_ns > 0)
+      qcv_.wait_for(lk, std::chrono::nanoseconds(timeout_ns), [&] { return !q.empty(); });
     // Hands out copies that stay valid until this rank's next recv.
     auto& held = held_[rank];
     held.clear();
@@ -259,7 +260,8 @@ std::vector<std::unique_ptr<Group>> make_groups(FakeSwitch& sw, unsigned world, 
     o.rto_initial_s = 0.002;
     o.rto_max_s = 0.02;
     if (tweak) tweak(o);
-    g.push_back(std::make_unique<Group>(o, std::make_unique<FakeTransport>(&sw, r), nullptr, sw.join_info(), 0));
+    g.push_back(
+        std::make_unique<Group>(o, std::make_unique<FakeTransport>(&sw, r), nullptr, sw.join_info(), 0));
   }
   return g;
 }
@@ -269,7 +271,8 @@ template <typename T>
 std::vector<std::string> run_all(std::vector<std::unique_ptr<Group>>& g, std::vector<std::vector<T>>& data,
                                  DType dt) {
   std::vector<Handle> h;
-  for (size_t r = 0; r < g.size(); ++r) h.push_back(g[r]->allreduce_async(data[r].data(), data[r].size(), dt));
+  for (size_t r = 0; r < g.size(); ++r)
+    h.push_back(g[r]->allreduce_async(data[r].data(), data[r].size(), dt));
   std::vector<std::string> err(g.size());
   for (size_t r = 0; r < g.size(); ++r) {
     try {
@@ -302,8 +305,7 @@ TEST(int32_exact_various_sizes) {
     CHECK(all_ok(run_all(g, d, DType::kInt32)));
     bool ok = true;
     for (unsigned r = 0; r < 3; ++r)
-      for (size_t i = 0; i < n; ++i)
-        ok &= d[r][i] == static_cast<int32_t>(3 * (i * 7 - 5000) + 3 * 1000003);
+      for (size_t i = 0; i < n; ++i) ok &= d[r][i] == static_cast<int32_t>(3 * (i * 7 - 5000) + 3 * 1000003);
     CHECK(ok);
   }
   CHECK_EQ(FakeTransport::bad_port.load(), 0);
@@ -331,7 +333,8 @@ TEST(float_wires) {
     double tol = wire == "float32" ? 1e-5 : wire == "fixed32" ? 1e-6 : wire == "float16" ? 2e-2 : 1e-1;
     double worst = 0;
     for (unsigned r = 0; r < 4; ++r)
-      for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(d[r][i] - want[i]) / (1 + std::fabs(want[i])));
+      for (size_t i = 0; i < n; ++i)
+        worst = std::max(worst, std::fabs(d[r][i] - want[i]) / (1 + std::fabs(want[i])));
     if (worst > tol) std::fprintf(stderr, "  wire %s: worst rel error %g\n", wire.c_str(), worst);
     CHECK(worst <= tol);
     for (unsigned r = 1; r < 4; ++r) CHECK(d[r] == d[0]);
@@ -352,7 +355,8 @@ TEST(fixed32_exact_and_order_independent) {
   std::vector<std::vector<float>> results;
   for (uint64_t shuffle : {0ull, 12345ull}) {
     FakeSwitch sw(3, 8, 1440);
-    auto g = make_groups(sw, 3, "fixed32", [&](Options& o) { o.shuffle_seed = shuffle ? shuffle + o.rank : 0; });
+    auto g =
+        make_groups(sw, 3, "fixed32", [&](Options& o) { o.shuffle_seed = shuffle ? shuffle + o.rank : 0; });
     auto d = base;
     CHECK(all_ok(run_all(g, d, DType::kFloat32)));
     bool exact = true;
@@ -388,7 +392,8 @@ TEST(loss_both_sides_exact) {
   size_t n = 30000;
   std::vector<std::vector<float>> d(3, std::vector<float>(n));
   for (unsigned r = 0; r < 3; ++r)
-    for (size_t i = 0; i < n; ++i) d[r][i] = static_cast<float>(static_cast<int>(i % 1000) - 500 + static_cast<int>(r)) * 0.25f;
+    for (size_t i = 0; i < n; ++i)
+      d[r][i] = static_cast<float>(static_cast<int>(i % 1000) - 500 + static_cast<int>(r)) * 0.25f;
   auto want = d[0];
   for (size_t i = 0; i < n; ++i) want[i] = d[0][i] + d[1][i] + d[2][i];
   CHECK(all_ok(run_all(g, d, DType::kFloat32)));
@@ -402,6 +407,62 @@ TEST(loss_both_sides_exact) {
   CHECK(g[0]->stats().retransmissions > 0);
   CHECK(g[0]->stats().injected_drops > 0);
   CHECK(sw.retx_answered() > 0);
+}
+
+// Drops the first transmission of slot 1 and records what the worker sends in that slot.
+class LosingTransport : public FakeTransport {
+ public:
+  using FakeTransport::FakeTransport;
+  size_t send_batch(const OutPacket* pkts, size_t n) override {
+    for (size_t i = 0; i < n; ++i) {
+      gs_header h;
+      gs_header_decode(pkts[i].data, &h);
+      if (h.slot != 1) {
+        FakeTransport::send_batch(&pkts[i], 1);
+        continue;
+      }
+      slot1.emplace_back(pkts[i].data, pkts[i].data + pkts[i].len);
+      if (slot1.size() > 1) FakeTransport::send_batch(&pkts[i], 1);
+    }
+    return n;
+  }
+  std::vector<std::vector<uint8_t>> slot1;
+};
+
+TEST(retransmission_resends_same_bytes_with_retx_flag) {
+  FakeSwitch sw(2, 4, 1440);
+  std::vector<std::unique_ptr<Group>> g;
+  LosingTransport* lossy = nullptr;
+  for (unsigned r = 0; r < 2; ++r) {
+    Options o;
+    o.job = "t";
+    o.rank = r;
+    o.world = 2;
+    o.rto_initial_s = 0.002;
+    std::unique_ptr<Transport> t;
+    if (r == 0) {
+      auto lt = std::make_unique<LosingTransport>(&sw, r);
+      lossy = lt.get();
+      t = std::move(lt);
+    } else {
+      t = std::make_unique<FakeTransport>(&sw, r);
+    }
+    g.push_back(std::make_unique<Group>(o, std::move(t), nullptr, sw.join_info(), 0));
+  }
+  std::vector<std::vector<float>> d(2, std::vector<float>(4 * 360, 1.0f));
+  CHECK(all_ok(run_all(g, d, DType::kFloat32)));
+  CHECK(d[0][400] == 2.0f);
+  CHECK(lossy->slot1.size() >= 2);
+  if (lossy->slot1.size() >= 2) {
+    const auto& a = lossy->slot1[0];
+    const auto& b = lossy->slot1[1];
+    CHECK(a.size() == b.size());
+    CHECK(a[16] == 0 && b[16] == GS_FLAG_RETX);  // flags: version 0, then RETX
+    bool same = a.size() == b.size();
+    for (size_t i = 0; same && i < a.size(); ++i) same = i == 16 || a[i] == b[i];
+    CHECK(same);
+  }
+  CHECK(g[0]->stats().retransmissions >= 1);
 }
 
 TEST(timeout_names_seq_and_is_sticky) {
@@ -454,7 +515,8 @@ TEST(many_small_calls_and_async_order) {
   std::vector<std::vector<std::vector<float>>> bufs(2);
   std::vector<std::vector<Handle>> hs(2);
   for (int k = 0; k < 20; ++k)
-    for (unsigned r = 0; r < 2; ++r) bufs[r].push_back(std::vector<float>(1 + 7 * k, static_cast<float>(k + r)));
+    for (unsigned r = 0; r < 2; ++r)
+      bufs[r].push_back(std::vector<float>(1 + 7 * k, static_cast<float>(k + r)));
   for (int k = 0; k < 20; ++k)
     for (unsigned r = 0; r < 2; ++r)
       hs[r].push_back(g[r]->allreduce_async(bufs[r][k].data(), bufs[r][k].size(), DType::kFloat32));

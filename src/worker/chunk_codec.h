@@ -1,0 +1,45 @@
+// How a tensor is cut into chunks (one packet each) and how a chunk's elements are encoded on
+// the wire per wire type (docs/protocol.md sections 2 and 5). Shared by every algorithm that
+// moves chunks: the switch's streaming window and the ring.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace gradswitch::worker {
+
+// The chunks of an allreduce of `count` elements travelling as `elem` (a gs_elem_type).
+struct Chunking {
+  uint8_t elem = 0;
+  size_t elem_bytes = 0;
+  uint32_t per = 0;  // elements of a full chunk
+  size_t count = 0;
+  size_t chunks = 0;
+
+  uint32_t offset(size_t c) const { return static_cast<uint32_t>(c * per); }
+  uint16_t size(size_t c) const {
+    size_t left = count - c * per;
+    return static_cast<uint16_t>(left < per ? left : per);
+  }
+};
+
+// `payload_bytes` is the largest payload a packet carries; a chunk holds at most 65535 elements
+// (the header's count field). count must be >= 1.
+Chunking make_chunking(size_t count, uint8_t elem, uint32_t payload_bytes);
+
+// Encodes chunk `c` of the tensor at `base` (float32, or int32 for the int32 wire) into
+// `payload`. fixed32 quantises with the scale 2^scale (value = integer * 2^-scale). Returns the
+// payload's length in bytes.
+size_t encode_chunk(const Chunking& ch, const void* base, size_t c, int scale, uint8_t* payload);
+
+// Writes a chunk's payload (the summed elements) back into the tensor, converted from the wire
+// type; fixed32 payloads were quantised with 2^scale.
+void decode_chunk(const Chunking& ch, const uint8_t* payload, size_t c, int scale, void* base);
+
+// fixed32: the block exponent of every chunk of `src` (docs/protocol.md section 5) into `*exps`.
+// Throws InvalidArgument naming the first element that fixed32 cannot carry (non-finite or
+// >= 2^127 in magnitude), before anything is sent.
+void block_exponents(const Chunking& ch, const float* src, std::vector<int8_t>* exps);
+
+}  // namespace gradswitch::worker

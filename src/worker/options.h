@@ -1,0 +1,43 @@
+// What a worker is told at connect(): the job, its rank, the wire type, timeouts and test hooks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gradswitch::worker {
+
+enum class DType : uint8_t { kFloat32, kInt32 };
+
+struct Options {
+  std::string switch_addr = "127.0.0.1:7700";  // control plane host:port
+  std::string job = "default";
+  unsigned rank = 0;
+  unsigned world = 1;
+  std::string wire = "float32";  // int32 | float32 | fixed32 | float16 | bfloat16
+  std::string token = "gradswitch";
+  double timeout_s = 30.0;          // an allreduce fails after this long without progress
+  double join_timeout_s = 120.0;    // JOIN waits this long for the other ranks (the switch has its own)
+  double connect_timeout_s = 5.0;   // TCP connect to the control port
+  double drop_rate = 0.0;           // test hook: drop this fraction of outgoing data packets
+  uint64_t seed = 0;                //   with a PRNG seeded from (seed, rank)
+  uint64_t shuffle_seed = 0;        // test hook: != 0 permutes the order of each window's first sends
+  double rto_initial_s = 0.004;     // first retransmission timeout of a round (raised by measured RTT)
+  double rto_max_s = 0.2;           // backoff cap
+  int sockbuf_bytes = 4 << 20;      // UDP SO_RCVBUF/SO_SNDBUF request
+  std::string bind_ip = "0.0.0.0";  // local UDP address
+  bool gso = true;                  // UDP_SEGMENT for runs of DATA packets (env GRADSWITCH_GSO=1|0 overrides)
+  bool gro = true;                  // UDP_GRO for result trains (env GRADSWITCH_GRO=1|0 overrides)
+
+  // Optimization in the switch (docs/optimizer.md, docs/protocol.md section 1.3). `optimizer` is
+  // the algorithm (sgd, adagrad, adam, adamw, smorms3; "" = a plain allreduce job), `params` the
+  // number of fp32 parameters (= the length of every allreduce), `optimizer_keys` the other JOIN
+  // keys in order, values already formatted (floats: format_float32), e.g. {{"lr", "0.001"}}. The
+  // switch validates them; every rank must give the same. Needs wire float32.
+  std::string optimizer;
+  uint64_t params = 0;
+  std::vector<std::pair<std::string, std::string>> optimizer_keys;
+};
+
+}  // namespace gradswitch::worker

@@ -1,0 +1,36 @@
+// What every data path (the switch's streaming window, the ring) gets from its Group: the
+// group's context, and one allreduce described independently of the algorithm that runs it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/chunk_codec.h"
+#include "worker/control.h"
+#include "worker/counters.h"
+#include "worker/options.h"
+#include "worker/transport.h"
+
+namespace gradswitch::worker {
+
+struct PathContext {
+  const Options* opt = nullptr;
+  const JoinInfo* join = nullptr;
+  Transport* transport = nullptr;
+  Counters* counters = nullptr;
+  const std::atomic<bool>* cancel = nullptr;  // Group::close(abort=true)
+  std::string job_text;                       // "job 'x' (job_id 3, rank 0 of 4)", for messages
+};
+
+// One allreduce: the tensor (overwritten with the sum chunk by chunk), its chunks, and for
+// fixed32 this rank's block exponent of every chunk.
+struct AllreduceOp {
+  uint8_t* base = nullptr;
+  Chunking ch;
+  const std::vector<int8_t>* exps = nullptr;
+  uint32_t seq = 0;
+};
+
+}  // namespace gradswitch::worker

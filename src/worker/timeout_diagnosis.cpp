@@ -1,0 +1,130 @@
+// The diagnosis of an allreduce timeout through the switch (see timeout_diagnosis.h).
+#include "worker/timeout_diagnosis.h"
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gradswitch/wire.h"
+#include "worker/errors.h"
+
+namespace gradswitch::worker {
+
+namespace {
+
+std::string fmt_s(double s) {
+  std::ostringstream o;
+  o.precision(3);
+  o << s;
+  return o.str();
+}
+
+std::string join_ranks(const std::vector<unsigned>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::vector<long long> parse_list(const std::string& s) {
+  std::vector<long long> out;
+  std::stringstream in(s);
+  std::string tok;
+  while (std::getline(in, tok, ','))
+    if (!tok.empty()) {
+      try {
+        out.push_back(std::stoll(tok));
+      } catch (...) {
+      }
+    }
+  return out;
+}
+
+}  // namespace
+
+void throw_switch_timeout(const PathContext& ctx, ControlClient* control, const StuckRound& stuck) {
+  const Options& opt = *ctx.opt;
+  const JoinInfo& join = *ctx.join;
+  const unsigned slot = stuck.slot;
+  std::string where =
+      "slot " + std::to_string(slot) + " version " + std::to_string(static_cast<unsigned>(stuck.version)) +
+      (stuck.bootstrap ? " (fixed32 exponent round for elements starting at " : " (elements starting at ") +
+      std::to_string(stuck.offset) + ")";
+  std::string endpoint = control ? control->endpoint() : std::string("(no control connection)");
+  std::string ports = "UDP data ports " + std::to_string(join.data_port) +
+                      (join.threads > 1 ? "-" + std::to_string(join.data_port + join.threads - 1) : "");
+  std::string head = "gradswitch: allreduce timed out: " + ctx.job_text + ", allreduce seq " +
+                     std::to_string(stuck.seq) + " made no progress for " + fmt_s(opt.timeout_s) +
+                     " s; waiting on " + where + ". ";
+  std::string check =
+      "Check that the missing ranks' processes are alive and make the same sequence of allreduce "
+      "calls with the same sizes, that every worker reaches the switch at " +
+      endpoint + " (" + ports + "), and that no firewall or MTU limit drops UDP datagrams of up to " +
+      std::to_string(GS_HEADER_BYTES + join.payload_bytes) + " bytes.";
+  if (!control) throw TimeoutError(head + check);
+
+  Reply r;
+  try {
+    r = parse_reply(control->request("STATUS job_id=" + std::to_string(join.job_id) +
+                                         " slot=" + std::to_string(slot) +
+                                         " version=" + std::to_string(static_cast<unsigned>(stuck.version)),
+                                     5.0));
+  } catch (const Error& e) {
+    throw TimeoutError(head + "The switch did not answer STATUS either (" + e.what() +
+                       "): is gradswitchd still running at " + endpoint + "?");
+  }
+  if (!r.ok) throw TimeoutError(head + "STATUS failed: " + r.code + " " + r.message + ". " + check);
+  if (r.get("state") == "aborted") {
+    long long reason = 0, rank = GS_RANK_ALL;
+    try {
+      reason = r.get_int("abort_reason");
+      rank = r.get_int("abort_rank");
+    } catch (...) {
+    }
+    throw AbortedError("gradswitch: " + ctx.job_text + " was aborted by the switch during allreduce seq " +
+                           std::to_string(stuck.seq) + ": " +
+                           abort_reason_text(static_cast<uint8_t>(reason), static_cast<uint16_t>(rank)),
+                       static_cast<uint8_t>(reason), static_cast<uint16_t>(rank));
+  }
+  std::vector<long long> seen = parse_list(r.get("seen"));
+  std::vector<long long> rank_seq = parse_list(r.get("rank_seq"));
+  bool same_round =
+      r.get("slot_seq") == std::to_string(stuck.seq) && r.get("slot_offset") == std::to_string(stuck.offset);
+  std::string state = r.get("slot_state");
+  std::vector<unsigned> missing, present;
+  if (same_round && (state == "open" || state == "complete")) {
+    uint64_t mask = 0;
+    for (long long s : seen)
+      if (s >= 0 && s < 64) mask |= uint64_t{1} << s;
+    for (unsigned k = 0; k < opt.world; ++k) ((mask >> k) & 1 ? present : missing).push_back(k);
+    if (missing.empty())
+      throw TimeoutError(head +
+                         "Every rank contributed to this round at the switch, but its result does not reach "
+                         "this worker: check that UDP datagrams from the switch reach port " +
+                         std::to_string(ctx.transport->local_port()) + " on this host (firewall, NAT, MTU).");
+    throw TimeoutError(head + "Rank(s) " + join_ranks(missing) + " have not contributed (received from " +
+                       (present.empty() ? std::string("none") : join_ranks(present)) + "). " + check);
+  }
+  // The switch holds no part of this round: find the ranks that have not reached this allreduce.
+  for (unsigned k = 0; k < opt.world && k < rank_seq.size(); ++k) {
+    long long v = rank_seq[k];
+    bool reached = v >= 0 && static_cast<int32_t>(static_cast<uint32_t>(v) - stuck.seq) >= 0;
+    if (!reached) missing.push_back(k);
+  }
+  bool self_missing = std::find(missing.begin(), missing.end(), opt.rank) != missing.end();
+  if (self_missing)
+    throw TimeoutError(head +
+                       "The switch has received nothing from this rank for this allreduce: check that UDP "
+                       "datagrams from this host reach the switch at " +
+                       endpoint.substr(0, endpoint.rfind(':')) + " (" + ports + "; firewall, MTU).");
+  if (!missing.empty())
+    throw TimeoutError(head + "Rank(s) " + join_ranks(missing) + " have not reached allreduce seq " +
+                       std::to_string(stuck.seq) + ". " + check);
+  throw TimeoutError(head + "The switch's slot holds another round (" + r.get("slot_state") + " seq " +
+                     r.get("slot_seq") + " offset " + r.get("slot_offset") +
+                     "): the ranks disagree on the sequence "
+                     "or sizes of their allreduce calls? " +
+                     check);
+}
+
+}  // namespace gradswitch::worker

@@ -1,0 +1,220 @@
+// The worker's data-path units alone: chunk codec per wire type, RTT estimation, the loss
+// detector (RACK rule, probes, backoff, Karn) on a hand-made clock, and the slot window.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gradswitch/wire.h"
+#include "harness.h"
+#include "worker/chunk_codec.h"
+#include "worker/errors.h"
+#include "worker/loss_detector.h"
+#include "worker/window.h"
+
+using namespace gradswitch::worker;
+
+namespace {
+constexpr int64_t kMs = 1'000'000;
+}
+
+TEST(chunking_sizes) {
+  Chunking c = make_chunking(1000, GS_ELEM_FLOAT32, 1440);
+  CHECK_EQ(c.per, 360u);
+  CHECK_EQ(c.chunks, size_t{3});
+  CHECK_EQ(c.offset(2), 720u);
+  CHECK_EQ(static_cast<unsigned>(c.size(0)), 360u);
+  CHECK_EQ(static_cast<unsigned>(c.size(2)), 280u);
+  Chunking h = make_chunking(720, GS_ELEM_FLOAT16, 1440);
+  CHECK_EQ(h.per, 720u);
+  CHECK_EQ(h.chunks, size_t{1});
+  // The header's count field caps a chunk at 65535 elements whatever the payload.
+  Chunking big = make_chunking(200000, GS_ELEM_FLOAT16, 8940 * 100);
+  CHECK_EQ(big.per, 65535u);
+  CHECK_EQ(big.chunks, size_t{4});
+}
+
+TEST(codec_roundtrip_every_wire) {
+  std::vector<float> src(700);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = std::ldexp(static_cast<float>(static_cast<int>(i % 97) - 48), -3);
+  for (uint8_t elem : {GS_ELEM_FLOAT32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16, GS_ELEM_FIXED32}) {
+    Chunking ch = make_chunking(src.size(), elem, 1440);
+    std::vector<int8_t> exps;
+    if (elem == GS_ELEM_FIXED32) block_exponents(ch, src.data(), &exps);
+    std::vector<float> out(src.size(), -1.0f);
+    std::vector<uint8_t> payload(1440);
+    for (size_t c = 0; c < ch.chunks; ++c) {
+      int scale = elem == GS_ELEM_FIXED32 ? 30 - exps[c] : 0;
+      size_t len = encode_chunk(ch, src.data(), c, scale, payload.data());
+      CHECK_EQ(len, ch.size(c) * ch.elem_bytes);
+      decode_chunk(ch, payload.data(), c, scale, out.data());
+    }
+    // Multiples of 1/8 below 8 are exact in every wire type.
+    CHECK(out == src);
+  }
+  std::vector<int32_t> isrc(500);
+  for (size_t i = 0; i < isrc.size(); ++i) isrc[i] = static_cast<int32_t>(i * 2654435761u);
+  Chunking ch = make_chunking(isrc.size(), GS_ELEM_INT32, 1440);
+  std::vector<int32_t> iout(isrc.size());
+  std::vector<uint8_t> payload(1440);
+  for (size_t c = 0; c < ch.chunks; ++c) {
+    encode_chunk(ch, isrc.data(), c, 0, payload.data());
+    CHECK(std::memcmp(payload.data(), isrc.data() + ch.offset(c), ch.size(c) * 4) ==
+          0);  // little-endian as is
+    decode_chunk(ch, payload.data(), c, 0, iout.data());
+  }
+  CHECK(iout == isrc);
+}
+
+TEST(block_exponents_and_rejection) {
+  std::vector<float> v(720, 0.0f);
+  v[5] = 3.0f;    // chunk 0: max 3 < 2^2
+  v[400] = 0.5f;  // chunk 1: max 0.5 < 2^0
+  Chunking ch = make_chunking(1000, GS_ELEM_FIXED32, 1440);
+  v.resize(1000, 0.0f);  // chunk 2 all zero
+  std::vector<int8_t> e;
+  block_exponents(ch, v.data(), &e);
+  CHECK_EQ(static_cast<int>(e[0]), 2);
+  CHECK_EQ(static_cast<int>(e[1]), 0);
+  CHECK_EQ(static_cast<int>(e[2]), GS_EXP_NONE);
+  v[777] = INFINITY;
+  std::string msg;
+  try {
+    block_exponents(ch, v.data(), &e);
+  } catch (const InvalidArgument& ex) {
+    msg = ex.what();
+  }
+  CHECK(msg.find("element 777") != std::string::npos);
+}
+
+TEST(rtt_estimator_rfc6298) {
+  RttEstimator r;
+  CHECK(!r.has_sample());
+  CHECK_EQ(r.initial_rto(4 * kMs, 200 * kMs), 4 * kMs);
+  r.sample(10 * kMs);
+  CHECK(r.srtt_ns() == 10.0 * kMs);
+  CHECK(r.rttvar_ns() == 5.0 * kMs);
+  CHECK_EQ(r.initial_rto(4 * kMs, 200 * kMs), 30 * kMs);  // 10 + 4 * 5
+  r.sample(2 * kMs);
+  CHECK(std::fabs(r.rttvar_ns() - (0.75 * 5 + 0.25 * 8) * kMs) < 1);
+  CHECK(std::fabs(r.srtt_ns() - (0.875 * 10 + 0.125 * 2) * kMs) < 1);
+  CHECK_EQ(r.initial_rto(4 * kMs, 20 * kMs), 20 * kMs);  // capped
+}
+
+TEST(loss_nothing_before_deadline) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(3);
+  for (auto& x : t) d.launch(x, 0);
+  std::vector<unsigned> re;
+  int64_t next = d.scan(t.data(), t.size(), 3 * kMs, &re);
+  CHECK(re.empty());
+  CHECK_EQ(next, 4 * kMs);
+}
+
+TEST(loss_single_probe_when_nothing_delivered) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(3);
+  d.launch(t[1], 0);
+  d.launch(t[0], 1 * kMs);
+  d.launch(t[2], 2 * kMs);
+  std::vector<unsigned> re;
+  d.scan(t.data(), t.size(), 10 * kMs, &re);
+  // Only the oldest transmission goes out; the others back off without sending.
+  CHECK(re.size() == 1 && re[0] == 1);
+  CHECK_EQ(t[1].tries, 1u);
+  CHECK_EQ(t[1].last_tx_ns, 10 * kMs);
+  CHECK_EQ(t[0].tries, 0u);
+  CHECK_EQ(t[0].deadline_ns, 18 * kMs);  // 10 + 2 * 4
+  CHECK_EQ(t[1].deadline_ns, 18 * kMs);
+}
+
+TEST(loss_rack_resends_overtaken_rounds) {
+  LossDetector d(100 * kMs, 1000 * kMs);  // timers far away: only RACK can act
+  std::vector<RoundTimer> t(3);
+  d.launch(t[0], 0);
+  d.launch(t[1], 2 * kMs);
+  d.launch(t[2], 4 * kMs);
+  d.delivered(t[2], 5 * kMs);  // srtt = 1 ms; reorder window max(srtt/4, 0.5 ms) = 0.5 ms
+  CHECK(!t[2].busy);
+  std::vector<unsigned> re;
+  d.scan(t.data(), t.size(), 5 * kMs, &re);
+  // Both earlier rounds were overtaken by a later one and srtt + reorder (1.5 ms) has passed.
+  CHECK(re.size() == 2 && re[0] == 0 && re[1] == 1);
+  // Their retransmissions are now the newest sends: not resent again at once.
+  re.clear();
+  d.scan(t.data(), t.size(), 6 * kMs, &re);
+  CHECK(re.empty());
+}
+
+TEST(loss_rack_waits_for_reorder_window) {
+  LossDetector d(100 * kMs, 1000 * kMs);
+  std::vector<RoundTimer> t(2);
+  d.launch(t[0], 0);
+  d.launch(t[1], 400'000);  // 0.4 ms later: within the reordering window (srtt / 4 = 2.4 ms)
+  d.delivered(t[1], 10 * kMs);
+  std::vector<unsigned> re;
+  d.scan(t.data(), t.size(), 11 * kMs, &re);
+  CHECK(re.empty());
+}
+
+TEST(loss_karn_and_backoff_cap) {
+  LossDetector d(4 * kMs, 10 * kMs);
+  std::vector<RoundTimer> t(1);
+  d.launch(t[0], 0);
+  std::vector<unsigned> re;
+  int64_t now = 0;
+  for (int i = 0; i < 5; ++i) {
+    now = t[0].deadline_ns;
+    re.clear();
+    d.scan(t.data(), 1, now, &re);
+    CHECK(re.size() == 1);
+  }
+  CHECK_EQ(t[0].rto_ns, 10 * kMs);  // 4, 8, then capped at 10
+  CHECK_EQ(t[0].tries, 5u);
+  d.delivered(t[0], now + 1 * kMs);
+  CHECK(!d.rtt().has_sample());  // a resent round gives no RTT sample
+}
+
+TEST(window_versions_and_retransmission_flag) {
+  Window w(4, 64);
+  CHECK_EQ(w.slots(), 4u);
+  CHECK_EQ(static_cast<int>(w.claim_version(1)), 0);
+  CHECK_EQ(static_cast<int>(w.claim_version(1)), 1);
+  CHECK_EQ(static_cast<int>(w.claim_version(1)), 0);
+  CHECK_EQ(static_cast<int>(w.claim_version(2)), 0);  // slots flip independently
+  gs_header h{};
+  h.magic = GS_MAGIC;
+  h.version = GS_VERSION;
+  h.type = GS_MSG_DATA;
+  h.slot = 2;
+  h.flags = 1;
+  h.elem_type = GS_ELEM_FLOAT32;
+  h.count = 3;
+  h.seq = 77;
+  h.offset = 1080;
+  h.next_exp = 5;
+  h.scale_exp = -2;
+  float vals[3] = {1.5f, -2.0f, 3.25f};
+  std::memcpy(w.payload(2), vals, sizeof vals);
+  w.seal(2, h, sizeof vals);
+  CHECK_EQ(w.round(2).len, GS_HEADER_BYTES + 12u);
+  std::vector<uint8_t> before(w.packet(2), w.packet(2) + w.round(2).len);
+  w.mark_retransmission(2);
+  gs_header got;
+  gs_header_decode(w.packet(2), &got);
+  CHECK_EQ(static_cast<int>(got.flags), 1 | GS_FLAG_RETX);
+  CHECK_EQ(got.seq, 77u);
+  CHECK_EQ(got.offset, 1080u);
+  CHECK_EQ(static_cast<int>(got.next_exp), 5);
+  CHECK_EQ(static_cast<int>(got.scale_exp), -2);
+  CHECK(w.round(2).hdr.flags == (1 | GS_FLAG_RETX));
+  // Only the flags byte changed.
+  std::vector<uint8_t> after(w.packet(2), w.packet(2) + w.round(2).len);
+  size_t diffs = 0;
+  for (size_t i = 0; i < before.size(); ++i) diffs += before[i] != after[i];
+  CHECK_EQ(diffs, size_t{1});
+}
+
+GS_TEST_MAIN()
