@@ -14,7 +14,6 @@ apt_packages=(build-essential cmake ninja-build pkg-config python3-dev)
 if [ $minimal -eq 0 ]; then
   apt_packages+=(libdpdk-dev dpdk clang clang-format libclang-rt-14-dev iproute2 nftables iputils-ping iperf3 ethtool
                  openmpi-bin libopenmpi-dev procps psmisc)
-  apt_packages+=(clang-format)  # the C++ style of .clang-format, checked before landing
 fi
 missing=()
 for p in "${apt_packages[@]}"; do
