@@ -61,6 +61,7 @@ enum gs_flags {
   GS_FLAG_VERSION = 0x01, /* slot version (0 or 1) */
   GS_FLAG_RETX = 0x02,    /* DATA: the worker is retransmitting (informational) */
   GS_FLAG_UNICAST = 0x04, /* RESULT: answer to a retransmission, sent to one worker */
+  GS_FLAG_LAST = 0x08,    /* DATA: this chunk ends the sender's tensor (lengths are checked with it) */
 };
 
 enum gs_abort_reason {
@@ -68,6 +69,7 @@ enum gs_abort_reason {
   GS_ABORT_IDLE = 2,         /* the job was idle past the switch's idle timeout */
   GS_ABORT_SHUTDOWN = 3,     /* the switch is stopping */
   GS_ABORT_OPERATOR = 4,     /* ended through the control plane */
+  GS_ABORT_MISMATCH = 5,     /* the ranks' contributions to one round differ in length or type */
 };
 
 /*

@@ -123,7 +123,6 @@ TEST(float64_round_rejects_other_element_types_and_oversized_payloads) {
   std::vector<double> big(181, 1.0);
   CHECK(f.ingest(f.packet(0, 0, GS_ELEM_FLOAT64, big.data(), 181)).reason == DropReason::kBadLength);
   CHECK(f.ingest(f.packet(0, 0, GS_ELEM_FLOAT64, d, 2)).kind == IngestResult::kAbsorbed);
-  CHECK(f.ingest(f.packet(1, 0, GS_ELEM_INT32, i, 2)).reason == DropReason::kInconsistent);
   auto short_pkt = f.packet(1, 0, GS_ELEM_FLOAT64, d, 2);
   short_pkt.pop_back();  // 15 bytes of payload for 2 doubles
   CHECK(f.ingest(short_pkt).reason == DropReason::kBadLength);
@@ -132,13 +131,15 @@ TEST(float64_round_rejects_other_element_types_and_oversized_payloads) {
   gs_header h;
   gs_header_decode(r.data, &h);
   CHECK(h.elem_type == GS_ELEM_FLOAT64 && h.count == 2);
+  // An int32 contribution to a float64 round: the ranks disagree, the job is aborted.
+  CHECK(f.ingest(f.packet(0, 2, GS_ELEM_FLOAT64, d, 2)).kind == IngestResult::kAbsorbed);
+  CHECK(f.ingest(f.packet(1, 2, GS_ELEM_INT32, i, 2)).reason == DropReason::kInconsistent);
 }
 
-TEST(fixed32_keeps_the_maximum_exponent_and_requires_one_scale) {
+TEST(fixed32_keeps_the_maximum_exponent) {
   Fixture f(3);
   int32_t v = 5;
   f.ingest(f.packet(0, 0, GS_ELEM_FIXED32, &v, 1, /*next_exp=*/3, /*scale=*/20));
-  CHECK(f.ingest(f.packet(1, 0, GS_ELEM_FIXED32, &v, 1, 9, 21)).reason == DropReason::kInconsistent);
   f.ingest(f.packet(1, 0, GS_ELEM_FIXED32, &v, 1, 9, 20));
   IngestResult r = f.ingest(f.packet(2, 0, GS_ELEM_FIXED32, &v, 1, GS_EXP_NONE, 20));
   gs_header h;
@@ -201,6 +202,100 @@ TEST(abort_answers_every_packet) {
   gs_header h;
   gs_header_decode(r.data, &h);
   CHECK(h.type == GS_MSG_ABORT && h.rank == 1 && h.next_exp == GS_ABORT_RANK_LEFT);
+}
+
+// Contributions to one round that cannot be summed abort the job and tell every rank at once.
+TEST(mismatch_aborts_the_job_for_every_rank) {
+  struct Case {
+    const char* name;
+    uint8_t elem;
+    uint16_t count;
+    int8_t scale;
+    uint8_t flags;
+  };
+  const Case cases[] = {
+      {"shorter tensor (count)", GS_ELEM_FIXED32, 1, 20, 0},
+      {"other element type", GS_ELEM_INT32, 2, 20, 0},
+      {"other fixed32 scale", GS_ELEM_FIXED32, 2, 21, 0},
+      {"tensor ends here (LAST) for one rank only", GS_ELEM_FIXED32, 2, 20, GS_FLAG_LAST},
+  };
+  for (const Case& c : cases) {
+    const int before = gs_test::failures();
+    Fixture f(3);
+    int32_t v[2] = {5, 6};
+    CHECK(f.ingest(f.packet(1, 0, GS_ELEM_FIXED32, v, 2, GS_EXP_NONE, 20)).kind == IngestResult::kAbsorbed);
+    auto p = f.packet(2, 0, c.elem, v, c.count, GS_EXP_NONE, c.scale);
+    p[16] |= c.flags;
+    IngestResult r = f.ingest(p);
+    CHECK(r.kind == IngestResult::kSend && r.dest_rank == GS_RANK_ALL && r.len == GS_HEADER_BYTES);
+    CHECK(r.reason == DropReason::kInconsistent);
+    gs_header h;
+    gs_header_decode(r.data, &h);
+    CHECK(h.type == GS_MSG_ABORT && h.rank == 2 && h.next_exp == GS_ABORT_MISMATCH);
+    JobStatus st;
+    CHECK(f.engine.job_status(f.id, &st));
+    CHECK(st.aborted && st.abort_reason == GS_ABORT_MISMATCH && st.abort_rank == 2);
+    CHECK(st.mismatch.held.rank == 1 && st.mismatch.held.count == 2 && !st.mismatch.held.last);
+    CHECK(st.mismatch.arriving.rank == 2 && st.mismatch.arriving.count == c.count);
+    CHECK(st.mismatch.arriving.elem_type == c.elem && st.mismatch.arriving.scale_exp == c.scale);
+    CHECK(st.mismatch.arriving.last == (c.flags != 0));
+    // The control plane cannot abort it a second time with another reason.
+    CHECK(!f.engine.abort_job(f.id, GS_ABORT_OPERATOR, GS_RANK_ALL));
+    if (gs_test::failures() != before) std::fprintf(stderr, "  case: %s\n", c.name);
+  }
+}
+
+TEST(agreeing_last_flags_complete) {
+  Fixture f(2);
+  int32_t v = 3;
+  auto a = f.packet(0, 1, GS_ELEM_INT32, &v, 1);
+  auto b = f.packet(1, 1, GS_ELEM_INT32, &v, 1);
+  a[16] |= GS_FLAG_LAST;
+  b[16] |= GS_FLAG_LAST;
+  f.ingest(a, 1);
+  CHECK(f.ingest(b, 1).kind == IngestResult::kSend);
+}
+
+TEST(aborted_job_still_answers_retransmissions_of_completed_rounds) {
+  Fixture f(2);
+  int32_t v = 4;
+  f.ingest(f.packet(0, 0, GS_ELEM_INT32, &v, 1));
+  CHECK(f.ingest(f.packet(1, 0, GS_ELEM_INT32, &v, 1)).dest_rank == GS_RANK_ALL);
+  CHECK(f.engine.abort_job(f.id, GS_ABORT_RANK_LEFT, 0));
+  IngestResult r = f.ingest(f.packet(1, 0, GS_ELEM_INT32, &v, 1));  // its result was lost
+  CHECK(r.kind == IngestResult::kSend && r.dest_rank == 1 && r.len == GS_HEADER_BYTES + 4);
+  int32_t sum;
+  std::memcpy(&sum, r.data + GS_HEADER_BYTES, 4);
+  CHECK(sum == 8);
+  r = f.ingest(f.packet(1, 2, GS_ELEM_INT32, &v, 1));  // a new round gets ABORT
+  CHECK(r.kind == IngestResult::kSend && r.len == GS_HEADER_BYTES && r.dest_rank == 1);
+}
+
+TEST(leave_aborts_only_rounds_that_need_the_rank) {
+  Fixture f(3);
+  int32_t v = 1;
+  // Slot 0: complete. Slot 2: rank 0 contributed, waiting for 1 and 2.
+  for (uint16_t r = 0; r < 3; ++r) f.ingest(f.packet(r, 0, GS_ELEM_INT32, &v, 1));
+  f.ingest(f.packet(0, 2, GS_ELEM_INT32, &v, 1));
+  // Rank 0 leaving: the open round has its contribution, nothing waits for it.
+  CHECK(!f.engine.rank_left(f.id, 0));
+  JobStatus st;
+  CHECK(f.engine.job_status(f.id, &st) && !st.aborted && st.left == 1u);
+  CHECK(f.ingest(f.packet(1, 2, GS_ELEM_INT32, &v, 1)).kind == IngestResult::kAbsorbed);
+  CHECK(f.ingest(f.packet(2, 0, GS_ELEM_INT32, &v, 1)).dest_rank == 2);  // shadow answer
+  // A new round needs rank 0: every rank is told at once.
+  IngestResult r = f.ingest(f.packet(1, 4, GS_ELEM_INT32, &v, 1));
+  CHECK(r.kind == IngestResult::kSend && r.dest_rank == GS_RANK_ALL && r.len == GS_HEADER_BYTES);
+  gs_header h;
+  gs_header_decode(r.data, &h);
+  CHECK(h.type == GS_MSG_ABORT && h.rank == 0 && h.next_exp == GS_ABORT_RANK_LEFT);
+
+  // Rank 1 leaving while slot 2 waits for it: aborted by the LEAVE itself.
+  Fixture g(3);
+  g.ingest(g.packet(0, 2, GS_ELEM_INT32, &v, 1));
+  CHECK(g.engine.rank_left(g.id, 1));
+  CHECK(g.engine.job_status(g.id, &st) && st.aborted && st.abort_reason == GS_ABORT_RANK_LEFT &&
+        st.abort_rank == 1);
 }
 
 TEST(status_tracks_ranks_and_slots) {

@@ -13,7 +13,7 @@ using namespace gradswitch;
 
 namespace {
 
-enum class Out { kNothing, kMulticast, kUnicast, kDrop, kAbort };
+enum class Out { kNothing, kMulticast, kUnicast, kDrop, kAbort, kAbortAll };
 
 // The element type a table's values travel as.
 template <typename T>
@@ -115,8 +115,8 @@ void run(const Scenario<T>& sc) {
     auto pkt = data_packet(ids[in.job], in.wrong_key ? keys[in.job] ^ 1u : keys[in.job], in);
     IngestResult r = engine.ingest(0, pkt.data(), pkt.size(), 1000 + step_no);
     auto fail = [&](const char* what) {
-      std::fprintf(stderr, "  scenario '%s' step %d (rank %u slot %u v%u seq %u off %u): %s\n", sc.name, step_no,
-                   in.rank, in.slot, in.version, in.seq, in.offset, what);
+      std::fprintf(stderr, "  scenario '%s' step %d (rank %u slot %u v%u seq %u off %u): %s\n", sc.name,
+                   step_no, in.rank, in.slot, in.version, in.seq, in.offset, what);
       ++gs_test::failures();
     };
     switch (st.expect.out) {
@@ -124,10 +124,16 @@ void run(const Scenario<T>& sc) {
         if (r.kind != IngestResult::kAbsorbed) fail("expected the packet to be absorbed");
         continue;
       case Out::kDrop:
-        if (r.kind != IngestResult::kDropped || r.reason != st.expect.reason) fail("expected a drop with the reason");
+        if (r.kind != IngestResult::kDropped || r.reason != st.expect.reason)
+          fail("expected a drop with the reason");
         continue;
       case Out::kAbort:
-        if (r.kind != IngestResult::kSend || r.len != GS_HEADER_BYTES || r.dest_rank != in.rank) fail("expected ABORT");
+        if (r.kind != IngestResult::kSend || r.len != GS_HEADER_BYTES || r.dest_rank != in.rank)
+          fail("expected ABORT");
+        continue;
+      case Out::kAbortAll:
+        if (r.kind != IngestResult::kSend || r.len != GS_HEADER_BYTES || r.dest_rank != GS_RANK_ALL)
+          fail("expected ABORT to every rank");
         continue;
       case Out::kMulticast:
       case Out::kUnicast:
@@ -141,7 +147,8 @@ void run(const Scenario<T>& sc) {
     gs_header h;
     gs_header_decode(r.data, &h);
     if (r.dest_rank != (multicast ? GS_RANK_ALL : in.rank)) fail("wrong destination");
-    if (h.type != GS_MSG_RESULT || h.job_id != ids[in.job] || h.key != keys[in.job]) fail("wrong type/job/key");
+    if (h.type != GS_MSG_RESULT || h.job_id != ids[in.job] || h.key != keys[in.job])
+      fail("wrong type/job/key");
     if (h.rank != (multicast ? GS_RANK_ALL : in.rank)) fail("wrong rank field");
     if ((h.flags & GS_FLAG_VERSION) != in.version) fail("wrong version");
     if (bool(h.flags & GS_FLAG_UNICAST) == multicast) fail("wrong unicast flag");
@@ -163,6 +170,8 @@ constexpr auto kNothing = Out::kNothing;
 constexpr auto kMulticast = Out::kMulticast;
 constexpr auto kUnicast = Out::kUnicast;
 constexpr auto kDrop = Out::kDrop;
+constexpr auto kAbort = Out::kAbort;
+constexpr auto kAbortAll = Out::kAbortAll;
 
 const std::vector<Scenario<int32_t>> kScenarios = {
     {"basic reduction, 2 workers",
@@ -260,12 +269,13 @@ const std::vector<Scenario<int32_t>> kScenarios = {
          {{1, 0, 0, 0, 0, V{2}}, {kMulticast, V{3}}},
          {{0, 0, 0, 0, 0, V{7}, 1}, {kMulticast, V{507}}},
      }},
-    {"inconsistent count within a round is dropped",
+    {"inconsistent count within a round aborts the job for every rank",
      2,
      {
          {{0, 0, 0, 0, 0, V{1, 2}}, {kNothing}},
-         {{1, 0, 0, 0, 0, V{1}}, {kDrop, {}, DropReason::kInconsistent}},
-         {{1, 0, 0, 0, 0, V{1, 1}}, {kMulticast, V{2, 3}}},
+         {{1, 0, 0, 0, 0, V{1}}, {kAbortAll}},
+         {{1, 0, 0, 0, 0, V{1, 1}}, {kAbort}},
+         {{0, 0, 0, 0, 0, V{1}, 1}, {kNothing}},  // the other job is unaffected
      }},
     {"rank and slot bounds",
      2,
@@ -317,8 +327,9 @@ const std::vector<Scenario<double>> kFloat64Scenarios = {
      {
          {{0, 3, 0, 0, 0, D(8, 1.5)}, {kNothing}},
          {{1, 3, 0, 0, 0, D(9, 1.5)}, {kDrop, {}, DropReason::kBadLength}},
-         {{1, 3, 0, 0, 0, D(7, 1.5)}, {kDrop, {}, DropReason::kInconsistent}},
          {{1, 3, 0, 0, 0, D(8, 2.5)}, {kMulticast, D(8, 4.0)}},
+         {{0, 2, 0, 0, 0, D(8, 1.5)}, {kNothing}},
+         {{1, 2, 0, 0, 0, D(7, 1.5)}, {kAbortAll}},  // a shorter chunk: the ranks disagree
      }},
 };
 

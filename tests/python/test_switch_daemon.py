@@ -29,7 +29,8 @@ HEADER = struct.Struct(">HBBIIHHBBHIIbbH")
 MAGIC, VERSION = 0x4753, 1
 MSG_DATA, MSG_RESULT, MSG_ABORT = 1, 2, 3
 INT32 = 1
-ABORT_RANK_LEFT = 1
+FLAG_LAST = 0x08
+ABORT_RANK_LEFT, ABORT_SHUTDOWN, ABORT_MISMATCH = 1, 3, 5
 
 ALL_OPTIONS = [
     "control-host", "control-port", "data-port", "threads", "slots", "mtu", "max-jobs", "join-timeout",
@@ -107,6 +108,7 @@ class Client:
     def __init__(self, port: int):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.buf = b""
+        self.events: list[str] = []  # `EVENT ...` lines, set aside by readline() (protocol.md §1.4)
 
     def __enter__(self):
         return self
@@ -120,15 +122,31 @@ class Client:
     def send(self, data: bytes | str):
         self.sock.sendall(data.encode() if isinstance(data, str) else data)
 
-    def readline(self, timeout: float = 5.0) -> str:
-        self.sock.settimeout(timeout)
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"closed by the switch (buffered {self.buf!r})")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode()
+    def readline(self, timeout: float = 5.0, events: bool = False) -> str:
+        """The next reply line; EVENT lines are kept in self.events (returned too when `events`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" not in self.buf:
+                self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError(f"closed by the switch (buffered {self.buf!r})")
+                self.buf += chunk
+            raw, self.buf = self.buf.split(b"\n", 1)
+            line = raw.decode()
+            if not line.startswith("EVENT "):
+                return line
+            self.events.append(line)
+            if events:
+                return line
+
+    def wait_event(self, timeout: float = 5.0) -> dict[str, str]:
+        """The next EVENT line's key=value pairs (plus "event": its kind)."""
+        if not self.events:
+            line = self.readline(timeout, events=True)
+            assert line.startswith("EVENT "), f"a reply arrived instead of an event: {line}"
+        kind, *kv = self.events.pop(0).split()[1:]
+        return {"event": kind, **dict(tok.split("=", 1) for tok in kv)}
 
     def request(self, line: str) -> str:
         self.send(line + "\n")
@@ -272,9 +290,11 @@ def test_sigterm_stops_cleanly_with_a_running_job(tmp_path):
     log = d.log()
     assert "aborted: the switch is shutting down" in log
     assert "stopped after" in log and "completed=1" in log
-    # Connections were closed by the switch.
-    with pytest.raises(ConnectionError):
-        job.ctl[0].readline(timeout=5)
+    # Every rank, though between allreduces, was told why; then the switch closed the connections.
+    for c in job.ctl:
+        with pytest.raises(ConnectionError):
+            c.readline(timeout=5)
+        assert len(c.events) == 1 and "reason=shutdown" in c.events[0], c.events
     job.close()
 
 
@@ -366,20 +386,13 @@ def test_oversized_line_is_refused_and_closed(daemon):
         assert c.request("PING") == "OK"
 
 
-def test_join_conflicts_answer_only_the_offender(daemon):
+def test_join_with_another_token_answers_only_the_offender(daemon):
     a = daemon.connect()
     a.send("JOIN job=cj world=2 rank=0 wire=int32 token=good port=9\n")
-    offenders = [
-        ("JOIN job=cj world=3 rank=1 wire=int32 token=good port=9", "ERR conflict "),   # world disagrees
-        ("JOIN job=cj world=2 rank=1 wire=float32 token=good port=9", "ERR conflict "),  # wire disagrees
-        ("JOIN job=cj world=2 rank=1 wire=int32 token=evil port=9", "ERR conflict "),    # other token
-        ("JOIN job=cj world=2 rank=0 wire=int32 token=good port=9", "ERR conflict "),    # duplicate rank
-    ]
-    for line, want in offenders:
-        with daemon.connect() as b:
-            reply = b.request(line)
-            assert reply.startswith(want), (line, reply)
-            assert "evil" not in reply
+    with daemon.connect() as b:
+        reply = b.request("JOIN job=cj world=2 rank=1 wire=int32 token=evil port=9")
+        assert reply.startswith("ERR conflict ") and "different token" in reply, reply
+        assert "evil" not in reply and "good" not in reply
     assert a.nothing_pending()
     # JOIN twice on one connection.
     u = [udp_socket(), udp_socket()]
@@ -394,6 +407,37 @@ def test_join_conflicts_answer_only_the_offender(daemon):
         assert reply.startswith("ERR conflict "), reply
     a.close()
     c.close()
+
+
+@pytest.mark.parametrize(
+    "line, differs",
+    [
+        ("JOIN job=cj world=3 rank=1 wire=int32 token=good port=9", "world=3 but the job has world=2"),
+        ("JOIN job=cj world=2 rank=1 wire=float32 token=good port=9", "wire=float32 but the job has wire="),
+        ("JOIN job=cj world=2 rank=0 wire=int32 token=good port=9", "rank 0, which already joined from "),
+    ],
+    ids=["world", "wire", "duplicate-rank"],
+)
+def test_conflicting_join_cancels_the_joining_job_for_every_rank_at_once(daemon, line, differs):
+    a = daemon.connect()
+    a.send("JOIN job=cj world=2 rank=0 wire=int32 token=good port=9\n")
+    assert daemon.connect().request("PING") == "OK"  # a's JOIN is held
+    with daemon.connect() as b:
+        t0 = time.monotonic()
+        b.send(line + "\n")
+        # The waiting rank is told now, not after the 2 s join timeout, and so is the newcomer.
+        waiting = a.readline(timeout=1.5)
+        newcomer = b.readline(timeout=1.5)
+        assert time.monotonic() - t0 < 1.5
+        rank = line.split("rank=")[1].split()[0]
+        addr = f"rank {rank} (127.0.0.1:{b.sock.getsockname()[1]})"
+        for reply in (waiting, newcomer):
+            assert reply.startswith("ERR conflict ") and addr in reply and differs in reply, reply
+            assert "cancelled" in reply
+    assert "refused JOIN" in daemon.log() and addr in daemon.log()
+    # The job is gone: a JOIN may create it again.
+    assert a.request("JOIN job=cj world=1 rank=0 wire=int32 token=good port=9").startswith("OK job_id=")
+    a.close()
 
 
 def test_join_timeout(daemon):
@@ -418,6 +462,63 @@ def test_requests_queued_behind_a_held_join_are_answered_in_order(daemon):
     assert b.readline().startswith("OK job_id=")
     a.close()
     b.close()
+
+
+def test_length_mismatch_aborts_every_rank_at_once(daemon):
+    """Rank 0's tensor ends in slot 1's chunk (LAST); rank 1 sends more: every rank is told at once."""
+    job = Job(daemon, "lengths", world=2)
+    job.allreduce_round(slot=0, seq=0)
+    last = data_packet(job.job_id, job.key, 0, 1, [1, 2, 3], seq=1)
+    last = last[:16] + bytes([last[16] | FLAG_LAST]) + last[17:]
+    job.udp[0].sendto(last, ("127.0.0.1", job.port_of(1)))
+    job.udp[1].sendto(data_packet(job.job_id, job.key, 1, 1, [1, 2, 3], seq=1), ("127.0.0.1", job.port_of(1)))
+    for r in range(2):  # an ABORT datagram to both ranks, not only the sender
+        h = HEADER.unpack(job.udp[r].recv(65536)[:32])
+        assert h[2] == MSG_ABORT and h[5] == 1 and h[12] == ABORT_MISMATCH, h
+    for c in job.ctl:  # and an EVENT on both control connections, with both contributions
+        ev = c.wait_event(timeout=2)
+        assert ev["event"] == "aborted" and ev["reason"] == "mismatch" and ev["rank"] == "1", ev
+        assert ev["mismatch_ranks"] == "0,1" and ev["mismatch_last"] == "1,0", ev
+        assert ev["mismatch_counts"] == "3,3" and ev["mismatch_offset"] == "0", ev
+        assert ev["mismatch_seq"] == "1", ev
+    st = parse_ok(job.ctl[0].request("STATUS"))
+    assert st["state"] == "aborted" and st["abort_reason"] == "mismatch"
+    assert st["mismatch_types"] == "int32,int32"
+    assert daemon.stats(job.job_id)["drop.inconsistent"] == 1
+    job.close()
+
+
+def test_leave_during_an_allreduce_fails_the_others_at_once(daemon):
+    job = Job(daemon, "leaver", world=2)
+    job.allreduce_round(slot=0, seq=0)
+    # Rank 0 waits in slot 1 for rank 1, which leaves instead of contributing.
+    job.udp[0].sendto(data_packet(job.job_id, job.key, 0, 1, [5], seq=1), ("127.0.0.1", job.port_of(1)))
+    wait_for(lambda: parse_ok(job.ctl[0].request("STATUS"))["rank_seq"] == "1,0", "rank 0's packet")
+    assert job.ctl[1].request("LEAVE") == "OK"
+    ev = job.ctl[0].wait_event(timeout=2)
+    assert ev["event"] == "aborted" and ev["reason"] == "rank_left" and ev["rank"] == "1", ev
+    st = parse_ok(job.ctl[0].request("STATUS"))
+    assert st["state"] == "aborted" and st["left"] == "1"
+    assert "left (LEAVE) while the others were in an allreduce" in daemon.log()
+    job.close()
+
+
+def test_leave_after_the_last_allreduce_keeps_answering_retransmissions(daemon):
+    job = Job(daemon, "polite", world=2)
+    job.allreduce_round(slot=0, seq=0)
+    assert job.ctl[0].request("LEAVE") == "OK"
+    assert parse_ok(job.ctl[1].request("STATUS"))["state"] == "running"
+    # Rank 1 lost its result: the shadow copy still answers.
+    resend = data_packet(job.job_id, job.key, 1, 0, [1, -1, 7], seq=0)
+    job.udp[1].sendto(resend, ("127.0.0.1", job.port_of(0)))
+    h = HEADER.unpack(job.udp[1].recv(65536)[:32])
+    assert h[2] == MSG_RESULT, h
+    # A new round needs rank 0, which left: ABORT to every rank.
+    job.udp[1].sendto(data_packet(job.job_id, job.key, 1, 2, [1], seq=1), ("127.0.0.1", job.port_of(2)))
+    h = HEADER.unpack(job.udp[1].recv(65536)[:32])
+    assert h[2] == MSG_ABORT and h[5] == 0 and h[12] == ABORT_RANK_LEFT, h
+    assert job.ctl[1].wait_event(timeout=2)["reason"] == "rank_left"
+    job.close()
 
 
 def test_disconnect_aborts_the_job_and_data_gets_abort(daemon):

@@ -24,24 +24,52 @@ using namespace control;
 namespace {
 constexpr size_t kMaxConnections = 4096;
 constexpr size_t kMaxPausedInput = 64 * 1024;  // buffered input of a connection waiting for its JOIN reply
-constexpr size_t kMaxOutput = 1 << 20;          // a client that does not read its replies is closed
+constexpr size_t kMaxOutput = 1 << 20;         // a client that does not read its replies is closed
 constexpr uint64_t kTimerPeriodNs = 100'000'000;
 // Per connection and poll round: bytes read (binary uploads) and written (STATE_GET), so that one
 // large transfer cannot stall the other connections.
 constexpr size_t kReadBudget = 1 << 20;
 constexpr size_t kWriteBudget = 4 << 20;
 // The state blob is the switch's memory as it is: little-endian floats and counters.
-static_assert(std::endian::native == std::endian::little, "the STATE_GET/STATE_SET layout assumes little-endian");
+static_assert(std::endian::native == std::endian::little,
+              "the STATE_GET/STATE_SET layout assumes little-endian");
 
 const char* abort_reason_name(uint8_t r) {
   switch (r) {
-    case 0: return "none";
-    case GS_ABORT_RANK_LEFT: return "rank_left";
-    case GS_ABORT_IDLE: return "idle";
-    case GS_ABORT_SHUTDOWN: return "shutdown";
-    case GS_ABORT_OPERATOR: return "operator";
-    default: return "unknown";
+    case 0:
+      return "none";
+    case GS_ABORT_RANK_LEFT:
+      return "rank_left";
+    case GS_ABORT_IDLE:
+      return "idle";
+    case GS_ABORT_SHUTDOWN:
+      return "shutdown";
+    case GS_ABORT_OPERATOR:
+      return "operator";
+    case GS_ABORT_MISMATCH:
+      return "mismatch";
+    default:
+      return "unknown";
   }
+}
+
+// ` mismatch_seq=.. mismatch_offset=.. mismatch_ranks=a,b mismatch_counts=.. mismatch_last=..
+// mismatch_types=.. mismatch_scales=..`: the two contributions that could not be summed (held, arriving).
+std::string mismatch_keys(const Mismatch& m) {
+  auto pair = [](auto a, auto b) { return std::to_string(a) + "," + std::to_string(b); };
+  return " mismatch_seq=" + std::to_string(m.seq) + " mismatch_offset=" + std::to_string(m.offset) +
+         " mismatch_ranks=" + pair(m.held.rank, m.arriving.rank) +
+         " mismatch_counts=" + pair(m.held.count, m.arriving.count) +
+         " mismatch_last=" + pair(int(m.held.last), int(m.arriving.last)) +
+         " mismatch_types=" + gs_elem_name(m.held.elem_type) + "," + gs_elem_name(m.arriving.elem_type) +
+         " mismatch_scales=" + pair(int(m.held.scale_exp), int(m.arriving.scale_exp));
+}
+
+std::string ranks_text(uint64_t mask) {
+  std::string out;
+  for (unsigned b = 0; b < 64; ++b)
+    if (mask >> b & 1) out += (out.empty() ? "" : ",") + std::to_string(b);
+  return out;
 }
 
 std::string counters_text(const CounterValues& v) {
@@ -59,14 +87,14 @@ struct ControlPlane::Conn {
   std::string peer;  // "a.b.c.d:port", for messages
   LineFramer in;
   std::string out;
-  bool eof = false;          // the peer closed its side
-  bool closing = false;      // input is discarded; once the error is sent: FIN, drain, close
+  bool eof = false;      // the peer closed its side
+  bool closing = false;  // input is discarded; once the error is sent: FIN, drain, close
   bool wr_shut = false;
   uint64_t drain_deadline_ns = 0;
-  bool dead = false;         // close at the end of this step
+  bool dead = false;  // close at the end of this step
   Role role = Role::kNone;
-  std::string job_name;      // kPending, kJoined, kLeft
-  uint32_t job_id = 0;       // kJoined, kLeft
+  std::string job_name;  // kPending, kJoined, kLeft
+  uint32_t job_id = 0;   // kJoined, kLeft
   uint16_t rank = 0;
 
   // The payload of PARAMS / STATE_SET being received (docs/protocol.md §1.3). Until it is complete,
@@ -78,8 +106,8 @@ struct ControlPlane::Conn {
     uint64_t param_offset = 0;  // kParams: first element written
     StateHeader expect;         // kState: what the header must say
     uint8_t header[kStateHeaderBytes] = {};
-    Error error;                // kDiscard: the reply once the payload is consumed
-    std::string ok;             // the reply on success
+    Error error;     // kDiscard: the reply once the payload is consumed
+    std::string ok;  // the reply on success
   };
   std::optional<BinaryIn> bin;
   // Raw bytes sent after `out` (STATE_GET): borrowed from the job's optimizer, which lives as long
@@ -88,7 +116,9 @@ struct ControlPlane::Conn {
     const uint8_t* borrowed = nullptr;
     std::string owned;
     size_t len = 0, sent = 0;
-    const uint8_t* data() const { return borrowed ? borrowed : reinterpret_cast<const uint8_t*>(owned.data()); }
+    const uint8_t* data() const {
+      return borrowed ? borrowed : reinterpret_cast<const uint8_t*>(owned.data());
+    }
   };
   std::deque<Segment> stream;
   bool input_paused() const {
@@ -103,7 +133,7 @@ struct ControlPlane::PendingJob {
   uint64_t deadline_ns = 0;
   size_t memory = 0;
   std::shared_ptr<const OptimizerSpec> optimizer;  // optimizer jobs only
-  std::vector<uint64_t> conn;  // per rank: connection id, 0 = not joined yet
+  std::vector<uint64_t> conn;                      // per rank: connection id, 0 = not joined yet
   std::vector<uint16_t> port;
   unsigned joined = 0;
 };
@@ -153,8 +183,12 @@ std::string ControlPlane::describe() const {
   return config_.control_host + ":" + std::to_string(config_.control_port);
 }
 
-void ControlPlane::add_job_listener(std::function<void(const JobEvent&)> l) { listeners_.push_back(std::move(l)); }
-void ControlPlane::add_stats_source(std::function<std::string()> s) { stats_sources_.push_back(std::move(s)); }
+void ControlPlane::add_job_listener(std::function<void(const JobEvent&)> l) {
+  listeners_.push_back(std::move(l));
+}
+void ControlPlane::add_stats_source(std::function<std::string()> s) {
+  stats_sources_.push_back(std::move(s));
+}
 
 void ControlPlane::run(const std::atomic<bool>& stop) {
   while (!stop.load(std::memory_order_relaxed)) step(100, monotonic_ns());
@@ -199,7 +233,8 @@ void ControlPlane::accept_all(uint64_t now_ns) {
     int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&a), &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) GS_LOG_WARN("control plane: accept(): %s", std::strerror(errno));
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        GS_LOG_WARN("control plane: accept(): %s", std::strerror(errno));
       return;
     }
     if (conns_.size() >= kMaxConnections) {
@@ -258,8 +293,9 @@ void ControlPlane::process_lines(Conn& c, uint64_t now_ns) {
     auto next = c.in.next(&line);
     if (next == LineFramer::Next::kNone) return;
     if (next == LineFramer::Next::kTooLong)
-      return close_with_error(c, kErrTooLong, "line over " + std::to_string(kMaxLineBytes) +
-                                                  " bytes (terminator included); closing the connection");
+      return close_with_error(c, kErrTooLong,
+                              "line over " + std::to_string(kMaxLineBytes) +
+                                  " bytes (terminator included); closing the connection");
     handle_line(c, line, now_ns);
   }
 }
@@ -280,8 +316,10 @@ void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns
     verb.remove_prefix(std::min(verb.find_first_not_of(' '), verb.size()));
     verb = verb.substr(0, verb.find(' '));
     if (verb == "PARAMS" || verb == "STATE_SET")
-      return close_with_error(c, err.code, err.message + "; the length of the payload that follows is unknown: "
-                                                         "closing the connection");
+      return close_with_error(c, err.code,
+                              err.message +
+                                  "; the length of the payload that follows is unknown: "
+                                  "closing the connection");
     return reply_error(c, err.code, err.message);
   }
   if (c.role == Conn::Role::kJoined) {
@@ -302,20 +340,23 @@ void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns
   if (v == "SETLR") return handle_setlr(c, *req);
   if (v == "STATE_GET") return handle_state_get(c, *req);
   reply_error(c, kErrBadRequest,
-              "unknown verb '" + v + "' (expected JOIN, LEAVE, STATUS, STATS, JOBS, PING, PARAMS, SETLR, STATE_GET or "
-                                     "STATE_SET)");
+              "unknown verb '" + v +
+                  "' (expected JOIN, LEAVE, STATUS, STATS, JOBS, PING, PARAMS, SETLR, STATE_GET or "
+                  "STATE_SET)");
 }
 
 // ---- Optimizer jobs: PARAMS, SETLR, STATE_GET, STATE_SET (docs/protocol.md §1.3) ----
 
 Optimizer* ControlPlane::joined_optimizer(Conn& c, const std::string& verb, Error* err) {
   if (c.role != Conn::Role::kJoined) {
-    *err = {kErrState, verb + " needs a connection that has joined an optimizer job (JOIN ... optimizer=...)"};
+    *err = {kErrState,
+            verb + " needs a connection that has joined an optimizer job (JOIN ... optimizer=...)"};
     return nullptr;
   }
   Optimizer* opt = engine_.job_optimizer(c.job_id);
   if (!opt) {
-    *err = {kErrState, "job '" + c.job_name + "' does not optimize in the switch (it was joined without optimizer=)"};
+    *err = {kErrState,
+            "job '" + c.job_name + "' does not optimize in the switch (it was joined without optimizer=)"};
     return nullptr;
   }
   return opt;
@@ -324,9 +365,10 @@ Optimizer* ControlPlane::joined_optimizer(Conn& c, const std::string& verb, Erro
 void ControlPlane::handle_upload(Conn& c, const Request& r) {
   auto length = binary_length(r);
   if (!length)
-    return close_with_error(c, kErrBadRequest,
-                            r.verb + (r.verb == "PARAMS" ? " needs count=<0..4294967295>" : " needs bytes=<n>") +
-                                ": the length of the payload that follows is unknown; closing the connection");
+    return close_with_error(
+        c, kErrBadRequest,
+        r.verb + (r.verb == "PARAMS" ? " needs count=<0..4294967295>" : " needs bytes=<n>") +
+            ": the length of the payload that follows is unknown; closing the connection");
   Conn::BinaryIn b;
   b.total = *length;
   b.job_id = c.job_id;
@@ -342,7 +384,8 @@ void ControlPlane::handle_upload(Conn& c, const Request& r) {
       opt = nullptr;
     } else if (p->offset + p->count > opt->spec().params) {
       err = {kErrBadRequest, "offset=" + std::to_string(p->offset) + " count=" + std::to_string(p->count) +
-                                 " is beyond the job's " + std::to_string(opt->spec().params) + " parameters"};
+                                 " is beyond the job's " + std::to_string(opt->spec().params) +
+                                 " parameters"};
       opt = nullptr;
     } else {
       b.kind = Conn::BinaryIn::kParams;
@@ -356,7 +399,8 @@ void ControlPlane::handle_upload(Conn& c, const Request& r) {
     if (!bytes) {
       opt = nullptr;
     } else if (*bytes != state_blob_bytes(b.expect)) {
-      err = {kErrConflict, "STATE_SET bytes=" + std::to_string(*bytes) + " does not fit this job: its state is " +
+      err = {kErrConflict, "STATE_SET bytes=" + std::to_string(*bytes) +
+                               " does not fit this job: its state is " +
                                std::to_string(state_blob_bytes(b.expect)) + " bytes"};
       opt = nullptr;
     } else {
@@ -428,8 +472,10 @@ void ControlPlane::feed_binary(Conn& c) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   Conn::BinaryIn done = std::move(b);
   c.bin.reset();
-  if (done.kind == Conn::BinaryIn::kDiscard) reply_error(c, done.error.code, done.error.message);
-  else reply(c, done.ok);
+  if (done.kind == Conn::BinaryIn::kDiscard)
+    reply_error(c, done.error.code, done.error.message);
+  else
+    reply(c, done.ok);
 }
 
 void ControlPlane::handle_setlr(Conn& c, const Request& r) {
@@ -480,11 +526,13 @@ size_t ControlPlane::reserved_memory() const {
 void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
   using Role = Conn::Role;
   if (c.role == Role::kJoined)
-    return reply_error(c, kErrState, "this connection already joined job '" + c.job_name + "' as rank " +
-                                         std::to_string(c.rank) + " (one JOIN per connection)");
+    return reply_error(c, kErrState,
+                       "this connection already joined job '" + c.job_name + "' as rank " +
+                           std::to_string(c.rank) + " (one JOIN per connection)");
   if (c.role == Role::kLeft)
-    return reply_error(c, kErrState, "this connection already left job '" + c.job_name +
-                                         "' (one JOIN per connection; open a new one)");
+    return reply_error(
+        c, kErrState,
+        "this connection already left job '" + c.job_name + "' (one JOIN per connection; open a new one)");
   if (shutting_down_) return reply_error(c, kErrState, "the switch is shutting down");
   Error err;
   auto j = parse_join(r, &err);
@@ -492,32 +540,28 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
 
   for (auto& [id, live] : live_)
     if (live->spec.name == j->job && !live->aborted)
-      return reply_error(c, kErrConflict, "job '" + j->job + "' is already running with all " +
-                                              std::to_string(live->spec.world) + " ranks");
+      return reply_error(
+          c, kErrConflict,
+          "job '" + j->job + "' is already running with all " + std::to_string(live->spec.world) + " ranks");
 
   auto it = pending_.find(j->job);
   if (it != pending_.end()) {
     PendingJob& p = *it->second;
-    if (p.token != j->token) return reply_error(c, kErrConflict, "job '" + j->job + "' exists with a different token");
-    if (p.world != j->world)
-      return reply_error(c, kErrConflict, "job '" + j->job + "' has world=" + std::to_string(p.world) +
-                                              ", this JOIN says world=" + std::to_string(j->world));
-    if (p.wire != j->wire)
-      return reply_error(c, kErrConflict, "job '" + j->job + "' has wire=" + gs_elem_name(p.wire) +
-                                              ", this JOIN says wire=" + gs_elem_name(j->wire));
-    if (bool(p.optimizer) != j->optimizer.has_value() ||
-        (p.optimizer && !same_optimizer(*p.optimizer, *j->optimizer)))
-      return reply_error(c, kErrConflict,
-                         "job '" + j->job + "' has " +
-                             (p.optimizer ? describe_optimizer(*p.optimizer) : std::string("no optimizer")) +
-                             ", this JOIN says " +
-                             (j->optimizer ? describe_optimizer(*j->optimizer) : std::string("no optimizer")) +
-                             " (every rank must give the same optimizer keys)");
-    if (p.conn[j->rank] != 0) {
-      auto other = conns_.find(p.conn[j->rank]);
-      std::string by = other != conns_.end() ? " by " + other->second->peer : "";
-      return reply_error(c, kErrConflict,
-                         "rank " + std::to_string(j->rank) + " of job '" + j->job + "' is already taken" + by);
+    if (p.token != j->token) {
+      // Not provably a member of this job: refuse it alone, the waiting ranks are unaffected.
+      GS_LOG_WARN("job '%s': refused JOIN of rank %u from %s: different token", j->job.c_str(), j->rank,
+                  c.peer.c_str());
+      return reply_error(c, kErrConflict, "job '" + j->job + "' exists with a different token");
+    }
+    std::string differs = join_conflict(p, *j);
+    if (!differs.empty()) {
+      // A member of the job disagrees with the ranks already waiting: the job cannot start, so every
+      // waiting rank learns it now rather than at the join timeout.
+      const std::string why = "job '" + j->job + "': rank " + std::to_string(j->rank) + " (" + c.peer +
+                              ") joined with " + differs + "; the job is cancelled for every rank";
+      GS_LOG_WARN("refused JOIN: %s", why.c_str());
+      fail_pending(p, {kErrConflict, why});
+      return reply_error(c, kErrConflict, why);
     }
   } else {
     JobSpec spec;
@@ -529,18 +573,21 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
     const size_t opt_bytes = j->optimizer ? optimizer_memory_bytes(*j->optimizer, spec.payload_bytes / 4) : 0;
     const size_t need = slot_bytes + opt_bytes;
     if (live_.size() + pending_.size() >= config_.max_jobs)
-      return reply_error(c, kErrNoResources, "job table full: " + std::to_string(config_.max_jobs) +
-                                                 " jobs running or joining (--max-jobs)");
+      return reply_error(
+          c, kErrNoResources,
+          "job table full: " + std::to_string(config_.max_jobs) + " jobs running or joining (--max-jobs)");
     if (reserved_memory() + need > config_.max_memory) {
-      std::string what = j->optimizer ? "memory: job needs " + std::to_string(need) + " bytes (slots " +
-                                            std::to_string(slot_bytes) + " + optimizer " + std::to_string(opt_bytes) +
-                                            " for " + std::to_string(j->optimizer->params) + " parameters, " +
-                                            optimizer_algo_name(j->optimizer->algo) + ")"
-                                      : "slot memory: job needs " + std::to_string(need) + " bytes";
-      return reply_error(c, kErrNoResources,
-                         "not enough " + what + ", " +
-                             std::to_string(config_.max_memory - std::min<size_t>(reserved_memory(), config_.max_memory)) +
-                             " of " + std::to_string(config_.max_memory) + " left (--max-memory)");
+      std::string what = j->optimizer
+                             ? "memory: job needs " + std::to_string(need) + " bytes (slots " +
+                                   std::to_string(slot_bytes) + " + optimizer " + std::to_string(opt_bytes) +
+                                   " for " + std::to_string(j->optimizer->params) + " parameters, " +
+                                   optimizer_algo_name(j->optimizer->algo) + ")"
+                             : "slot memory: job needs " + std::to_string(need) + " bytes";
+      return reply_error(
+          c, kErrNoResources,
+          "not enough " + what + ", " +
+              std::to_string(config_.max_memory - std::min<size_t>(reserved_memory(), config_.max_memory)) +
+              " of " + std::to_string(config_.max_memory) + " left (--max-memory)");
     }
     auto p = std::make_unique<PendingJob>();
     p->name = j->job;
@@ -561,9 +608,28 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
   c.role = Role::kPending;
   c.job_name = j->job;
   c.rank = j->rank;
-  GS_LOG_DEBUG("job '%s': rank %u joined from %s (%u of %u)", p.name.c_str(), j->rank, c.peer.c_str(), p.joined,
-               p.world);
+  GS_LOG_DEBUG("job '%s': rank %u joined from %s (%u of %u)", p.name.c_str(), j->rank, c.peer.c_str(),
+               p.joined, p.world);
   if (p.joined == p.world) start_job(p, now_ns);
+}
+
+std::string ControlPlane::join_conflict(const PendingJob& p, const JoinRequest& j) const {
+  if (p.world != j.world)
+    return "world=" + std::to_string(j.world) + " but the job has world=" + std::to_string(p.world);
+  if (p.wire != j.wire)
+    return std::string("wire=") + gs_elem_name(j.wire) + " but the job has wire=" + gs_elem_name(p.wire);
+  if (bool(p.optimizer) != j.optimizer.has_value() ||
+      (p.optimizer && !same_optimizer(*p.optimizer, *j.optimizer)))
+    return (j.optimizer ? describe_optimizer(*j.optimizer) : std::string("no optimizer")) +
+           " but the job has " +
+           (p.optimizer ? describe_optimizer(*p.optimizer) : std::string("no optimizer")) +
+           " (every rank must give the same optimizer keys)";
+  if (p.conn[j.rank] != 0) {
+    auto other = conns_.find(p.conn[j.rank]);
+    return "rank " + std::to_string(j.rank) + ", which already joined" +
+           (other != conns_.end() ? " from " + other->second->peer : std::string());
+  }
+  return {};
 }
 
 void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
@@ -575,7 +641,8 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
   spec.payload_bytes = config_.payload_bytes();
   spec.optimizer = p.optimizer;
   std::random_device rd;
-  do spec.key = rd(); while (spec.key == 0);
+  do spec.key = rd();
+  while (spec.key == 0);
   for (uint16_t r = 0; r < p.world; ++r)
     spec.endpoints.push_back(Endpoint{conns_.at(p.conn[r])->peer_ipv4_be, htons(p.port[r])});
 
@@ -593,12 +660,13 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
   live->start_ns = live->last_request_ns = now_ns;
   std::string ok = "OK job_id=" + std::to_string(id) + " key=" + std::to_string(spec.key) +
                    " slots=" + std::to_string(spec.slots) + " payload=" + std::to_string(spec.payload_bytes) +
-                   " data_port=" + std::to_string(config_.data_port) + " threads=" + std::to_string(config_.threads);
+                   " data_port=" + std::to_string(config_.data_port) +
+                   " threads=" + std::to_string(config_.threads);
   if (spec.optimizer) {
     const StateHeader h = state_header_for(*spec.optimizer, spec.payload_bytes / 4, spec.optimizer->lr);
-    ok += std::string(" optimizer=") + optimizer_algo_name(spec.optimizer->algo) + " params=" +
-          std::to_string(h.params) + " chunk=" + std::to_string(h.chunk) + " state_bytes=" +
-          std::to_string(state_blob_bytes(h));
+    ok += std::string(" optimizer=") + optimizer_algo_name(spec.optimizer->algo) +
+          " params=" + std::to_string(h.params) + " chunk=" + std::to_string(h.chunk) +
+          " state_bytes=" + std::to_string(state_blob_bytes(h));
   }
   ok += "\n";
   std::vector<Conn*> members;
@@ -640,7 +708,8 @@ void ControlPlane::fail_pending(PendingJob& p, const Error& e) {
 void ControlPlane::handle_leave(Conn& c, const Request& r, uint64_t now_ns) {
   Error err;
   if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
-  if (c.role == Conn::Role::kNone) return reply_error(c, kErrState, "LEAVE without a JOIN on this connection");
+  if (c.role == Conn::Role::kNone)
+    return reply_error(c, kErrState, "LEAVE without a JOIN on this connection");
   if (c.role == Conn::Role::kLeft) return reply_error(c, kErrState, "already left job '" + c.job_name + "'");
   reply(c, "OK\n");
   depart(c, /*graceful=*/true, now_ns);
@@ -669,17 +738,42 @@ void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns) {
   if (j.conn[c.rank] != c.id) return;
   j.conn[c.rank] = 0;
   --j.present;
-  if (!graceful && !j.aborted)
-    abort_live(j, GS_ABORT_RANK_LEFT, c.rank, "rank " + std::to_string(c.rank) + " disconnected");
+  if (!j.aborted) {
+    if (!graceful) {
+      abort_live(j, GS_ABORT_RANK_LEFT, c.rank, "rank " + std::to_string(c.rank) + " disconnected");
+    } else if (j.present > 0 && engine_.rank_left(j.id, c.rank)) {
+      // The engine aborted it: a round was waiting for the rank that left.
+      abort_live(j, GS_ABORT_RANK_LEFT, c.rank,
+                 "rank " + std::to_string(c.rank) + " left (LEAVE) while the others were in an allreduce");
+    }
+  }
   end_job_if_empty(j);
 }
 
 void ControlPlane::abort_live(LiveJob& j, uint8_t reason, uint16_t rank, const std::string& why) {
   if (j.aborted) return;
-  engine_.abort_job(j.id, reason, rank);
+  engine_.abort_job(j.id, reason, rank);  // false when a data thread aborted it first: its reason wins
+  note_abort(j, why);
+}
+
+void ControlPlane::note_abort(LiveJob& j, const std::string& why) {
+  JobStatus s;
+  if (!engine_.job_status(j.id, &s) || !s.aborted) return;
   j.aborted = true;
-  j.abort_why = why;
-  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") aborted: %s", j.spec.name.c_str(), j.id, why.c_str());
+  j.abort_why = why.empty() ? abort_reason_name(s.abort_reason) : why;
+  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") aborted: %s (reason %s, rank %s)%s", j.spec.name.c_str(), j.id,
+              j.abort_why.c_str(), abort_reason_name(s.abort_reason),
+              s.abort_rank == GS_RANK_ALL ? "-" : std::to_string(s.abort_rank).c_str(),
+              s.abort_reason == GS_ABORT_MISMATCH ? mismatch_keys(s.mismatch).c_str() : "");
+  // Every rank still connected learns it at once, also those between two allreduces.
+  std::string event =
+      "EVENT aborted job_id=" + std::to_string(j.id) + " reason=" + abort_reason_name(s.abort_reason) +
+      " rank=" + (s.abort_rank == GS_RANK_ALL ? std::string("-") : std::to_string(s.abort_rank)) +
+      (s.abort_reason == GS_ABORT_MISMATCH ? mismatch_keys(s.mismatch) : std::string()) + "\n";
+  for (uint64_t cid : j.conn) {
+    auto it = conns_.find(cid);
+    if (cid != 0 && it != conns_.end()) reply(*it->second, event);
+  }
 }
 
 void ControlPlane::end_job_if_empty(LiveJob& j) {
@@ -697,39 +791,51 @@ void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
   auto q = parse_status(r, &err);
   if (!q) return reply_error(c, err.code, err.message);
   uint32_t id;
-  if (q->job_id) id = *q->job_id;
-  else if (c.role == Conn::Role::kJoined || c.role == Conn::Role::kLeft) id = c.job_id;
-  else return reply_error(c, kErrBadRequest, "STATUS needs job_id= on a connection that has not joined a job");
+  if (q->job_id)
+    id = *q->job_id;
+  else if (c.role == Conn::Role::kJoined || c.role == Conn::Role::kLeft)
+    id = c.job_id;
+  else
+    return reply_error(c, kErrBadRequest, "STATUS needs job_id= on a connection that has not joined a job");
   JobStatus s;
-  if (!engine_.job_status(id, &s)) return reply_error(c, kErrNotFound, "no job with id " + std::to_string(id));
+  if (!engine_.job_status(id, &s))
+    return reply_error(c, kErrNotFound, "no job with id " + std::to_string(id));
   auto it = live_.find(id);
   uint64_t last = s.last_activity_ns;
   if (it != live_.end()) last = std::max({last, it->second->last_request_ns, it->second->start_ns});
-  std::string out = "OK job_id=" + std::to_string(id) + " name=" + s.name + " world=" + std::to_string(s.world) +
-                    " state=" + (s.aborted ? "aborted" : "running") +
-                    " abort_reason=" + abort_reason_name(s.aborted ? s.abort_reason : 0) + " abort_rank=" +
-                    (s.aborted && s.abort_rank != GS_RANK_ALL ? std::to_string(s.abort_rank) : std::string("-")) +
-                    " idle_ms=" + std::to_string(now_ns > last ? (now_ns - last) / 1'000'000 : 0) + " rank_seq=";
-  for (size_t i = 0; i < s.rank_last_seq.size(); ++i) out += (i ? "," : "") + std::to_string(s.rank_last_seq[i]);
+  std::string out =
+      "OK job_id=" + std::to_string(id) + " name=" + s.name + " world=" + std::to_string(s.world) +
+      " state=" + (s.aborted ? "aborted" : "running") +
+      " abort_reason=" + abort_reason_name(s.aborted ? s.abort_reason : 0) + " abort_rank=" +
+      (s.aborted && s.abort_rank != GS_RANK_ALL ? std::to_string(s.abort_rank) : std::string("-")) +
+      " idle_ms=" + std::to_string(now_ns > last ? (now_ns - last) / 1'000'000 : 0) + " rank_seq=";
+  for (size_t i = 0; i < s.rank_last_seq.size(); ++i)
+    out += (i ? "," : "") + std::to_string(s.rank_last_seq[i]);
+  out += " left=" + ranks_text(s.left);
+  if (s.aborted && s.abort_reason == GS_ABORT_MISMATCH) out += mismatch_keys(s.mismatch);
   if (q->slot) {
     if (*q->slot >= s.slots)
-      return reply_error(c, kErrBadRequest, "slot=" + std::to_string(*q->slot) + " is out of range (the job has " +
-                                                std::to_string(s.slots) + " slots)");
+      return reply_error(c, kErrBadRequest,
+                         "slot=" + std::to_string(*q->slot) + " is out of range (the job has " +
+                             std::to_string(s.slots) + " slots)");
     SlotStatus ss;
     if (!engine_.slot_status(id, *q->slot, q->version, &ss))
-      return reply_error(c, kErrNotFound, "no slot " + std::to_string(*q->slot) + " in job " + std::to_string(id));
-    out += std::string(" slot_state=") + (ss.open ? "open" : ss.complete ? "complete" : "empty") +
+      return reply_error(c, kErrNotFound,
+                         "no slot " + std::to_string(*q->slot) + " in job " + std::to_string(id));
+    out += std::string(" slot_state=") +
+           (ss.open       ? "open"
+            : ss.complete ? "complete"
+                          : "empty") +
            " slot_seq=" + std::to_string(ss.seq) + " slot_offset=" + std::to_string(ss.offset) + " seen=";
-    bool first = true;
-    for (unsigned b = 0; b < 64; ++b)
-      if (ss.seen >> b & 1) out += (first ? "" : ",") + std::to_string(b), first = false;
+    out += ranks_text(ss.seen);
   }
   reply(c, out + "\n");
 }
 
 std::string ControlPlane::stats_line() const {
   std::string s = counters_text(engine_.total_counters()) + " jobs=" + std::to_string(live_.size()) +
-                  " joining=" + std::to_string(pending_.size()) + " jobs_started=" + std::to_string(jobs_started_);
+                  " joining=" + std::to_string(pending_.size()) +
+                  " jobs_started=" + std::to_string(jobs_started_);
   for (auto& src : stats_sources_) {
     std::string extra = src();
     if (!extra.empty()) s += " " + extra;
@@ -754,8 +860,8 @@ void ControlPlane::handle_jobs(Conn& c, const Request& r) {
   std::string out = "OK jobs=";
   bool first = true;
   for (auto& [id, j] : live_) {
-    out += (first ? "" : ",") + std::to_string(id) + ":" + j->spec.name + ":" + std::to_string(j->spec.world) + ":" +
-           (j->aborted ? "aborted" : "running");
+    out += (first ? "" : ",") + std::to_string(id) + ":" + j->spec.name + ":" +
+           std::to_string(j->spec.world) + ":" + (j->aborted ? "aborted" : "running");
     first = false;
   }
   for (auto& [name, p] : pending_) {
@@ -781,12 +887,17 @@ void ControlPlane::check_timers(uint64_t now_ns) {
     std::string missing;
     for (uint16_t r = 0; r < p->world; ++r)
       if (!p->conn[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-    GS_LOG_INFO("job '%s': join timed out, %u of %u ranks joined (missing %s)", p->name.c_str(), p->joined, p->world,
-                missing.c_str());
+    GS_LOG_INFO("job '%s': join timed out, %u of %u ranks joined (missing %s)", p->name.c_str(), p->joined,
+                p->world, missing.c_str());
     fail_pending(*p, {kErrTimeout, "job '" + p->name + "': " + std::to_string(p->joined) + " of " +
                                        std::to_string(p->world) + " ranks joined within " +
-                                       std::to_string(config_.join_timeout_s) + " s (missing ranks " + missing +
-                                       "; --join-timeout)"});
+                                       std::to_string(config_.join_timeout_s) + " s (missing ranks " +
+                                       missing + "; --join-timeout)"});
+  }
+  // Jobs a data thread aborted (ranks that disagree, a round waiting for a rank that left).
+  for (auto& [id, j] : live_) {
+    JobStatus s;
+    if (!j->aborted && engine_.job_status(id, &s) && s.aborted) note_abort(*j, "");
   }
   // Idle timeout.
   const uint64_t idle_ns = uint64_t(config_.idle_timeout_s) * 1'000'000'000ull;
@@ -811,7 +922,8 @@ void ControlPlane::check_timers(uint64_t now_ns) {
 
 void ControlPlane::shutdown_jobs(uint64_t now_ns) {
   shutting_down_ = true;
-  while (!pending_.empty()) fail_pending(*pending_.begin()->second, {kErrState, "the switch is shutting down"});
+  while (!pending_.empty())
+    fail_pending(*pending_.begin()->second, {kErrState, "the switch is shutting down"});
   for (auto& [id, j] : live_) abort_live(*j, GS_ABORT_SHUTDOWN, GS_RANK_ALL, "the switch is shutting down");
   for (auto& [id, c] : conns_) flush(*c);
 }
@@ -861,8 +973,10 @@ void ControlPlane::flush(Conn& c) {
     ssize_t n = ::send(c.fd, data, std::min(len, budget), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       budget -= static_cast<size_t>(n);
-      if (seg) seg->sent += static_cast<size_t>(n);
-      else c.out.erase(0, static_cast<size_t>(n));
+      if (seg)
+        seg->sent += static_cast<size_t>(n);
+      else
+        c.out.erase(0, static_cast<size_t>(n));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

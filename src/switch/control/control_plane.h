@@ -84,6 +84,11 @@ class ControlPlane {
   void depart(Conn& c, bool graceful, uint64_t now_ns);  // the connection leaves its job
   void end_job_if_empty(LiveJob& j);
   void abort_live(LiveJob& j, uint8_t reason, uint16_t rank, const std::string& why);
+  // Records an abort the engine holds (from abort_live or a data thread), logs it and sends
+  // `EVENT aborted ...` to every rank still connected.
+  void note_abort(LiveJob& j, const std::string& why);
+  // What makes a JOIN disagree with the ranks already waiting ("" when it fits).
+  std::string join_conflict(const PendingJob& p, const control::JoinRequest& j) const;
   void check_timers(uint64_t now_ns);
   void reply(Conn& c, const std::string& line);  // `line` ends with '\n'
   void reply_error(Conn& c, const char* code, const std::string& message);

@@ -22,7 +22,7 @@ enum class DropReason : uint8_t {
   kBadElemType,
   kBadLength,       // count disagrees with the datagram length, or exceeds the payload size
   kStaleRound,      // a round other than the one the slot version holds
-  kInconsistent,    // count, type or scale differ from the round's first contribution
+  kInconsistent,    // count, type, scale or LAST differ from the round's first one: the job is aborted
   kBadOffset,       // optimizer job: chunk outside the parameters or not on a chunk boundary
   kJobAborted,      // answered with an ABORT message
   kCount_

@@ -15,13 +15,21 @@ namespace gradswitch {
 namespace {
 
 constexpr size_t kAlign = 64;
-size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-size_t result_bytes(const JobSpec& s) { return round_up(GS_HEADER_BYTES + s.payload_bytes); }
+size_t round_up(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+size_t result_bytes(const JobSpec& s) {
+  return round_up(GS_HEADER_BYTES + s.payload_bytes);
+}
 // 16-bit elements are summed in fp32: twice the payload.
-size_t accum_bytes(const JobSpec& s) { return round_up(size_t{s.payload_bytes} * 2); }
+size_t accum_bytes(const JobSpec& s) {
+  return round_up(size_t{s.payload_bytes} * 2);
+}
 
 // Serial-number order (RFC 1982 style) so that seq may wrap.
-bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
+bool seq_after(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) > 0;
+}
 
 // Is round (seq, offset) newer than the round (held_seq, held_offset) a slot version holds?
 // Successive rounds of one slot version either belong to a later allreduce or to a later chunk
@@ -30,7 +38,9 @@ bool round_is_newer(uint32_t seq, uint32_t offset, uint32_t held_seq, uint32_t h
   return seq_after(seq, held_seq) || (seq == held_seq && offset > held_offset);
 }
 
-bool is_16bit(uint8_t elem_type) { return elem_type == GS_ELEM_FLOAT16 || elem_type == GS_ELEM_BFLOAT16; }
+bool is_16bit(uint8_t elem_type) {
+  return elem_type == GS_ELEM_FLOAT16 || elem_type == GS_ELEM_BFLOAT16;
+}
 
 }  // namespace
 
@@ -38,7 +48,7 @@ Job::Job(uint32_t job_id, const JobSpec& job_spec, unsigned threads)
     : id(job_id), spec(job_spec), slots(new Slot[job_spec.slots]), per_thread(new JobThreadState[threads]) {
   const size_t rb = result_bytes(spec), ab = accum_bytes(spec);
   const size_t total = size_t{spec.slots} * 2 * (rb + ab);
-  memory_ = static_cast<uint8_t*>(::operator new(total, std::align_val_t{kAlign}));
+  memory_ = static_cast<uint8_t*>(::operator new (total, std::align_val_t{kAlign}));
   uint8_t* p = memory_;
   for (uint16_t s = 0; s < spec.slots; ++s) {
     for (auto& v : slots[s].version) {
@@ -49,7 +59,9 @@ Job::Job(uint32_t job_id, const JobSpec& job_spec, unsigned threads)
   }
 }
 
-Job::~Job() { ::operator delete(memory_, std::align_val_t{kAlign}); }
+Job::~Job() {
+  ::operator delete (memory_, std::align_val_t{kAlign});
+}
 
 Engine::Engine(const EngineConfig& config)
     : config_(config), threads_(new ThreadState[config.threads ? config.threads : 1]) {
@@ -91,7 +103,8 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
       break;
     }
   }
-  if (index == config_.max_jobs) return fail("job table full (" + std::to_string(config_.max_jobs) + " jobs)");
+  if (index == config_.max_jobs)
+    return fail("job table full (" + std::to_string(config_.max_jobs) + " jobs)");
   uint32_t generation = next_generation_++ & 0xFFFFFFu;
   if (generation == 0) generation = next_generation_++ & 0xFFFFFFu;
   const uint32_t id = (generation << 8) | index;
@@ -116,12 +129,33 @@ Job* Engine::find_job(uint32_t job_id) const {
   return job && job->id == job_id ? job : nullptr;
 }
 
-void Engine::abort_job(uint32_t job_id, uint8_t reason, uint16_t rank) {
+bool Job::try_abort(uint8_t reason, uint16_t rank, const Mismatch* m) {
+  if (abort_claimed_.exchange(true, std::memory_order_acq_rel)) return false;
+  abort_reason = reason;
+  abort_rank = rank;
+  if (m) mismatch = *m;
+  aborted.store(true, std::memory_order_release);
+  return true;
+}
+
+bool Engine::abort_job(uint32_t job_id, uint8_t reason, uint16_t rank) {
   Job* job = find_job(job_id);
-  if (!job || job->aborted.load(std::memory_order_relaxed)) return;
-  job->abort_reason = reason;
-  job->abort_rank = rank;
-  job->aborted.store(true, std::memory_order_release);
+  return job && job->try_abort(reason, rank);
+}
+
+bool Engine::rank_left(uint32_t job_id, uint16_t rank) {
+  Job* job = find_job(job_id);
+  if (!job || rank >= job->spec.world) return false;
+  const uint64_t bit = uint64_t{1} << rank;
+  // Published before the scan: a round opened after the scan sees the bit (ingest step 4); one
+  // opened concurrently is caught by the next packet touching it (a worker's probe).
+  job->left.fetch_or(bit, std::memory_order_seq_cst);
+  for (uint16_t s = 0; s < job->spec.slots; ++s)
+    for (const SlotVersion& v : job->slots[s].version)
+      if (v.state.load(std::memory_order_seq_cst) == RoundState::kOpen &&
+          !(v.seen.load(std::memory_order_relaxed) & bit))
+        return job->try_abort(GS_ABORT_RANK_LEFT, rank);
+  return false;
 }
 
 void Engine::destroy_job(uint32_t job_id) {
@@ -140,8 +174,12 @@ void Engine::destroy_job(uint32_t job_id) {
   delete job;
 }
 
-void Engine::begin_burst(unsigned thread) { threads_[thread].burst_seq.fetch_add(1, std::memory_order_seq_cst); }
-void Engine::end_burst(unsigned thread) { threads_[thread].burst_seq.fetch_add(1, std::memory_order_release); }
+void Engine::begin_burst(unsigned thread) {
+  threads_[thread].burst_seq.fetch_add(1, std::memory_order_seq_cst);
+}
+void Engine::end_burst(unsigned thread) {
+  threads_[thread].burst_seq.fetch_add(1, std::memory_order_release);
+}
 
 bool Engine::job_status(uint32_t job_id, JobStatus* out) const {
   Job* job = find_job(job_id);
@@ -155,13 +193,16 @@ bool Engine::job_status(uint32_t job_id, JobStatus* out) const {
   out->aborted = job->aborted.load(std::memory_order_acquire);
   out->abort_reason = out->aborted ? job->abort_reason : 0;
   out->abort_rank = out->aborted ? job->abort_rank : GS_RANK_ALL;
+  out->mismatch = out->aborted && job->abort_reason == GS_ABORT_MISMATCH ? job->mismatch : Mismatch{};
+  out->left = job->left.load(std::memory_order_relaxed);
   out->last_activity_ns = 0;
   out->rank_last_seq.assign(job->spec.world, -1);
   out->counters = CounterValues{};
   for (unsigned t = 0; t < config_.threads; ++t) {
     const JobThreadState& ts = job->per_thread[t];
     out->counters += ts.counters.read();
-    out->last_activity_ns = std::max(out->last_activity_ns, ts.last_activity_ns.load(std::memory_order_relaxed));
+    out->last_activity_ns =
+        std::max(out->last_activity_ns, ts.last_activity_ns.load(std::memory_order_relaxed));
     for (uint16_t r = 0; r < job->spec.world; ++r) {
       const int64_t s = ts.rank_seq[r].load(std::memory_order_relaxed);
       int64_t& best = out->rank_last_seq[r];
@@ -248,12 +289,14 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   const size_t elem_size = gs_elem_size(h.elem_type);
   if (elem_size == 0) return drop(DropReason::kBadElemType);
   const size_t payload_len = size_t{h.count} * elem_size;
-  if (payload_len > spec.payload_bytes || len != GS_HEADER_BYTES + payload_len) return drop(DropReason::kBadLength);
+  if (payload_len > spec.payload_bytes || len != GS_HEADER_BYTES + payload_len)
+    return drop(DropReason::kBadLength);
   if (Optimizer* opt = job->optimizer.get()) {
     // Each chunk must map onto whole parameters so that its step is applied exactly once.
     if (h.elem_type != GS_ELEM_FLOAT32) return drop(DropReason::kBadElemType);
     const uint32_t chunk = spec.payload_bytes / 4;
-    if (h.offset % chunk != 0 || uint64_t{h.offset} + h.count > opt->spec().params) return drop(DropReason::kBadOffset);
+    if (h.offset % chunk != 0 || uint64_t{h.offset} + h.count > opt->spec().params)
+      return drop(DropReason::kBadOffset);
   }
 
   r.src_rank = h.rank;
@@ -262,46 +305,52 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   js->last_activity_ns.store(now_ns, std::memory_order_relaxed);
   std::atomic<int64_t>& rank_seq = js->rank_seq[h.rank];
   const int64_t last = rank_seq.load(std::memory_order_relaxed);
-  if (last < 0 || seq_after(h.seq, static_cast<uint32_t>(last))) rank_seq.store(h.seq, std::memory_order_relaxed);
+  if (last < 0 || seq_after(h.seq, static_cast<uint32_t>(last)))
+    rank_seq.store(h.seq, std::memory_order_relaxed);
 
-  // 2. An aborted job answers every packet with the reason, so workers fail fast.
-  if (job->aborted.load(std::memory_order_acquire)) {
+  const uint8_t version = h.flags & GS_FLAG_VERSION;
+  const bool ends_tensor = (h.flags & GS_FLAG_LAST) != 0;
+  SlotVersion& sv = job->slots[h.slot].version[version];
+  const uint64_t bit = uint64_t{1} << h.rank;
+  const RoundState state = sv.state.load(std::memory_order_relaxed);
+  const uint32_t held_seq = sv.seq.load(std::memory_order_relaxed);
+  const uint32_t held_offset = sv.offset.load(std::memory_order_relaxed);
+  const bool same_round = state != RoundState::kEmpty && h.seq == held_seq && h.offset == held_offset;
+
+  // An ABORT with the reason, to the sender or (when this packet aborted the job) to every rank,
+  // so that none of them waits for its timeout.
+  auto answer_abort = [&](uint16_t dest, DropReason why, uint8_t reason, uint16_t at_fault) {
     gs_header a{};
     a.magic = GS_MAGIC;
     a.version = GS_VERSION;
     a.type = GS_MSG_ABORT;
     a.job_id = h.job_id;
     a.key = spec.key;
-    a.rank = job->abort_rank;
+    a.rank = at_fault;
     a.slot = h.slot;
     a.seq = h.seq;
     a.offset = h.offset;
-    a.next_exp = static_cast<int8_t>(job->abort_reason);
+    a.next_exp = static_cast<int8_t>(reason);
     gs_header_encode(&a, ts.abort_packet);
-    drop(DropReason::kJobAborted);
+    drop(why);
     r.kind = IngestResult::kSend;
-    r.dest_rank = h.rank;
+    r.dest_rank = dest;
     r.data = ts.abort_packet;
     r.len = GS_HEADER_BYTES;
     return r;
-  }
+  };
+  auto abort_everyone = [&](DropReason why, uint8_t reason, uint16_t at_fault, const Mismatch* m) {
+    // Another thread (or the control plane) may have aborted the job first: report its reason.
+    if (!job->try_abort(reason, at_fault, m) && job->aborted.load(std::memory_order_acquire)) {
+      reason = job->abort_reason;
+      at_fault = job->abort_rank;
+    }
+    return answer_abort(GS_RANK_ALL, why, reason, at_fault);
+  };
 
-  // 3. The slot version's round: start, join, or answer from the shadow copy.
-  const uint8_t version = h.flags & GS_FLAG_VERSION;
-  SlotVersion& sv = job->slots[h.slot].version[version];
-  const uint64_t bit = uint64_t{1} << h.rank;
-  const uint8_t* payload = packet + GS_HEADER_BYTES;
-  if (reinterpret_cast<uintptr_t>(payload) % elem_size != 0) {  // e.g. after a 42-byte L2-L4 header
-    std::memcpy(ts.aligned_payload, payload, payload_len);
-    payload = ts.aligned_payload;
-  }
-  const RoundState state = sv.state.load(std::memory_order_relaxed);
-  const uint32_t held_seq = sv.seq.load(std::memory_order_relaxed);
-  const uint32_t held_offset = sv.offset.load(std::memory_order_relaxed);
-  const bool same_round = state != RoundState::kEmpty && h.seq == held_seq && h.offset == held_offset;
-
+  // 2. A retransmission of a completed round, from a worker whose result was lost: the shadow copy
+  //    answers it alone, even in an aborted job (the round's sum is right; only later ones fail).
   if (same_round && state == RoundState::kComplete) {
-    // A retransmission from a worker whose result was lost: the shadow copy answers it alone.
     Counters::bump(js->counters.retx_answered);
     Counters::bump(ts.totals.retx_answered);
     uint8_t* out = sv.result;
@@ -315,6 +364,24 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     return r;
   }
 
+  // 3. An aborted job answers everything else with the reason, so workers fail fast.
+  if (job->aborted.load(std::memory_order_acquire))
+    return answer_abort(h.rank, DropReason::kJobAborted, job->abort_reason, job->abort_rank);
+
+  // 4. A round that needs a rank which left (LEAVE) can never complete.
+  if (const uint64_t left = job->left.load(std::memory_order_seq_cst)) {
+    const uint64_t needed = left & ~(same_round ? sv.seen.load(std::memory_order_relaxed) : 0);
+    if (needed)
+      return abort_everyone(DropReason::kJobAborted, GS_ABORT_RANK_LEFT,
+                            static_cast<uint16_t>(__builtin_ctzll(needed)), nullptr);
+  }
+
+  // 5. The slot version's round: start or join it.
+  const uint8_t* payload = packet + GS_HEADER_BYTES;
+  if (reinterpret_cast<uintptr_t>(payload) % elem_size != 0) {  // e.g. after a 42-byte L2-L4 header
+    std::memcpy(ts.aligned_payload, payload, payload_len);
+    payload = ts.aligned_payload;
+  }
   const Kernels& k = kernels();
   if (same_round) {
     if (sv.seen.load(std::memory_order_relaxed) & bit) {
@@ -323,8 +390,17 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
       r.kind = IngestResult::kAbsorbed;
       return r;
     }
-    if (h.count != sv.count || h.elem_type != sv.elem_type || h.scale_exp != sv.scale_exp)
-      return drop(DropReason::kInconsistent);
+    if (h.count != sv.count || h.elem_type != sv.elem_type || h.scale_exp != sv.scale_exp ||
+        ends_tensor != sv.last) {
+      // The ranks disagree on this allreduce (tensor lengths, types): it can never complete.
+      Mismatch m;
+      m.seq = h.seq;
+      m.offset = h.offset;
+      m.held = {static_cast<uint16_t>(__builtin_ctzll(sv.seen.load(std::memory_order_relaxed))), sv.count,
+                sv.elem_type, sv.scale_exp, sv.last};
+      m.arriving = {h.rank, h.count, h.elem_type, h.scale_exp, ends_tensor};
+      return abort_everyone(DropReason::kInconsistent, GS_ABORT_MISMATCH, h.rank, &m);
+    }
     uint8_t* sum = sv.result + GS_HEADER_BYTES;
     switch (h.elem_type) {
       case GS_ELEM_FLOAT32:
@@ -358,6 +434,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     sv.elem_type = h.elem_type;
     sv.scale_exp = h.scale_exp;
     sv.next_exp = h.next_exp;
+    sv.last = ends_tensor;
     sv.arrived = 1;
     sv.seen.store(bit, std::memory_order_relaxed);
     sv.seq.store(h.seq, std::memory_order_relaxed);

@@ -21,8 +21,8 @@
 namespace gradswitch {
 
 struct EngineConfig {
-  unsigned threads = 1;      // data threads; slot s belongs to thread s % threads
-  unsigned max_jobs = 64;    // jobs alive at once (<= 256)
+  unsigned threads = 1;    // data threads; slot s belongs to thread s % threads
+  unsigned max_jobs = 64;  // jobs alive at once (<= 256)
 };
 
 // Where a rank receives results: an IPv4 address and UDP port, both in network byte order.
@@ -34,11 +34,11 @@ struct Endpoint {
 struct JobSpec {
   std::string name;
   std::vector<Endpoint> endpoints;  // one per rank; a job is created once every rank has joined
-  uint16_t world = 0;        // 1 .. GS_MAX_WORLD
-  uint8_t wire = GS_ELEM_FLOAT32;  // the float encoding the ranks agreed on (int32 tensors always use int32)
-  uint16_t slots = 256;      // pool size = the workers' window
+  uint16_t world = 0;               // 1 .. GS_MAX_WORLD
+  uint8_t wire = GS_ELEM_FLOAT32;   // the float encoding the ranks agreed on (int32 tensors always use int32)
+  uint16_t slots = 256;             // pool size = the workers' window
   uint32_t payload_bytes = GS_DEFAULT_PAYLOAD_BYTES;  // largest payload, multiple of 4
-  uint32_t key = 0;          // random per job, chosen by the caller
+  uint32_t key = 0;                                   // random per job, chosen by the caller
   // Set for a job that optimizes in the switch (float32 wire only): results carry parameters.
   std::shared_ptr<const OptimizerSpec> optimizer;
 };
@@ -59,6 +59,21 @@ struct IngestResult {
   uint16_t world = 0;
 };
 
+// Two contributions to one round that cannot be summed: the ranks disagree on the allreduce
+// (different tensor lengths, element types or fixed32 scales). `held` is the round's first
+// contributor, `arriving` the packet that showed the disagreement.
+struct Mismatch {
+  struct Side {
+    uint16_t rank = 0;
+    uint16_t count = 0;
+    uint8_t elem_type = 0;
+    int8_t scale_exp = 0;
+    bool last = false;  // the chunk ends that rank's tensor
+  };
+  uint32_t seq = 0, offset = 0;
+  Side held, arriving;
+};
+
 // A consistent-enough view for the control plane (fields read without stopping the data path).
 struct JobStatus {
   uint32_t job_id = 0;
@@ -70,16 +85,18 @@ struct JobStatus {
   bool aborted = false;
   uint8_t abort_reason = 0;
   uint16_t abort_rank = GS_RANK_ALL;
-  uint64_t last_activity_ns = 0;              // latest packet of this job, any thread
-  std::vector<int64_t> rank_last_seq;         // highest seq seen per rank, -1 = none yet
+  Mismatch mismatch;                   // abort_reason == GS_ABORT_MISMATCH
+  uint64_t left = 0;                   // ranks that left with LEAVE
+  uint64_t last_activity_ns = 0;       // latest packet of this job, any thread
+  std::vector<int64_t> rank_last_seq;  // highest seq seen per rank, -1 = none yet
   CounterValues counters;
 };
 
 struct SlotStatus {
-  bool open = false;        // a round is in progress
-  bool complete = false;    // the last round completed (its result is the shadow copy)
+  bool open = false;      // a round is in progress
+  bool complete = false;  // the last round completed (its result is the shadow copy)
   uint32_t seq = 0, offset = 0;
-  uint64_t seen = 0;        // ranks that contributed to the round
+  uint64_t seen = 0;  // ranks that contributed to the round
 };
 
 class Job;
@@ -99,8 +116,14 @@ class Engine {
   // ---- control plane side (one thread) ----
   // Creates a job; returns its id, or 0 with `error` set (bad spec, table full).
   uint32_t create_job(const JobSpec& spec, std::string* error);
-  // Marks a job aborted: from now on its packets are answered with GS_MSG_ABORT.
-  void abort_job(uint32_t job_id, uint8_t reason, uint16_t rank);
+  // Marks a job aborted: from now on its packets are answered with GS_MSG_ABORT (except
+  // retransmissions of completed rounds, which still get their result). False when the job is
+  // unknown or was already aborted (data threads abort jobs too: GS_ABORT_MISMATCH, rank_left).
+  bool abort_job(uint32_t job_id, uint8_t reason, uint16_t rank);
+  // A rank left with LEAVE. Rounds it has contributed to can still complete; a round that needs it
+  // cannot. Returns true when the job was aborted (GS_ABORT_RANK_LEFT) because an open round was
+  // waiting for that rank; later packets that would open or wait on such a round abort it too.
+  bool rank_left(uint32_t job_id, uint16_t rank);
   // Unpublishes a job and frees it once no data thread can still be using it.
   void destroy_job(uint32_t job_id);
   bool job_status(uint32_t job_id, JobStatus* out) const;

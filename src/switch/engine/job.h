@@ -28,6 +28,7 @@ struct SlotVersion {
   uint8_t elem_type = 0;
   int8_t scale_exp = 0;
   int8_t next_exp = GS_EXP_NONE;
+  bool last = false;  // the round's first contribution carried GS_FLAG_LAST
   // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
   // types accumulate in place here (the payload starts 32-byte aligned); 16-bit types accumulate in
   // `accum` and are narrowed at the end.
@@ -61,12 +62,20 @@ class Job {
 
   std::unique_ptr<Optimizer> optimizer;  // optimizer jobs only
 
+  // Aborting is claimed once (control plane or a data thread, whichever comes first); the fields
+  // below are written by the claimer before `aborted` is released.
+  bool try_abort(uint8_t reason, uint16_t rank, const Mismatch* mismatch = nullptr);
   std::atomic<bool> aborted{false};
-  uint8_t abort_reason = 0;          // written before `aborted` is released
+  uint8_t abort_reason = 0;
   uint16_t abort_rank = GS_RANK_ALL;
+  Mismatch mismatch;  // abort_reason == GS_ABORT_MISMATCH
+
+  // Ranks that left with LEAVE: a round that still needs one of them can never complete.
+  std::atomic<uint64_t> left{0};
 
  private:
   uint8_t* memory_ = nullptr;
+  std::atomic<bool> abort_claimed_{false};
 };
 
 }  // namespace gradswitch
