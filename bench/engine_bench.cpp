@@ -22,7 +22,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // One core's read bandwidth: sum a buffer far larger than the caches (what the switch must do
 // with every received byte, at best).
@@ -75,7 +77,8 @@ Result ingest(uint8_t elem_type, unsigned workers, double seconds, size_t ring) 
   // kernel's copy into recvmmsg's buffers), a large one makes every packet come from DRAM.
   std::vector<std::vector<uint8_t>> pkts(ring * workers, std::vector<uint8_t>(GS_HEADER_BYTES + payload));
   for (size_t i = 0; i < pkts.size(); ++i)
-    for (size_t b = GS_HEADER_BYTES; b < pkts[i].size(); b += 2) pkts[i][b] = uint8_t(i + b), pkts[i][b + 1] = 0x3c;
+    for (size_t b = GS_HEADER_BYTES; b < pkts[i].size(); b += 2)
+      pkts[i][b] = uint8_t(i + b), pkts[i][b + 1] = 0x3c;
   gs_header h{};
   h.magic = GS_MAGIC, h.version = GS_VERSION, h.type = GS_MSG_DATA, h.job_id = id, h.key = 42;
   h.elem_type = elem_type, h.count = count;
@@ -113,9 +116,12 @@ int main(int argc, char** argv) {
   double seconds = 1.0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--workers" && i + 1 < argc) workers = std::atoi(argv[++i]);
-    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
-    else if (a == "--simd" && i + 1 < argc) setenv("GRADSWITCH_SIMD", argv[++i], 1);
+    if (a == "--workers" && i + 1 < argc)
+      workers = std::atoi(argv[++i]);
+    else if (a == "--seconds" && i + 1 < argc)
+      seconds = std::atof(argv[++i]);
+    else if (a == "--simd" && i + 1 < argc)
+      setenv("GRADSWITCH_SIMD", argv[++i], 1);
     else {
       std::printf("usage: %s [--workers N (4)] [--seconds S (1)] [--simd scalar|avx2|avx512]\n", argv[0]);
       return a == "--help" || a == "-h" ? 0 : 2;
@@ -125,8 +131,8 @@ int main(int argc, char** argv) {
   const double read_bw = memory_read_gbps(seconds);
   std::printf("%-28s %8.2f GB/s\n", "memory read (1 core)", read_bw);
   std::printf("%-28s %8.2f GB/s\n", "memcpy (1 core)", memcpy_gbps(seconds));
-  for (uint8_t t :
-       {GS_ELEM_FLOAT32, GS_ELEM_INT32, GS_ELEM_FIXED32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64}) {
+  for (uint8_t t : {GS_ELEM_FLOAT32, GS_ELEM_INT32, GS_ELEM_FIXED32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16,
+                    GS_ELEM_FLOAT64}) {
     for (size_t ring : {size_t{64}, size_t{1} << 15}) {
       Result r = ingest(t, workers, seconds, ring);
       std::printf("ingest %-9s %-11s %8.2f GB/s  %6.2f Mpps  %5.0f%% of memory read\n", gs_elem_name(t),

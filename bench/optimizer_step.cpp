@@ -28,7 +28,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct Case {
   const char* name;
@@ -38,7 +40,7 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {"sgd", OptimizerAlgo::kSgd, 0.0f, 16},     {"sgd+momentum", OptimizerAlgo::kSgd, 0.9f, 24},
+    {"sgd", OptimizerAlgo::kSgd, 0.0f, 16},      {"sgd+momentum", OptimizerAlgo::kSgd, 0.9f, 24},
     {"adagrad", OptimizerAlgo::kAdagrad, 0, 24}, {"adam", OptimizerAlgo::kAdam, 0, 32},
     {"adamw", OptimizerAlgo::kAdamW, 0, 32},     {"smorms3", OptimizerAlgo::kSmorms3, 0, 40},
 };
@@ -157,7 +159,8 @@ double engine_allreduce(size_t params, unsigned workers, bool adam, double secon
           std::fprintf(stderr, "unexpected drop: %s\n", drop_reason_name(res.reason));
           std::exit(1);
         }
-        if (res.kind == IngestResult::kSend) std::memcpy(result.data() + off, res.data + GS_HEADER_BYTES, n * 4);
+        if (res.kind == IngestResult::kSend)
+          std::memcpy(result.data() + off, res.data + GS_HEADER_BYTES, n * 4);
       }
       version[s] ^= 1;
     }
@@ -182,10 +185,14 @@ int main(int argc, char** argv) {
   double seconds = 1.0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--params") params = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--large") large = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--seconds") seconds = std::atof(argv[i + 1]);
-    else if (a == "--workers") workers = static_cast<unsigned>(std::atoi(argv[i + 1]));
+    if (a == "--params")
+      params = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--large")
+      large = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--seconds")
+      seconds = std::atof(argv[i + 1]);
+    else if (a == "--workers")
+      workers = static_cast<unsigned>(std::atoi(argv[i + 1]));
     else {
       std::fprintf(stderr, "usage: %s [--params N] [--large N] [--seconds S] [--workers W]\n", argv[0]);
       return 2;
@@ -193,23 +200,24 @@ int main(int argc, char** argv) {
   }
   const double copy = copy_gbps(seconds), triad = triad_gbps(seconds);
   const double bw = std::max(copy, triad);
-  std::printf("memory bandwidth, 1 core: copy %.2f GB/s, scale-add %.2f GB/s (reference: %.2f GB/s)\n", copy, triad,
-              bw);
-  std::printf("%-14s %6s %14s %12s %14s %12s %9s\n", "algorithm", "B/elem", "step@params ms", "GB/s", "step@large ms",
-              "GB/s", "% of bw");
+  std::printf("memory bandwidth, 1 core: copy %.2f GB/s, scale-add %.2f GB/s (reference: %.2f GB/s)\n", copy,
+              triad, bw);
+  std::printf("%-14s %6s %14s %12s %14s %12s %9s\n", "algorithm", "B/elem", "step@params ms", "GB/s",
+              "step@large ms", "GB/s", "% of bw");
   for (const Case& c : kCases) {
     const double t_small = time_step(c, params, seconds);
     const double t_large = time_step(c, large, seconds);
     const double g_small = double(c.bytes_per_elem) * params / t_small / 1e9;
     const double g_large = double(c.bytes_per_elem) * large / t_large / 1e9;
-    std::printf("%-14s %6u %14.3f %12.2f %14.2f %12.2f %8.0f%%\n", c.name, c.bytes_per_elem, t_small * 1e3, g_small,
-                t_large * 1e3, g_large, 100.0 * g_large / bw);
+    std::printf("%-14s %6u %14.3f %12.2f %14.2f %12.2f %8.0f%%\n", c.name, c.bytes_per_elem, t_small * 1e3,
+                g_small, t_large * 1e3, g_large, 100.0 * g_large / bw);
   }
   std::printf("(params = %zu, large = %zu; chunks of 360 elements as at --mtu 1500)\n", params, large);
   const double plain = engine_allreduce(params, workers, false, seconds);
   const double with_adam = engine_allreduce(params, workers, true, seconds);
-  std::printf("engine allreduce of %zu float32 from %u workers (Engine::ingest, 1 thread): plain %.3f ms, "
-              "with adam %.3f ms (+%.1f%%)\n",
-              params, workers, plain * 1e3, with_adam * 1e3, 100.0 * (with_adam / plain - 1.0));
+  std::printf(
+      "engine allreduce of %zu float32 from %u workers (Engine::ingest, 1 thread): plain %.3f ms, "
+      "with adam %.3f ms (+%.1f%%)\n",
+      params, workers, plain * 1e3, with_adam * 1e3, 100.0 * (with_adam / plain - 1.0));
   return 0;
 }

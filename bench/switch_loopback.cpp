@@ -78,8 +78,10 @@ Joined join(const Options& o, int rank, uint16_t udp_port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(o.switch_port);
   inet_pton(AF_INET, o.switch_host.c_str(), &a.sin_addr);
-  if (connect(j.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("cannot reach the switch's control port");
-  std::string line = "JOIN job=loopback-bench world=" + std::to_string(o.workers) + " rank=" + std::to_string(rank) +
+  if (connect(j.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    die("cannot reach the switch's control port");
+  std::string line = "JOIN job=loopback-bench world=" + std::to_string(o.workers) +
+                     " rank=" + std::to_string(rank) +
                      " wire=float32 token=bench port=" + std::to_string(udp_port) + "\n";
   if (write(j.fd, line.data(), line.size()) != ssize_t(line.size())) die("JOIN write failed");
   std::string reply;
@@ -100,8 +102,8 @@ struct alignas(64) WorkerStats {
   std::atomic<uint64_t> sent{0}, received{0};
 };
 
-void worker(const Options& o, int rank, int fd, const Joined& j, uint16_t echo_port, const std::atomic<bool>& stop,
-            WorkerStats& stats) {
+void worker(const Options& o, int rank, int fd, const Joined& j, uint16_t echo_port,
+            const std::atomic<bool>& stop, WorkerStats& stats) {
   const bool echo = o.switch_port == 0;
   const int payload = echo ? o.mtu - 60 : j.payload;
   const int window = echo ? o.window : std::min(o.window, j.slots);
@@ -149,7 +151,8 @@ void worker(const Options& o, int rank, int fd, const Joined& j, uint16_t echo_p
   for (int s = 0; s < window; ++s) all[s] = s;
   send_slots(all);
   const int batch = o.batch;
-  std::vector<std::vector<uint8_t>> in_buf(batch, std::vector<uint8_t>(GS_HEADER_BYTES + GS_MAX_PAYLOAD_BYTES));
+  std::vector<std::vector<uint8_t>> in_buf(batch,
+                                           std::vector<uint8_t>(GS_HEADER_BYTES + GS_MAX_PAYLOAD_BYTES));
   std::vector<mmsghdr> in(batch);
   std::vector<iovec> in_iov(batch);
   std::vector<int> next;
@@ -224,12 +227,18 @@ int main(int argc, char** argv) {
       if (colon == std::string::npos) die("--switch takes host:port");
       o.switch_host = v.substr(0, colon);
       o.switch_port = std::stoi(v.substr(colon + 1));
-    } else if (a == "--echo") echo = true;
-    else if (a == "--workers") o.workers = std::stoi(next());
-    else if (a == "--window") o.window = std::stoi(next());
-    else if (a == "--seconds") o.seconds = std::stod(next());
-    else if (a == "--mtu") o.mtu = std::stoi(next());
-    else if (a == "--batch") o.batch = std::stoi(next());
+    } else if (a == "--echo")
+      echo = true;
+    else if (a == "--workers")
+      o.workers = std::stoi(next());
+    else if (a == "--window")
+      o.window = std::stoi(next());
+    else if (a == "--seconds")
+      o.seconds = std::stod(next());
+    else if (a == "--mtu")
+      o.mtu = std::stoi(next());
+    else if (a == "--batch")
+      o.batch = std::stoi(next());
     else {
       std::printf(
           "usage: %s (--switch HOST:PORT | --echo) [--workers 4] [--window 128] [--seconds 5]\n"
@@ -292,8 +301,9 @@ int main(int argc, char** argv) {
     }
   const int payload = echo ? o.mtu - 60 : joined[0].payload;
   const double frame = payload + GS_HEADER_BYTES + 28;
-  std::printf("%s: %d workers, window %d, %d-byte datagrams: server in %.3f Mpps (%.2f Gbit/s), out %.3f Mpps\n",
-              echo ? "echo" : "switch", o.workers, o.window, payload + int(GS_HEADER_BYTES), sent / dt / 1e6,
-              sent * frame * 8 / dt / 1e9, recv / dt / 1e6);
+  std::printf(
+      "%s: %d workers, window %d, %d-byte datagrams: server in %.3f Mpps (%.2f Gbit/s), out %.3f Mpps\n",
+      echo ? "echo" : "switch", o.workers, o.window, payload + int(GS_HEADER_BYTES), sent / dt / 1e6,
+      sent * frame * 8 / dt / 1e9, recv / dt / 1e6);
   return 0;
 }

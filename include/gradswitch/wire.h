@@ -65,11 +65,11 @@ enum gs_flags {
 };
 
 enum gs_abort_reason {
-  GS_ABORT_RANK_LEFT = 1,    /* `rank` disconnected from the control plane mid-job */
-  GS_ABORT_IDLE = 2,         /* the job was idle past the switch's idle timeout */
-  GS_ABORT_SHUTDOWN = 3,     /* the switch is stopping */
-  GS_ABORT_OPERATOR = 4,     /* ended through the control plane */
-  GS_ABORT_MISMATCH = 5,     /* the ranks' contributions to one round differ in length or type */
+  GS_ABORT_RANK_LEFT = 1, /* `rank` disconnected from the control plane mid-job */
+  GS_ABORT_IDLE = 2,      /* the job was idle past the switch's idle timeout */
+  GS_ABORT_SHUTDOWN = 3,  /* the switch is stopping */
+  GS_ABORT_OPERATOR = 4,  /* ended through the control plane */
+  GS_ABORT_MISMATCH = 5,  /* the ranks' contributions to one round differ in length or type */
 };
 
 /*
@@ -133,8 +133,12 @@ GS_STATIC_ASSERT(GS_DEFAULT_PAYLOAD_BYTES % 8 == 0, "the default payload holds w
 #error "gradswitch elements are little-endian on the wire; this host is not (add byte swaps first)"
 #endif
 
-static inline uint16_t gs_bswap16(uint16_t v) { return (uint16_t)((v >> 8) | (v << 8)); }
-static inline uint32_t gs_bswap32(uint32_t v) { return __builtin_bswap32(v); }
+static inline uint16_t gs_bswap16(uint16_t v) {
+  return (uint16_t)((v >> 8) | (v << 8));
+}
+static inline uint32_t gs_bswap32(uint32_t v) {
+  return __builtin_bswap32(v);
+}
 
 /* Size in bytes of one element on the wire; 0 for an unknown type. */
 static inline size_t gs_elem_size(uint8_t elem_type) {
@@ -155,14 +159,20 @@ static inline size_t gs_elem_size(uint8_t elem_type) {
 
 static inline const char* gs_elem_name(uint8_t elem_type) {
   switch (elem_type) {
-    case GS_ELEM_INT32: return "int32";
-    case GS_ELEM_FLOAT32: return "float32";
-    case GS_ELEM_FIXED32: return "fixed32";
-    case GS_ELEM_FLOAT16: return "float16";
-    case GS_ELEM_BFLOAT16: return "bfloat16";
+    case GS_ELEM_INT32:
+      return "int32";
+    case GS_ELEM_FLOAT32:
+      return "float32";
+    case GS_ELEM_FIXED32:
+      return "fixed32";
+    case GS_ELEM_FLOAT16:
+      return "float16";
+    case GS_ELEM_BFLOAT16:
+      return "bfloat16";
     case GS_ELEM_FLOAT64:
       return "float64";
-    default: return "unknown";
+    default:
+      return "unknown";
   }
 }
 

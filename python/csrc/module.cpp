@@ -41,16 +41,20 @@ void* check_array(const nb::ndarray<>& a, size_t* count, DType* dt) {
   if (a.device_type() != nb::device::cpu::value)
     throw InvalidArgument("gradswitch: allreduce needs a CPU tensor (got device type " +
                           std::to_string(a.device_type()) + "); copy it to the CPU first");
-  if (a.dtype() == nb::dtype<float>()) *dt = DType::kFloat32;
-  else if (a.dtype() == nb::dtype<int32_t>()) *dt = DType::kInt32;
+  if (a.dtype() == nb::dtype<float>())
+    *dt = DType::kFloat32;
+  else if (a.dtype() == nb::dtype<int32_t>())
+    *dt = DType::kInt32;
   else
     throw UnsupportedType("gradswitch: allreduce supports float32 and int32 arrays only (got dtype code " +
-                          std::to_string(a.dtype().code) + " with " + std::to_string(a.dtype().bits) + " bits)");
+                          std::to_string(a.dtype().code) + " with " + std::to_string(a.dtype().bits) +
+                          " bits)");
   int64_t expect = 1;
   for (size_t i = a.ndim(); a.size() > 0 && i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expect)
-      throw InvalidArgument("gradswitch: allreduce needs a C-contiguous array (reduce x.copy() / "
-                            "x.contiguous() and copy the result back)");
+      throw InvalidArgument(
+          "gradswitch: allreduce needs a C-contiguous array (reduce x.copy() / "
+          "x.contiguous() and copy the result back)");
     expect *= a.shape(i);
   }
   *count = a.size();
@@ -116,15 +120,16 @@ NB_MODULE(_core, m) {
             h.h.wait();
           },
           "Blocks until the allreduce finished; raises its error.")
-      .def("done", [](PyHandle& h) { return h.h.done(); }, "True once the allreduce finished (or failed).");
+      .def(
+          "done", [](PyHandle& h) { return h.h.done(); }, "True once the allreduce finished (or failed).");
 
   nb::class_<PyGroup>(m, "Group", "A worker's membership in a gradswitch job.")
       .def(
           "__init__",
-          [](PyGroup* self, const std::string& switch_addr, const std::string& job, unsigned rank, unsigned world,
-             const std::string& wire, double timeout, double drop_rate, uint64_t seed, const std::string& token,
-             double join_timeout, double connect_timeout, uint64_t shuffle_seed, double rto_initial,
-             double rto_max, const std::string& optimizer, uint64_t params,
+          [](PyGroup* self, const std::string& switch_addr, const std::string& job, unsigned rank,
+             unsigned world, const std::string& wire, double timeout, double drop_rate, uint64_t seed,
+             const std::string& token, double join_timeout, double connect_timeout, uint64_t shuffle_seed,
+             double rto_initial, double rto_max, const std::string& optimizer, uint64_t params,
              const std::vector<std::pair<std::string, std::string>>& optimizer_keys) {
             Options o;
             o.switch_addr = switch_addr;
@@ -189,7 +194,8 @@ NB_MODULE(_core, m) {
             nb::gil_scoped_release rel;
             g.upload_params(static_cast<const float*>(p), n);  // blocks: x stays alive
           },
-          "x"_a.noconvert(), "Rank 0, before the first allreduce: sends the initial fp32 parameters (PARAMS).")
+          "x"_a.noconvert(),
+          "Rank 0, before the first allreduce: sends the initial fp32 parameters (PARAMS).")
       .def(
           "set_lr",
           [](PyGroup& self, float lr) {

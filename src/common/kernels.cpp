@@ -134,8 +134,8 @@ uint16_t f32_to_f16_scalar(float f) {
     return static_cast<uint16_t>(sign | 0x7E00u | ((abs >> 13) & 0x3FFu));
   }
   if (abs >= 0x477FF000u) return sign | 0x7C00u;  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000u) {                           // below the smallest normal half: subnormal
-    if (abs < 0x33000000u) return sign;              // < 2^-25 rounds to zero
+  if (abs < 0x38800000u) {                        // below the smallest normal half: subnormal
+    if (abs < 0x33000000u) return sign;           // < 2^-25 rounds to zero
     uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
     int shift = 126 - static_cast<int>(abs >> 23);  // 14 + (113 - exp)
     uint32_t half = mant >> shift;
@@ -170,7 +170,9 @@ uint16_t f32_to_bf16_scalar(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
-float bf16_to_f32_scalar(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+float bf16_to_f32_scalar(uint16_t h) {
+  return float_of(static_cast<uint32_t>(h) << 16);
+}
 
 const Kernels* kernels_named(std::string_view name) {
   if (name == "scalar") return &kScalarKernels;

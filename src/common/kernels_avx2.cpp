@@ -42,14 +42,16 @@ void f16_to_f32(float* dst, const uint16_t* src, size_t n) {
 }
 void add_f16_to_f32(float* dst, const uint16_t* src, size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), load_f16(src + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), load_f16(src + i)));
   for (; i < n; ++i) dst[i] += f16_to_f32_scalar(src[i]);
 }
 void f32_to_f16(uint16_t* dst, const float* src, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(dst + i),
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   for (; i < n; ++i) dst[i] = f32_to_f16_scalar(src[i]);
 }
 void bf16_to_f32(float* dst, const uint16_t* src, size_t n) {
@@ -59,7 +61,8 @@ void bf16_to_f32(float* dst, const uint16_t* src, size_t n) {
 }
 void add_bf16_to_f32(float* dst, const uint16_t* src, size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), load_bf16(src + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), load_bf16(src + i)));
   for (; i < n; ++i) dst[i] += bf16_to_f32_scalar(src[i]);
 }
 void f32_to_bf16(uint16_t* dst, const float* src, size_t n) {
@@ -71,7 +74,8 @@ void f32_to_bf16(uint16_t* dst, const float* src, size_t n) {
   for (; i + 8 <= n; i += 8) {
     __m256i x = _mm256_castps_si256(_mm256_loadu_ps(src + i));
     __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
-    __m256i rounded = _mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(x, 16), lsb_mask)));
+    __m256i rounded =
+        _mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(x, 16), lsb_mask)));
     __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(x, quiet), is_nan);
     r = _mm256_srli_epi32(r, 16);
     __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
@@ -83,14 +87,17 @@ void quantize(int32_t* dst, const float* src, size_t n, float scale) {
   const __m256 s = _mm256_set1_ps(scale);
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + i), s)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + i), s)));
   for (; i < n; ++i) dst[i] = static_cast<int32_t>(std::lrintf(src[i] * scale));
 }
 void dequantize(float* dst, const int32_t* src, size_t n, float scale) {
   const __m256 s = _mm256_set1_ps(scale);
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))), s));
+    _mm256_storeu_ps(
+        dst + i,
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))), s));
   for (; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
 }
 float max_abs(const float* src, size_t n) {

@@ -7,7 +7,9 @@
 namespace gradswitch {
 namespace {
 
-inline __mmask16 tail_mask(size_t left) { return left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1); }
+inline __mmask16 tail_mask(size_t left) {
+  return left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+}
 
 void add_f32(float* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; i += 16) {
@@ -23,7 +25,9 @@ void add_i32(int32_t* dst, const int32_t* src, size_t n) {
     _mm512_mask_storeu_epi32(dst + i, k, _mm512_add_epi32(a, b));
   }
 }
-inline __m512 load_f16(__mmask16 k, const uint16_t* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p)); }
+inline __m512 load_f16(__mmask16 k, const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+}
 inline __m512 load_bf16(__mmask16 k, const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
 }
@@ -42,7 +46,8 @@ void add_f16_to_f32(float* dst, const uint16_t* src, size_t n) {
 void f32_to_f16(uint16_t* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 k = tail_mask(n - i);
-    __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256i h =
+        _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_mask_storeu_epi16(dst + i, k, h);
   }
 }
@@ -55,7 +60,8 @@ void bf16_to_f32(float* dst, const uint16_t* src, size_t n) {
 void add_bf16_to_f32(float* dst, const uint16_t* src, size_t n) {
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 k = tail_mask(n - i);
-    _mm512_mask_storeu_ps(dst + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dst + i), load_bf16(k, src + i)));
+    _mm512_mask_storeu_ps(dst + i, k,
+                          _mm512_add_ps(_mm512_maskz_loadu_ps(k, dst + i), load_bf16(k, src + i)));
   }
 }
 void f32_to_bf16(uint16_t* dst, const float* src, size_t n) {
@@ -66,7 +72,8 @@ void f32_to_bf16(uint16_t* dst, const float* src, size_t n) {
     __mmask16 k = tail_mask(n - i);
     __m512i x = _mm512_castps_si512(_mm512_maskz_loadu_ps(k, src + i));
     __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, abs_mask), inf);
-    __m512i rounded = _mm512_add_epi32(x, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(x, 16), one)));
+    __m512i rounded =
+        _mm512_add_epi32(x, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(x, 16), one)));
     __m512i r = _mm512_mask_blend_epi32(is_nan, rounded, _mm512_or_si512(x, quiet));
     _mm256_mask_storeu_epi16(dst + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
   }
@@ -75,14 +82,16 @@ void quantize(int32_t* dst, const float* src, size_t n, float scale) {
   const __m512 s = _mm512_set1_ps(scale);
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 k = tail_mask(n - i);
-    _mm512_mask_storeu_epi32(dst + i, k, _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, src + i), s)));
+    _mm512_mask_storeu_epi32(dst + i, k,
+                             _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, src + i), s)));
   }
 }
 void dequantize(float* dst, const int32_t* src, size_t n, float scale) {
   const __m512 s = _mm512_set1_ps(scale);
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 k = tail_mask(n - i);
-    _mm512_mask_storeu_ps(dst + i, k, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k, src + i)), s));
+    _mm512_mask_storeu_ps(dst + i, k,
+                          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k, src + i)), s));
   }
 }
 float max_abs(const float* src, size_t n) {

@@ -30,27 +30,25 @@ namespace gradswitch {
 struct SwitchConfig {
   std::string control_host = "0.0.0.0";  // IPv4 address of the TCP control plane and UDP data ports
   uint16_t control_port = 7700;
-  uint16_t data_port = 7701;             // data thread t listens on data_port + t
-  unsigned threads = 1;                  // data threads; slot s is served by thread s % threads
-  unsigned slots = 256;                  // slots per job = the workers' window
-  unsigned mtu = 1500;                   // IP MTU; payload = (mtu - 60) rounded down to 4 bytes
+  uint16_t data_port = 7701;  // data thread t listens on data_port + t
+  unsigned threads = 1;       // data threads; slot s is served by thread s % threads
+  unsigned slots = 256;       // slots per job = the workers' window
+  unsigned mtu = 1500;        // IP MTU; payload = (mtu - 60) rounded down to 4 bytes
   unsigned max_jobs = 64;
-  unsigned join_timeout_s = 60;          // all ranks must have joined within this
-  unsigned idle_timeout_s = 600;         // a job without packets or requests this long is aborted
-  double drop_rate = 0.0;                // injected loss of received data packets (tests)
-  uint64_t seed = 1;                     // seed of the injected loss
-  unsigned batch = 32;                   // datagrams per recvmmsg/sendmmsg
-  unsigned stats_interval_s = 0;         // periodic stats log line; 0 = off
-  std::string log_level = "info";        // error | warn | info | debug
-  std::string backend = "udp";           // udp | dpdk
-  uint64_t max_memory = 1ull << 30;      // bytes of slot memory for all jobs together
-  std::string udp_gso = "on";            // on | off: UDP_SEGMENT for results sent to one worker
+  unsigned join_timeout_s = 60;      // all ranks must have joined within this
+  unsigned idle_timeout_s = 600;     // a job without packets or requests this long is aborted
+  double drop_rate = 0.0;            // injected loss of received data packets (tests)
+  uint64_t seed = 1;                 // seed of the injected loss
+  unsigned batch = 32;               // datagrams per recvmmsg/sendmmsg
+  unsigned stats_interval_s = 0;     // periodic stats log line; 0 = off
+  std::string log_level = "info";    // error | warn | info | debug
+  std::string backend = "udp";       // udp | dpdk
+  uint64_t max_memory = 1ull << 30;  // bytes of slot memory for all jobs together
+  std::string udp_gso = "on";        // on | off: UDP_SEGMENT for results sent to one worker
 
   // Largest payload of a data packet: mtu - IPv4 (20) - UDP (8) - gradswitch header (32),
   // rounded down to a multiple of 4.
-  uint32_t payload_bytes() const {
-    return (mtu - GS_IPV4_UDP_OVERHEAD - GS_HEADER_BYTES) & ~3u;
-  }
+  uint32_t payload_bytes() const { return (mtu - GS_IPV4_UDP_OVERHEAD - GS_HEADER_BYTES) & ~3u; }
 };
 
 inline constexpr unsigned kMinMtu = 128;
@@ -90,10 +88,23 @@ inline bool parse_bytes(const std::string& s, uint64_t* out, std::string* err) {
   uint64_t mult = 1;
   if (!digits.empty()) {
     switch (digits.back()) {
-      case 'K': case 'k': mult = 1ull << 10; digits.pop_back(); break;
-      case 'M': case 'm': mult = 1ull << 20; digits.pop_back(); break;
-      case 'G': case 'g': mult = 1ull << 30; digits.pop_back(); break;
-      default: break;
+      case 'K':
+      case 'k':
+        mult = 1ull << 10;
+        digits.pop_back();
+        break;
+      case 'M':
+      case 'm':
+        mult = 1ull << 20;
+        digits.pop_back();
+        break;
+      case 'G':
+      case 'g':
+        mult = 1ull << 30;
+        digits.pop_back();
+        break;
+      default:
+        break;
     }
   }
   uint64_t v;
@@ -120,8 +131,8 @@ inline bool parse_choice(const std::string& s, std::initializer_list<const char*
 }
 
 template <typename T>
-OptionSpec uint_option(const char* name, const char* metavar, const char* help, T SwitchConfig::*field, uint64_t lo,
-                       uint64_t hi) {
+OptionSpec uint_option(const char* name, const char* metavar, const char* help, T SwitchConfig::*field,
+                       uint64_t lo, uint64_t hi) {
   return {name, metavar, help,
           [=](SwitchConfig& c, const std::string& s, std::string* err) {
             uint64_t v;
@@ -133,7 +144,8 @@ OptionSpec uint_option(const char* name, const char* metavar, const char* help, 
 }
 
 inline OptionSpec choice_option(const char* name, const char* metavar, const char* help,
-                                std::string SwitchConfig::*field, std::initializer_list<const char*> choices) {
+                                std::string SwitchConfig::*field,
+                                std::initializer_list<const char*> choices) {
   std::vector<const char*> copy(choices);
   return {name, metavar, help,
           [=](SwitchConfig& c, const std::string& s, std::string* err) {
@@ -164,17 +176,18 @@ inline const std::vector<OptionSpec>& switch_options() {
          return true;
        },
        [](const SwitchConfig& c) { return c.control_host; }},
-      uint_option("control-port", "PORT", "TCP port of the control plane", &SwitchConfig::control_port, 1, 65535),
-      uint_option("data-port", "PORT", "first UDP data port; data thread t listens on PORT+t", &SwitchConfig::data_port,
-                  1, 65535),
-      uint_option("threads", "N", "data threads (slot s is served by thread s % N)", &SwitchConfig::threads, 1,
-                  kMaxThreads),
+      uint_option("control-port", "PORT", "TCP port of the control plane", &SwitchConfig::control_port, 1,
+                  65535),
+      uint_option("data-port", "PORT", "first UDP data port; data thread t listens on PORT+t",
+                  &SwitchConfig::data_port, 1, 65535),
+      uint_option("threads", "N", "data threads (slot s is served by thread s % N)", &SwitchConfig::threads,
+                  1, kMaxThreads),
       uint_option("slots", "N", "slots per job (the workers' window)", &SwitchConfig::slots, 1, 65535),
       uint_option("mtu", "BYTES", "IP MTU of data packets; payload = MTU - 60, rounded down to 4 bytes",
                   &SwitchConfig::mtu, kMinMtu, GS_MAX_MTU),
       uint_option("max-jobs", "N", "jobs alive at once", &SwitchConfig::max_jobs, 1, 256),
-      uint_option("join-timeout", "SECONDS", "time for all ranks of a job to join", &SwitchConfig::join_timeout_s, 1,
-                  86400),
+      uint_option("join-timeout", "SECONDS", "time for all ranks of a job to join",
+                  &SwitchConfig::join_timeout_s, 1, 86400),
       uint_option("idle-timeout", "SECONDS", "abort a job after this long without a packet or request",
                   &SwitchConfig::idle_timeout_s, 1, 30 * 86400),
       {"drop-rate", "P", "drop this fraction of received data packets (loss injection for tests)",
@@ -203,13 +216,16 @@ inline const std::vector<OptionSpec>& switch_options() {
       choice_option("backend", "NAME", "data-plane I/O: udp (sockets) or dpdk (options after --)",
                     &SwitchConfig::backend, {"udp", "dpdk"}),
       {"max-memory", "BYTES", "slot memory for all jobs together (suffix K, M, G); beyond it JOIN fails",
-       [](SwitchConfig& c, const std::string& s, std::string* err) { return parse_bytes(s, &c.max_memory, err); },
+       [](SwitchConfig& c, const std::string& s, std::string* err) {
+         return parse_bytes(s, &c.max_memory, err);
+       },
        [](const SwitchConfig& c) {
          if (c.max_memory % (1ull << 30) == 0) return std::to_string(c.max_memory >> 30) + "G";
          if (c.max_memory % (1ull << 20) == 0) return std::to_string(c.max_memory >> 20) + "M";
          return std::to_string(c.max_memory);
        }},
-      choice_option("udp-gso", "on|off", "udp backend: send a burst's results to a worker as one UDP_SEGMENT write",
+      choice_option("udp-gso", "on|off",
+                    "udp backend: send a burst's results to a worker as one UDP_SEGMENT write",
                     &SwitchConfig::udp_gso, {"on", "off"}),
   };
   return options;
@@ -238,7 +254,9 @@ inline void set_log_level(const std::string& name) {
   int l = name == "error" ? 0 : name == "warn" ? 1 : name == "debug" ? 3 : 2;
   log_level_ref().store(l, std::memory_order_relaxed);
 }
-inline bool log_enabled(LogLevel l) { return static_cast<int>(l) <= log_level_ref().load(std::memory_order_relaxed); }
+inline bool log_enabled(LogLevel l) {
+  return static_cast<int>(l) <= log_level_ref().load(std::memory_order_relaxed);
+}
 
 __attribute__((format(printf, 2, 3))) inline void log_msg(LogLevel l, const char* fmt, ...) {
   if (!log_enabled(l)) return;

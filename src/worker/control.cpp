@@ -1,9 +1,6 @@
 #include "worker/control.h"
 
 #include <arpa/inet.h>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,8 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "worker/errors.h"
@@ -69,8 +69,10 @@ Reply parse_reply(const std::string& line) {
     std::string tok;
     while (in >> tok) {
       auto eq = tok.find('=');
-      if (eq == std::string::npos) r.kv[tok] = "";
-      else r.kv[tok.substr(0, eq)] = tok.substr(eq + 1);
+      if (eq == std::string::npos)
+        r.kv[tok] = "";
+      else
+        r.kv[tok.substr(0, eq)] = tok.substr(eq + 1);
     }
   } else {
     r.ok = false;
@@ -150,15 +152,18 @@ ControlClient::ControlClient(const std::string& host, uint16_t port, double conn
   if (err != 0) {
     ::close(fd_);
     fd_ = -1;
-    std::string why = err == ETIMEDOUT ? "no answer within " + std::to_string(connect_timeout_s).substr(0, 5) + " s"
-                                       : std::string(std::strerror(err));
+    std::string why = err == ETIMEDOUT
+                          ? "no answer within " + std::to_string(connect_timeout_s).substr(0, 5) + " s"
+                          : std::string(std::strerror(err));
     throw Error("gradswitch: cannot reach the switch control port at " + endpoint_ + ": " + why +
                 ". Is gradswitchd running there (gradswitchd --control-port " + std::to_string(port) +
                 "), is the address right, and does a firewall allow TCP to it?");
   }
 }
 
-ControlClient::~ControlClient() { close(); }
+ControlClient::~ControlClient() {
+  close();
+}
 
 void ControlClient::close() {
   std::lock_guard<std::mutex> lk(mu_);
@@ -168,7 +173,8 @@ void ControlClient::close() {
   }
 }
 
-void ControlClient::send_all(const void* data, size_t n, Clock::time_point deadline, const std::string& what) {
+void ControlClient::send_all(const void* data, size_t n, Clock::time_point deadline,
+                             const std::string& what) {
   const char* p = static_cast<const char*>(data);
   size_t off = 0;
   while (off < n) {
@@ -198,8 +204,8 @@ void recv_more(int fd, std::string& rbuf, Clock::time_point deadline, const std:
     int pr = ::poll(&pfd, 1, ms_left(deadline));
     if (pr < 0 && errno == EINTR) continue;
     if (pr <= 0)
-      throw TimeoutError("gradswitch: no reply from the switch at " + endpoint + " to '" + what + "' within " +
-                         std::to_string(timeout_s).substr(0, 6) + " s");
+      throw TimeoutError("gradswitch: no reply from the switch at " + endpoint + " to '" + what +
+                         "' within " + std::to_string(timeout_s).substr(0, 6) + " s");
     char buf[4096];
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n > 0) {
@@ -208,7 +214,8 @@ void recv_more(int fd, std::string& rbuf, Clock::time_point deadline, const std:
     }
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     throw Error("gradswitch: the switch at " + endpoint + " closed the control connection" +
-                (n < 0 ? std::string(": ") + std::strerror(errno) : std::string()) + " (did gradswitchd stop?)");
+                (n < 0 ? std::string(": ") + std::strerror(errno) : std::string()) +
+                " (did gradswitchd stop?)");
   }
 }
 }  // namespace
@@ -251,8 +258,9 @@ void ControlClient::read_exact(uint8_t* out, size_t n, Clock::time_point deadlin
       continue;
     }
     if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    throw Error("gradswitch: the switch at " + endpoint_ + " closed the control connection in the middle of '" +
-                what + "' (" + std::to_string(got) + " of " + std::to_string(n) + " bytes)");
+    throw Error("gradswitch: the switch at " + endpoint_ +
+                " closed the control connection in the middle of '" + what + "' (" + std::to_string(got) +
+                " of " + std::to_string(n) + " bytes)");
   }
 }
 
@@ -308,17 +316,19 @@ JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned ra
   }
   Reply r = parse_reply(reply_line);
   if (!r.ok) {
-    std::string what = "gradswitch: the switch at " + endpoint_ + " refused JOIN of job '" + job + "' as rank " +
-                       std::to_string(rank) + " of " + std::to_string(world) + " (wire " + wire + "): " + r.code +
-                       ": " + r.message;
+    std::string what = "gradswitch: the switch at " + endpoint_ + " refused JOIN of job '" + job +
+                       "' as rank " + std::to_string(rank) + " of " + std::to_string(world) + " (wire " +
+                       wire + "): " + r.code + ": " + r.message;
     if (r.code == "timeout")
-      throw TimeoutError(what + ". Not every rank joined in time: are all ranks started with the same job name "
-                                "and world size?");
+      throw TimeoutError(what +
+                         ". Not every rank joined in time: are all ranks started with the same job name "
+                         "and world size?");
     if (r.code == "conflict")
-      throw Error(what + (extra.find("optimizer=") != std::string::npos
-                              ? ". Another job of that name exists with other parameters (every rank must give the "
-                                "same optimizer, hyperparameters and number of parameters), or the rank is taken."
-                              : ". Another job of that name exists with other parameters, or the rank is taken."));
+      throw Error(what +
+                  (extra.find("optimizer=") != std::string::npos
+                       ? ". Another job of that name exists with other parameters (every rank must give the "
+                         "same optimizer, hyperparameters and number of parameters), or the rank is taken."
+                       : ". Another job of that name exists with other parameters, or the rank is taken."));
     throw Error(what);
   }
   JoinInfo ji;
@@ -336,8 +346,9 @@ JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned ra
     ji.chunk = static_cast<uint32_t>(r.get_int("chunk"));
     ji.state_bytes = static_cast<uint64_t>(r.get_int("state_bytes"));
   } else if (extra.find("optimizer=") != std::string::npos) {
-    throw Error("gradswitch: the switch at " + endpoint_ + " answered an optimizer JOIN without 'optimizer=' (" +
-                reply_line + "): does this gradswitchd support optimization in the switch?");
+    throw Error("gradswitch: the switch at " + endpoint_ +
+                " answered an optimizer JOIN without 'optimizer=' (" + reply_line +
+                "): does this gradswitchd support optimization in the switch?");
   }
   return ji;
 }

@@ -74,10 +74,12 @@ class ControlClient {
 
  private:
   // Unlocked helpers (mu_ held by the caller).
-  void send_all(const void* data, size_t n, std::chrono::steady_clock::time_point deadline, const std::string& what);
-  std::string read_line(std::chrono::steady_clock::time_point deadline, const std::string& what, double timeout_s);
-  void read_exact(uint8_t* out, size_t n, std::chrono::steady_clock::time_point deadline, const std::string& what,
-                  double timeout_s);
+  void send_all(const void* data, size_t n, std::chrono::steady_clock::time_point deadline,
+                const std::string& what);
+  std::string read_line(std::chrono::steady_clock::time_point deadline, const std::string& what,
+                        double timeout_s);
+  void read_exact(uint8_t* out, size_t n, std::chrono::steady_clock::time_point deadline,
+                  const std::string& what, double timeout_s);
 
   std::mutex mu_;
   int fd_ = -1;

@@ -23,7 +23,8 @@ class TimeoutError : public Error {
 // The switch aborted the job (an ABORT packet, or STATUS says aborted).
 class AbortedError : public Error {
  public:
-  AbortedError(const std::string& what, uint8_t reason, uint16_t rank) : Error(what), reason_(reason), rank_(rank) {}
+  AbortedError(const std::string& what, uint8_t reason, uint16_t rank)
+      : Error(what), reason_(reason), rank_(rank) {}
   uint8_t reason() const { return reason_; }
   uint16_t rank() const { return rank_; }
 

@@ -1,7 +1,5 @@
 // UDP transport: one socket, sendmmsg/recvmmsg, ppoll for the receive timeout.
 #include <arpa/inet.h>
-#include <cerrno>
-#include <cstring>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
@@ -9,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "worker/errors.h"
@@ -25,9 +25,9 @@ constexpr size_t kMaxBatch = 64;
 #define UDP_GRO 104
 #endif
 constexpr size_t kMaxGsoSegments = 64;
-constexpr size_t kRxMsgs = 64;            // datagrams (or GRO trains) per recvmmsg
-constexpr size_t kRxPlainBytes = 9216;    // > largest datagram (9000-byte MTU)
-constexpr size_t kRxGroBytes = 65536;     // a whole GRO train
+constexpr size_t kRxMsgs = 64;          // datagrams (or GRO trains) per recvmmsg
+constexpr size_t kRxPlainBytes = 9216;  // > largest datagram (9000-byte MTU)
+constexpr size_t kRxGroBytes = 65536;   // a whole GRO train
 constexpr size_t kMaxGsoBytes = 65000;
 
 class UdpTransport final : public Transport {
@@ -256,7 +256,8 @@ class UdpTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_udp_transport(const std::string& bind_ip, int sockbuf_bytes, bool gso, bool gro) {
+std::unique_ptr<Transport> make_udp_transport(const std::string& bind_ip, int sockbuf_bytes, bool gso,
+                                              bool gro) {
   return std::make_unique<UdpTransport>(bind_ip, sockbuf_bytes, gso, gro);
 }
 

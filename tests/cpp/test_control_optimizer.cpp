@@ -36,9 +36,10 @@ TEST(join_without_optimizer_has_none) {
 
 TEST(join_adam_all_keys) {
   Error err;
-  auto j = join("optimizer=adam params=800000 lr=0.001 beta1=0.8 beta2=0.99 eps=1e-6 weight_decay=0.5 eps_mode=torch "
-                "average=0",
-                &err);
+  auto j = join(
+      "optimizer=adam params=800000 lr=0.001 beta1=0.8 beta2=0.99 eps=1e-6 weight_decay=0.5 eps_mode=torch "
+      "average=0",
+      &err);
   CHECK(j.has_value());
   CHECK(j->optimizer.has_value());
   const OptimizerSpec& o = *j->optimizer;
@@ -97,7 +98,8 @@ TEST(join_optimizer_invalid) {
   CHECK(join_fails("optimizer=adam params=10 lr=1 weight_decay=-1", "weight_decay"));
   CHECK(join_fails("optimizer=adam params=10 lr=1 colour=red", "unknown key"));
   Error err;
-  auto r = parse_request("JOIN job=j world=2 rank=0 wire=float16 token=t port=4000 optimizer=sgd params=1 lr=1", &err);
+  auto r = parse_request(
+      "JOIN job=j world=2 rank=0 wire=float16 token=t port=4000 optimizer=sgd params=1 lr=1", &err);
   CHECK(r.has_value());
   CHECK(!parse_join(*r, &err));
   CHECK(err.message.find("wire=float32") != std::string::npos);
@@ -112,7 +114,8 @@ TEST(floats_parse_and_round_trip) {
   CHECK(parse_float("5.") == 5.0f);
   CHECK(parse_float("0") == 0.0f);
   CHECK(!parse_float("1e-50").has_value());  // out of float32 range (below the smallest subnormal)
-  for (const char* bad : {"", "-", ".", "e5", "1e", "1e+", "+1", "0x10", "inf", "nan", "1.0f", "1,5", "3e39", " 1"})
+  for (const char* bad :
+       {"", "-", ".", "e5", "1e", "1e+", "+1", "0x10", "inf", "nan", "1.0f", "1,5", "3e39", " 1"})
     CHECK(!parse_float(bad).has_value());
   for (float v : {0.001f, 1e-8f, 0.9f, 0.999f, 3.14159274f, 1e-45f, 3.4028235e38f, 0.1f}) {
     auto back = parse_float(format_float(v));
@@ -125,18 +128,20 @@ TEST(same_optimizer_compares_every_field) {
   auto a = join("optimizer=adam params=10 lr=0.001", &err)->optimizer;
   auto b = join("optimizer=adam params=10 lr=1e-3 beta1=0.9", &err)->optimizer;  // same values, other text
   CHECK(same_optimizer(*a, *b));
-  for (const char* other : {"optimizer=adam params=11 lr=0.001", "optimizer=adam params=10 lr=0.002",
-                            "optimizer=adamw params=10 lr=0.001", "optimizer=adam params=10 lr=0.001 eps_mode=torch",
-                            "optimizer=adam params=10 lr=0.001 average=0", "optimizer=adam params=10 lr=0.001 beta2=0.99",
-                            "optimizer=adam params=10 lr=0.001 eps=1e-7", "optimizer=adam params=10 lr=0.001 weight_decay=1"}) {
+  for (const char* other :
+       {"optimizer=adam params=11 lr=0.001", "optimizer=adam params=10 lr=0.002",
+        "optimizer=adamw params=10 lr=0.001", "optimizer=adam params=10 lr=0.001 eps_mode=torch",
+        "optimizer=adam params=10 lr=0.001 average=0", "optimizer=adam params=10 lr=0.001 beta2=0.99",
+        "optimizer=adam params=10 lr=0.001 eps=1e-7", "optimizer=adam params=10 lr=0.001 weight_decay=1"}) {
     auto c = join(other, &err)->optimizer;
     CHECK(!same_optimizer(*a, *c));
   }
   // describe_optimizer's text parses back to the same spec.
-  for (const char* text : {"optimizer=sgd params=7 lr=0.1 momentum=0.9 dampening=0.1",
-                           "optimizer=adagrad params=7 lr=0.1 lr_decay=0.5 initial_accumulator=0.25 eps_mode=torch",
-                           "optimizer=adam params=7 lr=0.003 beta1=0.5 eps=1e-7 weight_decay=0.1 average=0",
-                           "optimizer=smorms3 params=7 lr=0.003 eps=1e-16"}) {
+  for (const char* text :
+       {"optimizer=sgd params=7 lr=0.1 momentum=0.9 dampening=0.1",
+        "optimizer=adagrad params=7 lr=0.1 lr_decay=0.5 initial_accumulator=0.25 eps_mode=torch",
+        "optimizer=adam params=7 lr=0.003 beta1=0.5 eps=1e-7 weight_decay=0.1 average=0",
+        "optimizer=smorms3 params=7 lr=0.003 eps=1e-16"}) {
     auto s = join(text, &err)->optimizer;
     auto again = join(describe_optimizer(*s).substr(0), &err);
     CHECK(again.has_value() && same_optimizer(*s, *again->optimizer));
@@ -193,7 +198,7 @@ TEST(state_header_round_trip_and_mismatch) {
   encode_state_header(h, buf);
   CHECK(std::memcmp(buf, "GSOPTST1", 8) == 0);
   CHECK(buf[8] == 2 && buf[9] == 3 && buf[10] == 0 && buf[11] == 0);
-  CHECK(buf[12] == 0x68 && buf[13] == 0x01);            // 360 little-endian
+  CHECK(buf[12] == 0x68 && buf[13] == 0x01);                  // 360 little-endian
   CHECK(buf[16] == 0xe8 && buf[17] == 0x03 && buf[18] == 0);  // 1000
   CHECK(buf[24] == 3);
   CHECK(buf[28] == 0 && buf[29] == 0 && buf[30] == 0x80 && buf[31] == 0x3e);  // 0.25f = 0x3e800000

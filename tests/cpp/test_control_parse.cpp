@@ -7,7 +7,9 @@
 
 using namespace gradswitch::control;
 
-static std::optional<Request> req(const std::string& line, Error* err) { return parse_request(line, err); }
+static std::optional<Request> req(const std::string& line, Error* err) {
+  return parse_request(line, err);
+}
 
 TEST(framer_splits_lines_and_strips_cr) {
   LineFramer f;
@@ -85,16 +87,16 @@ TEST(join_valid) {
 
 TEST(join_invalid) {
   const char* bad[] = {
-      "JOIN world=2 rank=0 wire=int32 token=t port=1",                 // no job
-      "JOIN job=a world=2 rank=0 wire=int32 token=t",                  // no port
-      "JOIN job=a world=0 rank=0 wire=int32 token=t port=1",           // world 0
-      "JOIN job=a world=65 rank=0 wire=int32 token=t port=1",          // world > 64
-      "JOIN job=a world=2 rank=2 wire=int32 token=t port=1",           // rank >= world
-      "JOIN job=a world=2 rank=0 wire=int8 token=t port=1",            // unknown wire
-      "JOIN job=a world=2 rank=0 wire=int32 token=t port=65536",       // port range
+      "JOIN world=2 rank=0 wire=int32 token=t port=1",            // no job
+      "JOIN job=a world=2 rank=0 wire=int32 token=t",             // no port
+      "JOIN job=a world=0 rank=0 wire=int32 token=t port=1",      // world 0
+      "JOIN job=a world=65 rank=0 wire=int32 token=t port=1",     // world > 64
+      "JOIN job=a world=2 rank=2 wire=int32 token=t port=1",      // rank >= world
+      "JOIN job=a world=2 rank=0 wire=int8 token=t port=1",       // unknown wire
+      "JOIN job=a world=2 rank=0 wire=int32 token=t port=65536",  // port range
       "JOIN job=a world=2 rank=0 wire=int32 token=t port=0",
-      "JOIN job=a/b world=2 rank=0 wire=int32 token=t port=1",         // bad name
-      "JOIN job=a world=2 rank=0 wire=int32 token=t port=1 extra=1",   // unknown key
+      "JOIN job=a/b world=2 rank=0 wire=int32 token=t port=1",                   // bad name
+      "JOIN job=a world=2 rank=0 wire=int32 token=t port=1 extra=1",             // unknown key
       "JOIN job=a world=18446744073709551616 rank=0 wire=int32 token=t port=1",  // overflow
   };
   for (const char* line : bad) {

@@ -35,7 +35,7 @@ struct In {
   uint32_t seq;
   uint32_t offset;
   std::vector<T> values;
-  int job = 0;         // index into the scenario's jobs (0 or 1)
+  int job = 0;  // index into the scenario's jobs (0 or 1)
   bool wrong_key = false;
 };
 

@@ -15,8 +15,10 @@ namespace {
 std::vector<const Kernels*> variants() {
   std::vector<const Kernels*> v;
   for (const char* name : {"scalar", "avx2", "avx512"})
-    if (const Kernels* k = kernels_named(name)) v.push_back(k);
-    else std::printf("  (variant %s not supported on this CPU: not compared)\n", name);
+    if (const Kernels* k = kernels_named(name))
+      v.push_back(k);
+    else
+      std::printf("  (variant %s not supported on this CPU: not compared)\n", name);
   return v;
 }
 
@@ -28,8 +30,12 @@ std::vector<T> random_values(size_t n, uint32_t seed, T scale) {
   for (auto& x : v) x = d(rng);
   return v;
 }
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale) { return random_values(n, seed, scale); }
-std::vector<double> random_doubles(size_t n, uint32_t seed, double scale) { return random_values(n, seed, scale); }
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
+  return random_values(n, seed, scale);
+}
+std::vector<double> random_doubles(size_t n, uint32_t seed, double scale) {
+  return random_values(n, seed, scale);
+}
 
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
@@ -165,21 +171,21 @@ TEST(half_conversions_known_values) {
   CHECK_EQ(f32_to_f16_scalar(1.0f), 0x3C00);
   CHECK_EQ(f32_to_f16_scalar(-2.0f), 0xC000);
   CHECK_EQ(f32_to_f16_scalar(65504.0f), 0x7BFF);
-  CHECK_EQ(f32_to_f16_scalar(65520.0f), 0x7C00);               // ties to even: overflow
-  CHECK_EQ(f32_to_f16_scalar(5.96046448e-08f), 0x0001);        // smallest subnormal
-  CHECK_EQ(f32_to_f16_scalar(1.0f + 1.0f / 2048), 0x3C00);     // halfway: to even
-  CHECK_EQ(f32_to_f16_scalar(1.0f + 3.0f / 2048), 0x3C02);     // halfway: to even (up)
+  CHECK_EQ(f32_to_f16_scalar(65520.0f), 0x7C00);            // ties to even: overflow
+  CHECK_EQ(f32_to_f16_scalar(5.96046448e-08f), 0x0001);     // smallest subnormal
+  CHECK_EQ(f32_to_f16_scalar(1.0f + 1.0f / 2048), 0x3C00);  // halfway: to even
+  CHECK_EQ(f32_to_f16_scalar(1.0f + 3.0f / 2048), 0x3C02);  // halfway: to even (up)
   CHECK(f16_to_f32_scalar(0x3555) > 0.333f && f16_to_f32_scalar(0x3555) < 0.334f);
   CHECK_EQ(f32_to_bf16_scalar(1.0f), 0x3F80);
-  CHECK_EQ(f32_to_bf16_scalar(1.00390625f), 0x3F80);           // halfway: to even
-  CHECK_EQ(f32_to_bf16_scalar(1.01171875f), 0x3F82);           // halfway: to even (up)
+  CHECK_EQ(f32_to_bf16_scalar(1.00390625f), 0x3F80);  // halfway: to even
+  CHECK_EQ(f32_to_bf16_scalar(1.01171875f), 0x3F82);  // halfway: to even (up)
   CHECK(bf16_to_f32_scalar(0x4049) == 3.140625f);
 }
 
 TEST(fixed_point_exponents) {
   CHECK_EQ(block_exponent(0.0f), GS_EXP_NONE);
-  CHECK_EQ(block_exponent(1.0f), 1);    // 1 < 2^1
-  CHECK_EQ(block_exponent(0.75f), 0);   // 0.75 < 2^0
+  CHECK_EQ(block_exponent(1.0f), 1);   // 1 < 2^1
+  CHECK_EQ(block_exponent(0.75f), 0);  // 0.75 < 2^0
   CHECK_EQ(block_exponent(1e-40f), kMinBlockExp);
   CHECK_EQ(ceil_log2(1), 0);
   CHECK_EQ(ceil_log2(3), 2);

@@ -47,11 +47,14 @@ struct Reference {
         }
         case OptimizerAlgo::kAdam:
         case OptimizerAlgo::kAdamW: {  // Algorithm 3 (AdamW: decoupled weight decay)
-          if (spec.algo == OptimizerAlgo::kAdamW) p[i] *= 1 - spec.lr * spec.weight_decay;
-          else g += spec.weight_decay * p[i];
+          if (spec.algo == OptimizerAlgo::kAdamW)
+            p[i] *= 1 - spec.lr * spec.weight_decay;
+          else
+            g += spec.weight_decay * p[i];
           a[i] = spec.beta1 * a[i] + (1 - spec.beta1) * g;
           b[i] = spec.beta2 * b[i] + (1 - spec.beta2) * g * g;
-          double mh = a[i] / (1 - std::pow(double(spec.beta1), t)), vh = b[i] / (1 - std::pow(double(spec.beta2), t));
+          double mh = a[i] / (1 - std::pow(double(spec.beta1), t)),
+                 vh = b[i] / (1 - std::pow(double(spec.beta2), t));
           p[i] -= spec.lr * mh / (inside ? std::sqrt(vh + spec.eps) : std::sqrt(vh) + spec.eps);
           break;
         }
@@ -135,8 +138,8 @@ TEST(out_of_range_chunks_are_refused) {
   s.params = 100;
   Optimizer opt(s, 40);
   float g[40] = {}, out[40];
-  CHECK(!opt.step(80, 40, g, 1, out));   // past the end
-  CHECK(!opt.step(20, 10, g, 1, out));   // not on a chunk boundary
+  CHECK(!opt.step(80, 40, g, 1, out));  // past the end
+  CHECK(!opt.step(20, 10, g, 1, out));  // not on a chunk boundary
   CHECK(opt.step(80, 20, g, 1, out));
 }
 
@@ -174,7 +177,7 @@ TEST(engine_retransmission_never_applies_a_step_twice) {
   float out[4];
   std::memcpy(out, r.data + GS_HEADER_BYTES, 16);
   CHECK(r.kind == IngestResult::kSend && out[0] == 7.0f);  // 10 - 1.0 * (1 + 2)
-  r = engine.ingest(0, b.data(), b.size(), 1);               // retransmission
+  r = engine.ingest(0, b.data(), b.size(), 1);             // retransmission
   std::memcpy(out, r.data + GS_HEADER_BYTES, 16);
   CHECK(r.dest_rank == 1 && out[3] == 7.0f && opt->params()[0] == 7.0f);
   auto bad = packet(0, 1.0f);

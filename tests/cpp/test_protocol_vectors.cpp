@@ -23,7 +23,8 @@ std::vector<uint8_t> parse_hex(const std::string& text) {
   std::string digits;
   for (char c : text)
     if (std::isxdigit(static_cast<unsigned char>(c))) digits += c;
-  for (size_t i = 0; i + 1 < digits.size(); i += 2) out.push_back(std::stoi(digits.substr(i, 2), nullptr, 16));
+  for (size_t i = 0; i + 1 < digits.size(); i += 2)
+    out.push_back(std::stoi(digits.substr(i, 2), nullptr, 16));
   return out;
 }
 
@@ -70,10 +71,14 @@ TEST(protocol_md_vectors) {
       while (in >> kv) {
         auto eq = kv.find('=');
         std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-        if (k == "world") spec.world = std::stoi(v);
-        else if (k == "slots") spec.slots = std::stoi(v);
-        else if (k == "payload") spec.payload_bytes = std::stoul(v);
-        else if (k == "key") spec.key = std::stoul(v, nullptr, 16);
+        if (k == "world")
+          spec.world = std::stoi(v);
+        else if (k == "slots")
+          spec.slots = std::stoi(v);
+        else if (k == "payload")
+          spec.payload_bytes = std::stoul(v);
+        else if (k == "key")
+          spec.key = std::stoul(v, nullptr, 16);
       }
       spec.endpoints.resize(spec.world);
       engine = std::make_unique<Engine>(EngineConfig{1, 4});
@@ -83,7 +88,8 @@ TEST(protocol_md_vectors) {
       auto pkt = parse_hex(line.substr(3));
       last = engine->ingest(0, pkt.data(), pkt.size(), 1);
     } else if (line.rfind("<- none", 0) == 0) {
-      if (last.kind == IngestResult::kSend) fail("expected nothing, the switch sent " + hex(last.data, last.len));
+      if (last.kind == IngestResult::kSend)
+        fail("expected nothing, the switch sent " + hex(last.data, last.len));
     } else if (line.rfind("<- ", 0) == 0) {
       std::istringstream in(line.substr(3));
       std::string who;

@@ -62,7 +62,8 @@ void roundtrip(bool gso) {
     bufs.push_back(std::move(b));
   }
   for (int i = 0; i < 150; ++i)
-    pkts.push_back(OutPacket{bufs[i].data(), static_cast<uint32_t>(bufs[i].size()), i % 3 == 0 ? r2.port : r1.port});
+    pkts.push_back(
+        OutPacket{bufs[i].data(), static_cast<uint32_t>(bufs[i].size()), i % 3 == 0 ? r2.port : r1.port});
   size_t handed = t->send_batch(pkts.data(), pkts.size());
   CHECK_EQ(handed, pkts.size());
   std::map<int, std::vector<uint8_t>> got;
@@ -82,8 +83,12 @@ void roundtrip(bool gso) {
 
 }  // namespace
 
-TEST(udp_plain_batch) { roundtrip(false); }
-TEST(udp_gso_batch) { roundtrip(true); }
+TEST(udp_plain_batch) {
+  roundtrip(false);
+}
+TEST(udp_gso_batch) {
+  roundtrip(true);
+}
 
 // GSO sender -> GRO receiver: trains are split back into the original datagrams.
 TEST(udp_gso_to_gro_transport) {

@@ -61,15 +61,16 @@ const std::string* Request::find(std::string_view key) const {
 
 bool is_valid_key(std::string_view s) {
   if (s.empty()) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.'; });
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+  });
 }
 
 bool is_valid_name(std::string_view s) {
   if (s.empty() || s.size() > 64) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-           c == ':' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
   });
 }
 
@@ -83,10 +84,14 @@ std::optional<uint64_t> parse_number(std::string_view s, uint64_t max) {
   uint64_t v = 0;
   for (char c : s) {
     unsigned d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (base == 16 && c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (base == 16 && c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (base == 16 && c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (base == 16 && c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return std::nullopt;
     if (v > (max - d) / base) return std::nullopt;  // v * base + d > max
     v = v * base + d;
   }
@@ -125,13 +130,15 @@ std::optional<Request> parse_request(std::string_view line, Error* err) {
   }
   for (char c : line)
     if (c != ' ' && !(c > ' ' && c < 0x7f)) {  // tabs, control characters, non-ASCII bytes
-      *err = {kErrBadRequest, "request contains a non-printable or non-ASCII byte (tokens are separated by spaces)"};
+      *err = {kErrBadRequest,
+              "request contains a non-printable or non-ASCII byte (tokens are separated by spaces)"};
       return std::nullopt;
     }
   if (tok[0] < 'A' || tok[0] > 'Z' ||
       !std::all_of(tok.begin(), tok.end(), [](char c) { return (c >= 'A' && c <= 'Z') || c == '_'; })) {
     *err = {kErrBadRequest,
-            "bad verb '" + shown(tok) + "' (verbs are upper case: JOIN LEAVE STATUS STATS JOBS PING PARAMS SETLR ...)"};
+            "bad verb '" + shown(tok) +
+                "' (verbs are upper case: JOIN LEAVE STATUS STATS JOBS PING PARAMS SETLR ...)"};
     return std::nullopt;
   }
   r.verb = tok;
@@ -166,8 +173,9 @@ static bool check_keys(const Request& r, std::initializer_list<const char*> allo
     if (!ok) {
       std::string list;
       for (const char* a : allowed) list += std::string(list.empty() ? "" : " ") + a;
-      *err = {kErrBadRequest, "unknown key '" + k + "' for " + r.verb +
-                                  (list.empty() ? std::string(" (it takes no arguments)") : " (keys: " + list + ")")};
+      *err = {kErrBadRequest,
+              "unknown key '" + k + "' for " + r.verb +
+                  (list.empty() ? std::string(" (it takes no arguments)") : " (keys: " + list + ")")};
       return false;
     }
   }
@@ -180,13 +188,14 @@ static bool required(const Request& r, const char* key, const std::string** v, E
   return *v != nullptr;
 }
 
-static bool number_arg(const Request& r, const char* key, uint64_t lo, uint64_t hi, uint64_t* out, Error* err) {
+static bool number_arg(const Request& r, const char* key, uint64_t lo, uint64_t hi, uint64_t* out,
+                       Error* err) {
   const std::string* v;
   if (!required(r, key, &v, err)) return false;
   auto n = parse_number(*v, UINT64_MAX);
   if (!n || *n < lo || *n > hi) {
-    *err = {kErrBadRequest, std::string(key) + "=" + shown(*v) + " is not a number in " + std::to_string(lo) + ".." +
-                                std::to_string(hi)};
+    *err = {kErrBadRequest, std::string(key) + "=" + shown(*v) + " is not a number in " + std::to_string(lo) +
+                                ".." + std::to_string(hi)};
     return false;
   }
   *out = *n;
@@ -198,11 +207,15 @@ static constexpr const char* kJoinKeys[] = {"job", "world", "rank", "wire", "tok
 static constexpr const char* kOptCommonKeys[] = {"optimizer", "params", "lr", "weight_decay", "average"};
 static std::vector<const char*> algo_keys(OptimizerAlgo a) {
   switch (a) {
-    case OptimizerAlgo::kSgd: return {"momentum", "dampening", "nesterov"};
-    case OptimizerAlgo::kAdagrad: return {"eps", "eps_mode", "lr_decay", "initial_accumulator"};
+    case OptimizerAlgo::kSgd:
+      return {"momentum", "dampening", "nesterov"};
+    case OptimizerAlgo::kAdagrad:
+      return {"eps", "eps_mode", "lr_decay", "initial_accumulator"};
     case OptimizerAlgo::kAdam:
-    case OptimizerAlgo::kAdamW: return {"beta1", "beta2", "eps", "eps_mode"};
-    case OptimizerAlgo::kSmorms3: return {"eps"};
+    case OptimizerAlgo::kAdamW:
+      return {"beta1", "beta2", "eps", "eps_mode"};
+    case OptimizerAlgo::kSmorms3:
+      return {"eps"};
   }
   return {};
 }
@@ -215,13 +228,15 @@ static bool is_optimizer_key(std::string_view k) {
   return false;
 }
 
-static bool float_arg(const Request& r, const char* key, float lo, float hi, bool hi_open, float* out, Error* err) {
+static bool float_arg(const Request& r, const char* key, float lo, float hi, bool hi_open, float* out,
+                      Error* err) {
   const std::string* v = r.find(key);
   if (!v) return true;  // keeps the default
   auto f = parse_float(*v);
   if (!f || *f < lo || *f > hi || (hi_open && *f == hi)) {
-    *err = {kErrBadRequest, std::string(key) + "=" + shown(*v) + " is not a number in [" + format_float(lo) + ", " +
-                                (std::isinf(hi) ? std::string("inf") : format_float(hi)) + (hi_open ? ")" : "]")};
+    *err = {kErrBadRequest, std::string(key) + "=" + shown(*v) + " is not a number in [" + format_float(lo) +
+                                ", " + (std::isinf(hi) ? std::string("inf") : format_float(hi)) +
+                                (hi_open ? ")" : "]")};
     return false;
   }
   *out = *f;
@@ -251,7 +266,8 @@ static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8
     const std::string& k = arg.first;  // not a structured binding: lambdas below capture it
     if (!is_optimizer_key(k)) continue;
     auto is_k = [&](const char* c) { return k == c; };
-    bool ok = std::find_if(std::begin(kOptCommonKeys), std::end(kOptCommonKeys), is_k) != std::end(kOptCommonKeys) ||
+    bool ok = std::find_if(std::begin(kOptCommonKeys), std::end(kOptCommonKeys), is_k) !=
+                  std::end(kOptCommonKeys) ||
               std::find_if(own.begin(), own.end(), is_k) != own.end();
     if (!ok) {
       std::string list;
@@ -263,8 +279,9 @@ static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8
     }
   }
   if (wire != GS_ELEM_FLOAT32) {
-    *err = {kErrBadRequest, std::string("optimizer= needs wire=float32 (the switch holds fp32 parameters), not wire=") +
-                                gs_elem_name(wire)};
+    *err = {kErrBadRequest,
+            std::string("optimizer= needs wire=float32 (the switch holds fp32 parameters), not wire=") +
+                gs_elem_name(wire)};
     return std::nullopt;
   }
   uint64_t n;
@@ -279,14 +296,17 @@ static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8
       !float_arg(r, "weight_decay", 0, inf, false, &o.weight_decay, err) ||
       !float_arg(r, "momentum", 0, inf, false, &o.momentum, err) ||
       !float_arg(r, "dampening", -inf, inf, false, &o.dampening, err) ||
-      !float_arg(r, "beta1", 0, 1, true, &o.beta1, err) || !float_arg(r, "beta2", 0, 1, true, &o.beta2, err) ||
-      !float_arg(r, "eps", 0, inf, false, &o.eps, err) || !float_arg(r, "lr_decay", 0, inf, false, &o.lr_decay, err) ||
+      !float_arg(r, "beta1", 0, 1, true, &o.beta1, err) ||
+      !float_arg(r, "beta2", 0, 1, true, &o.beta2, err) || !float_arg(r, "eps", 0, inf, false, &o.eps, err) ||
+      !float_arg(r, "lr_decay", 0, inf, false, &o.lr_decay, err) ||
       !float_arg(r, "initial_accumulator", 0, inf, false, &o.initial_accumulator, err) ||
       !bool_arg(r, "nesterov", &o.nesterov, err) || !bool_arg(r, "average", &o.average, err))
     return std::nullopt;
   if (const std::string* m = r.find("eps_mode")) {
-    if (*m == "paper") o.eps_placement = EpsPlacement::kInsideSqrt;
-    else if (*m == "torch") o.eps_placement = EpsPlacement::kOutsideSqrt;
+    if (*m == "paper")
+      o.eps_placement = EpsPlacement::kInsideSqrt;
+    else if (*m == "torch")
+      o.eps_placement = EpsPlacement::kOutsideSqrt;
     else {
       *err = {kErrBadRequest, "eps_mode=" + shown(*m) + " is unknown (paper|torch)"};
       return std::nullopt;
@@ -308,9 +328,10 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
     bool ok = is_optimizer_key(k);
     for (const char* c : kJoinKeys) ok = ok || k == c;
     if (!ok) {
-      *err = {kErrBadRequest, "unknown key '" + k +
-                                  "' for JOIN (keys: job world rank wire token port, and for optimization in the "
-                                  "switch optimizer params lr ...)"};
+      *err = {kErrBadRequest,
+              "unknown key '" + k +
+                  "' for JOIN (keys: job world rank wire token port, and for optimization in the "
+                  "switch optimizer params lr ...)"};
       return std::nullopt;
     }
   }
@@ -333,8 +354,9 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
   j.world = static_cast<uint16_t>(n);
   if (!number_arg(r, "rank", 0, UINT16_MAX, &n, err)) return std::nullopt;
   if (n >= j.world) {
-    *err = {kErrBadRequest, "rank=" + std::to_string(n) + " is out of range for world=" + std::to_string(j.world) +
-                                " (ranks are 0.." + std::to_string(j.world - 1) + ")"};
+    *err = {kErrBadRequest, "rank=" + std::to_string(n) +
+                                " is out of range for world=" + std::to_string(j.world) + " (ranks are 0.." +
+                                std::to_string(j.world - 1) + ")"};
     return std::nullopt;
   }
   j.rank = static_cast<uint16_t>(n);
@@ -382,9 +404,15 @@ static std::optional<QueryRequest> parse_query(const Request& r, bool with_slot,
   return q;
 }
 
-std::optional<QueryRequest> parse_status(const Request& r, Error* err) { return parse_query(r, true, err); }
-std::optional<QueryRequest> parse_stats(const Request& r, Error* err) { return parse_query(r, false, err); }
-bool parse_no_args(const Request& r, Error* err) { return check_keys(r, {}, err); }
+std::optional<QueryRequest> parse_status(const Request& r, Error* err) {
+  return parse_query(r, true, err);
+}
+std::optional<QueryRequest> parse_stats(const Request& r, Error* err) {
+  return parse_query(r, false, err);
+}
+bool parse_no_args(const Request& r, Error* err) {
+  return check_keys(r, {}, err);
+}
 
 std::optional<float> parse_float(std::string_view s) {
   // The grammar first (from_chars would also take inf, nan and hexadecimal forms).
@@ -416,20 +444,23 @@ std::string format_float(float v) {
   return std::string(buf, res.ptr);
 }
 
-static bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+static bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
 
 bool same_optimizer(const OptimizerSpec& a, const OptimizerSpec& b) {
-  return a.algo == b.algo && a.params == b.params && same_bits(a.lr, b.lr) && same_bits(a.momentum, b.momentum) &&
-         same_bits(a.dampening, b.dampening) && a.nesterov == b.nesterov && same_bits(a.weight_decay, b.weight_decay) &&
+  return a.algo == b.algo && a.params == b.params && same_bits(a.lr, b.lr) &&
+         same_bits(a.momentum, b.momentum) && same_bits(a.dampening, b.dampening) &&
+         a.nesterov == b.nesterov && same_bits(a.weight_decay, b.weight_decay) &&
          same_bits(a.beta1, b.beta1) && same_bits(a.beta2, b.beta2) && same_bits(a.eps, b.eps) &&
          same_bits(a.lr_decay, b.lr_decay) && same_bits(a.initial_accumulator, b.initial_accumulator) &&
          a.eps_placement == b.eps_placement && a.average == b.average;
 }
 
 std::string describe_optimizer(const OptimizerSpec& s) {
-  std::string out = std::string("optimizer=") + optimizer_algo_name(s.algo) + " params=" + std::to_string(s.params) +
-                    " lr=" + format_float(s.lr) + " weight_decay=" + format_float(s.weight_decay) +
-                    " average=" + (s.average ? "1" : "0");
+  std::string out = std::string("optimizer=") + optimizer_algo_name(s.algo) +
+                    " params=" + std::to_string(s.params) + " lr=" + format_float(s.lr) +
+                    " weight_decay=" + format_float(s.weight_decay) + " average=" + (s.average ? "1" : "0");
   const std::string eps_mode = s.eps_placement == EpsPlacement::kInsideSqrt ? "paper" : "torch";
   switch (s.algo) {
     case OptimizerAlgo::kSgd:
@@ -437,15 +468,18 @@ std::string describe_optimizer(const OptimizerSpec& s) {
              " nesterov=" + (s.nesterov ? "1" : "0");
       break;
     case OptimizerAlgo::kAdagrad:
-      out += " eps=" + format_float(s.eps) + " eps_mode=" + eps_mode + " lr_decay=" + format_float(s.lr_decay) +
+      out += " eps=" + format_float(s.eps) + " eps_mode=" + eps_mode +
+             " lr_decay=" + format_float(s.lr_decay) +
              " initial_accumulator=" + format_float(s.initial_accumulator);
       break;
     case OptimizerAlgo::kAdam:
     case OptimizerAlgo::kAdamW:
-      out += " beta1=" + format_float(s.beta1) + " beta2=" + format_float(s.beta2) + " eps=" + format_float(s.eps) +
-             " eps_mode=" + eps_mode;
+      out += " beta1=" + format_float(s.beta1) + " beta2=" + format_float(s.beta2) +
+             " eps=" + format_float(s.eps) + " eps_mode=" + eps_mode;
       break;
-    case OptimizerAlgo::kSmorms3: out += " eps=" + format_float(s.eps); break;
+    case OptimizerAlgo::kSmorms3:
+      out += " eps=" + format_float(s.eps);
+      break;
   }
   return out;
 }
@@ -533,7 +567,8 @@ void encode_state_header(const StateHeader& h, uint8_t out[kStateHeaderBytes]) {
 std::optional<StateHeader> decode_state_header(const uint8_t in[kStateHeaderBytes], const StateHeader& expect,
                                                Error* err) {
   if (std::memcmp(in, kStateMagic, 8) != 0) {
-    *err = {kErrBadRequest, "STATE_SET data does not start with the magic GSOPTST1 (not a gradswitch checkpoint)"};
+    *err = {kErrBadRequest,
+            "STATE_SET data does not start with the magic GSOPTST1 (not a gradswitch checkpoint)"};
     return std::nullopt;
   }
   StateHeader h;
@@ -545,11 +580,13 @@ std::optional<StateHeader> decode_state_header(const uint8_t in[kStateHeaderByte
   uint32_t lr_bits = static_cast<uint32_t>(get_le(in + 28, 4));
   std::memcpy(&h.lr, &lr_bits, 4);
   auto algo_name = [](uint8_t a) {
-    return a <= static_cast<uint8_t>(OptimizerAlgo::kSmorms3) ? std::string(optimizer_algo_name(OptimizerAlgo(a)))
-                                                              : "#" + std::to_string(a);
+    return a <= static_cast<uint8_t>(OptimizerAlgo::kSmorms3)
+               ? std::string(optimizer_algo_name(OptimizerAlgo(a)))
+               : "#" + std::to_string(a);
   };
   std::string diff;
-  if (h.algo != expect.algo) diff = "algorithm " + algo_name(h.algo) + " (job: " + algo_name(expect.algo) + ")";
+  if (h.algo != expect.algo)
+    diff = "algorithm " + algo_name(h.algo) + " (job: " + algo_name(expect.algo) + ")";
   else if (h.arrays != expect.arrays)
     diff = std::to_string(h.arrays) + " arrays (job: " + std::to_string(expect.arrays) + ")";
   else if (h.params != expect.params)

@@ -119,9 +119,9 @@ std::string describe_optimizer(const OptimizerSpec& s);
 inline constexpr size_t kStateHeaderBytes = 32;
 inline constexpr char kStateMagic[8] = {'G', 'S', 'O', 'P', 'T', 'S', 'T', '1'};
 struct StateHeader {
-  uint8_t algo = 0;     // OptimizerAlgo
-  uint8_t arrays = 0;   // 1 + optimizer_state_arrays(algo)
-  uint32_t chunk = 0;   // elements per chunk (payload / 4)
+  uint8_t algo = 0;    // OptimizerAlgo
+  uint8_t arrays = 0;  // 1 + optimizer_state_arrays(algo)
+  uint32_t chunk = 0;  // elements per chunk (payload / 4)
   uint64_t params = 0;
   uint32_t chunks = 0;  // ceil(params / chunk)
   float lr = 0;

@@ -4,23 +4,40 @@ namespace gradswitch {
 
 const char* drop_reason_name(DropReason r) {
   switch (r) {
-    case DropReason::kNone: return "none";
-    case DropReason::kShortPacket: return "short_packet";
-    case DropReason::kBadMagic: return "bad_magic";
-    case DropReason::kBadVersion: return "bad_version";
-    case DropReason::kBadType: return "bad_type";
-    case DropReason::kUnknownJob: return "unknown_job";
-    case DropReason::kWrongKey: return "wrong_key";
-    case DropReason::kBadRank: return "bad_rank";
-    case DropReason::kSlotOutOfRange: return "slot_out_of_range";
-    case DropReason::kWrongThread: return "wrong_thread";
-    case DropReason::kBadElemType: return "bad_elem_type";
-    case DropReason::kBadLength: return "bad_length";
-    case DropReason::kStaleRound: return "stale_round";
-    case DropReason::kInconsistent: return "inconsistent";
-    case DropReason::kBadOffset: return "bad_offset";
-    case DropReason::kJobAborted: return "job_aborted";
-    case DropReason::kCount_: break;
+    case DropReason::kNone:
+      return "none";
+    case DropReason::kShortPacket:
+      return "short_packet";
+    case DropReason::kBadMagic:
+      return "bad_magic";
+    case DropReason::kBadVersion:
+      return "bad_version";
+    case DropReason::kBadType:
+      return "bad_type";
+    case DropReason::kUnknownJob:
+      return "unknown_job";
+    case DropReason::kWrongKey:
+      return "wrong_key";
+    case DropReason::kBadRank:
+      return "bad_rank";
+    case DropReason::kSlotOutOfRange:
+      return "slot_out_of_range";
+    case DropReason::kWrongThread:
+      return "wrong_thread";
+    case DropReason::kBadElemType:
+      return "bad_elem_type";
+    case DropReason::kBadLength:
+      return "bad_length";
+    case DropReason::kStaleRound:
+      return "stale_round";
+    case DropReason::kInconsistent:
+      return "inconsistent";
+    case DropReason::kBadOffset:
+      return "bad_offset";
+    case DropReason::kJobAborted:
+      return "job_aborted";
+    case DropReason::kCount_:
+      break;
   }
   return "unknown";
 }

@@ -10,21 +10,21 @@ namespace gradswitch {
 
 enum class DropReason : uint8_t {
   kNone = 0,
-  kShortPacket,     // shorter than the 32-byte header
+  kShortPacket,  // shorter than the 32-byte header
   kBadMagic,
   kBadVersion,
-  kBadType,         // not a DATA message
-  kUnknownJob,      // no live job with this id
+  kBadType,     // not a DATA message
+  kUnknownJob,  // no live job with this id
   kWrongKey,
-  kBadRank,         // rank >= world size
+  kBadRank,  // rank >= world size
   kSlotOutOfRange,
-  kWrongThread,     // slot owned by another thread: sent to the wrong data port
+  kWrongThread,  // slot owned by another thread: sent to the wrong data port
   kBadElemType,
-  kBadLength,       // count disagrees with the datagram length, or exceeds the payload size
-  kStaleRound,      // a round other than the one the slot version holds
-  kInconsistent,    // count, type, scale or LAST differ from the round's first one: the job is aborted
-  kBadOffset,       // optimizer job: chunk outside the parameters or not on a chunk boundary
-  kJobAborted,      // answered with an ABORT message
+  kBadLength,     // count disagrees with the datagram length, or exceeds the payload size
+  kStaleRound,    // a round other than the one the slot version holds
+  kInconsistent,  // count, type, scale or LAST differ from the round's first one: the job is aborted
+  kBadOffset,     // optimizer job: chunk outside the parameters or not on a chunk boundary
+  kJobAborted,    // answered with an ABORT message
   kCount_
 };
 inline constexpr size_t kDropReasons = static_cast<size_t>(DropReason::kCount_);
@@ -33,9 +33,9 @@ const char* drop_reason_name(DropReason r);
 
 struct CounterValues {
   uint64_t pkts_in = 0, bytes_in = 0, pkts_out = 0, bytes_out = 0;
-  uint64_t completed = 0;       // slot rounds completed (results multicast)
-  uint64_t duplicates = 0;      // contributions already counted, ignored
-  uint64_t retx_answered = 0;   // retransmissions answered from the shadow copy
+  uint64_t completed = 0;      // slot rounds completed (results multicast)
+  uint64_t duplicates = 0;     // contributions already counted, ignored
+  uint64_t retx_answered = 0;  // retransmissions answered from the shadow copy
   std::array<uint64_t, kDropReasons> drops{};
   uint64_t drops_total() const {
     uint64_t s = 0;

@@ -58,8 +58,8 @@ GS_SIMD_CLONES void adagrad(float* __restrict p, float* __restrict h, float* __r
 }
 
 GS_SIMD_CLONES void adam(float* __restrict p, float* __restrict m, float* __restrict v, float* __restrict io,
-                         size_t n, Step s, float b1, float b2, float eps, float bc1, float bc2, bool eps_inside,
-                         bool decoupled) {
+                         size_t n, Step s, float b1, float b2, float eps, float bc1, float bc2,
+                         bool eps_inside, bool decoupled) {
   const float lr_t = s.lr / bc1;
   const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
   for (size_t i = 0; i < n; ++i) {
@@ -81,8 +81,8 @@ GS_SIMD_CLONES void adam(float* __restrict p, float* __restrict m, float* __rest
   }
 }
 
-GS_SIMD_CLONES void smorms3(float* __restrict p, float* __restrict sm, float* __restrict m, float* __restrict v,
-                            float* __restrict io, size_t n, Step st, float eps) {
+GS_SIMD_CLONES void smorms3(float* __restrict p, float* __restrict sm, float* __restrict m,
+                            float* __restrict v, float* __restrict io, size_t n, Step st, float eps) {
   for (size_t i = 0; i < n; ++i) {
     float grad = io[i] * st.scale + st.wd * p[i];
     float x_prev = m[i] * m[i] / (v[i] + eps);
@@ -103,11 +103,16 @@ GS_SIMD_CLONES void smorms3(float* __restrict p, float* __restrict sm, float* __
 
 const char* optimizer_algo_name(OptimizerAlgo a) {
   switch (a) {
-    case OptimizerAlgo::kSgd: return "sgd";
-    case OptimizerAlgo::kAdagrad: return "adagrad";
-    case OptimizerAlgo::kAdam: return "adam";
-    case OptimizerAlgo::kAdamW: return "adamw";
-    case OptimizerAlgo::kSmorms3: return "smorms3";
+    case OptimizerAlgo::kSgd:
+      return "sgd";
+    case OptimizerAlgo::kAdagrad:
+      return "adagrad";
+    case OptimizerAlgo::kAdam:
+      return "adam";
+    case OptimizerAlgo::kAdamW:
+      return "adamw";
+    case OptimizerAlgo::kSmorms3:
+      return "smorms3";
   }
   return "unknown";
 }
@@ -125,11 +130,15 @@ bool parse_optimizer_algo(const std::string& name, OptimizerAlgo* out) {
 
 unsigned optimizer_state_arrays(OptimizerAlgo a) {
   switch (a) {
-    case OptimizerAlgo::kSgd: return 1;  // momentum buffer (unused without momentum)
-    case OptimizerAlgo::kAdagrad: return 1;
+    case OptimizerAlgo::kSgd:
+      return 1;  // momentum buffer (unused without momentum)
+    case OptimizerAlgo::kAdagrad:
+      return 1;
     case OptimizerAlgo::kAdam:
-    case OptimizerAlgo::kAdamW: return 2;
-    case OptimizerAlgo::kSmorms3: return 3;
+    case OptimizerAlgo::kAdamW:
+      return 2;
+    case OptimizerAlgo::kSmorms3:
+      return 3;
   }
   return 0;
 }
@@ -176,8 +185,8 @@ bool Optimizer::step(uint64_t offset, size_t n, const float* grad_sum, unsigned 
     case OptimizerAlgo::kAdamW: {
       const float bc1 = 1.0f - std::pow(spec_.beta1, static_cast<float>(t));
       const float bc2 = 1.0f - std::pow(spec_.beta2, static_cast<float>(t));
-      adam(p, state(0) + offset, state(1) + offset, out, n, s, spec_.beta1, spec_.beta2, spec_.eps, bc1,
-           bc2, eps_inside, spec_.algo == OptimizerAlgo::kAdamW);
+      adam(p, state(0) + offset, state(1) + offset, out, n, s, spec_.beta1, spec_.beta2, spec_.eps, bc1, bc2,
+           eps_inside, spec_.algo == OptimizerAlgo::kAdamW);
       break;
     }
     case OptimizerAlgo::kSmorms3:

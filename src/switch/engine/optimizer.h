@@ -23,18 +23,18 @@ enum class EpsPlacement : uint8_t { kInsideSqrt, kOutsideSqrt };
 
 struct OptimizerSpec {
   OptimizerAlgo algo = OptimizerAlgo::kSgd;
-  uint64_t params = 0;        // number of fp32 parameters (the tensor's length)
+  uint64_t params = 0;  // number of fp32 parameters (the tensor's length)
   float lr = 0.01f;
-  float momentum = 0.0f;      // SGD
-  float dampening = 0.0f;     // SGD
-  bool nesterov = false;      // SGD
-  float weight_decay = 0.0f;  // SGD/AdaGrad/Adam: added to the gradient; AdamW: decoupled
+  float momentum = 0.0f;               // SGD
+  float dampening = 0.0f;              // SGD
+  bool nesterov = false;               // SGD
+  float weight_decay = 0.0f;           // SGD/AdaGrad/Adam: added to the gradient; AdamW: decoupled
   float beta1 = 0.9f, beta2 = 0.999f;  // Adam/AdamW
   float eps = 1e-8f;
-  float lr_decay = 0.0f;      // AdaGrad (torch): lr / (1 + (t - 1) * lr_decay)
+  float lr_decay = 0.0f;             // AdaGrad (torch): lr / (1 + (t - 1) * lr_decay)
   float initial_accumulator = 0.0f;  // AdaGrad (torch)
   EpsPlacement eps_placement = EpsPlacement::kInsideSqrt;
-  bool average = true;        // divide the gradient sum by the world size first
+  bool average = true;  // divide the gradient sum by the world size first
 };
 
 const char* optimizer_algo_name(OptimizerAlgo a);

@@ -11,7 +11,6 @@
 //      resent. This is what a real worker window does, so the switch is never fed stale rounds.
 // Prints one line: "sent=N received=M seconds=T tx_pps=... rx_pps=... rounds=R".
 #include <arpa/inet.h>
-
 #include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
@@ -44,22 +43,35 @@ int main(int argc, char** argv) {
   uint16_t data_port = 7701;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--mode") mode = v;
-    else if (k == "--size") size = std::atoi(v.c_str());
-    else if (k == "--seconds") seconds = std::atof(v.c_str());
-    else if (k == "--dst-mac") rte_ether_unformat_addr(v.c_str(), &dst_mac);
-    else if (k == "--src-ip") inet_pton(AF_INET, v.c_str(), &src_ip);
-    else if (k == "--dst-ip") inet_pton(AF_INET, v.c_str(), &dst_ip);
-    else if (k == "--data-port") data_port = std::atoi(v.c_str());
-    else if (k == "--threads") threads = std::atoi(v.c_str());
-    else if (k == "--job-id") job_id = std::strtoul(v.c_str(), nullptr, 0);
-    else if (k == "--key") key = std::strtoul(v.c_str(), nullptr, 0);
-    else if (k == "--world") world = std::atoi(v.c_str());
-    else if (k == "--slots") slots = std::atoi(v.c_str());
+    if (k == "--mode")
+      mode = v;
+    else if (k == "--size")
+      size = std::atoi(v.c_str());
+    else if (k == "--seconds")
+      seconds = std::atof(v.c_str());
+    else if (k == "--dst-mac")
+      rte_ether_unformat_addr(v.c_str(), &dst_mac);
+    else if (k == "--src-ip")
+      inet_pton(AF_INET, v.c_str(), &src_ip);
+    else if (k == "--dst-ip")
+      inet_pton(AF_INET, v.c_str(), &dst_ip);
+    else if (k == "--data-port")
+      data_port = std::atoi(v.c_str());
+    else if (k == "--threads")
+      threads = std::atoi(v.c_str());
+    else if (k == "--job-id")
+      job_id = std::strtoul(v.c_str(), nullptr, 0);
+    else if (k == "--key")
+      key = std::strtoul(v.c_str(), nullptr, 0);
+    else if (k == "--world")
+      world = std::atoi(v.c_str());
+    else if (k == "--slots")
+      slots = std::atoi(v.c_str());
   }
   const unsigned frame = size - RTE_ETHER_CRC_LEN;
-  rte_mempool* pool = rte_pktmbuf_pool_create("gen", 16383, 256, 0,
-                                              frame + 256 <= RTE_MBUF_DEFAULT_BUF_SIZE ? RTE_MBUF_DEFAULT_BUF_SIZE : 16384 + 128, rte_socket_id());
+  rte_mempool* pool = rte_pktmbuf_pool_create(
+      "gen", 16383, 256, 0,
+      frame + 256 <= RTE_MBUF_DEFAULT_BUF_SIZE ? RTE_MBUF_DEFAULT_BUF_SIZE : 16384 + 128, rte_socket_id());
   if (!pool) {
     std::fprintf(stderr, "pktgen: mempool: %s\n", rte_strerror(rte_errno));
     return 1;
@@ -169,7 +181,8 @@ int main(int argc, char** argv) {
       if (rx[i]->pkt_len >= l2l4 + GS_HEADER_BYTES && d[l2l4 + 3] == GS_MSG_RESULT) {
         gs_header h;
         gs_header_decode(d + l2l4, &h);
-        if (h.slot < slots && st[h.slot].busy && h.offset == static_cast<uint32_t>(st[h.slot].round * count)) {
+        if (h.slot < slots && st[h.slot].busy &&
+            h.offset == static_cast<uint32_t>(st[h.slot].round * count)) {
           st[h.slot].busy = false;
           ++rounds_done;
         }
@@ -177,10 +190,12 @@ int main(int argc, char** argv) {
     }
     rte_pktmbuf_free_bulk(rx, n);
     if (mode == "agg") {
-      for (unsigned scanned = 0; scanned < slots && ntx + world <= 64; ++scanned, cursor = (cursor + 1) % slots) {
+      for (unsigned scanned = 0; scanned < slots && ntx + world <= 64;
+           ++scanned, cursor = (cursor + 1) % slots) {
         SlotState& s = st[cursor];
         if (s.busy && now - s.sent_tsc < retx_after) continue;
-        if (s.busy) ++resent;
+        if (s.busy)
+          ++resent;
         else {
           // The next round for this slot keeps rounds and slots in step: round % slots == slot.
           uint64_t r = next_round;
@@ -195,8 +210,10 @@ int main(int argc, char** argv) {
       }
     } else {
       while (ntx < 64)
-        if (rte_mbuf* m = make(0, 0, 0)) tx[ntx++] = m;
-        else break;
+        if (rte_mbuf* m = make(0, 0, 0))
+          tx[ntx++] = m;
+        else
+          break;
     }
     flush();
   }

@@ -8,10 +8,10 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 
 int main(int argc, char** argv) {
   int used = rte_eal_init(argc, argv);
@@ -24,8 +24,8 @@ int main(int argc, char** argv) {
   double seconds = argc > 1 ? std::atof(argv[1]) : 0.0;
   uint16_t nports = rte_eth_dev_count_avail();
   std::printf("eal ok: lcores=%u ports=%u socket=%d\n", rte_lcore_count(), nports, rte_socket_id());
-  rte_mempool* pool = rte_pktmbuf_pool_create("probe_pool", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
-                                              rte_socket_id());
+  rte_mempool* pool =
+      rte_pktmbuf_pool_create("probe_pool", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
   if (!pool) {
     std::fprintf(stderr, "gs_dpdk_probe: mempool: %s\n", rte_strerror(rte_errno));
     return 1;
@@ -48,8 +48,8 @@ int main(int argc, char** argv) {
     char macs[RTE_ETHER_ADDR_FMT_SIZE];
     rte_ether_format_addr(macs, sizeof macs, &mac);
     std::printf("port %u: driver=%s mac=%s link=%s speed=%u max_rx_pktlen=%u start=%s\n", port,
-                info.driver_name, macs, link.link_status ? "up" : "down", link.link_speed,
-                info.max_rx_pktlen, r == 0 ? "ok" : rte_strerror(-r));
+                info.driver_name, macs, link.link_status ? "up" : "down", link.link_speed, info.max_rx_pktlen,
+                r == 0 ? "ok" : rte_strerror(-r));
     if (r != 0) rc = 1;
   }
   if (seconds > 0 && rc == 0) {

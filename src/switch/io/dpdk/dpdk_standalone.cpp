@@ -22,7 +22,9 @@
 
 namespace {
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop.store(true); }
+void on_signal(int) {
+  g_stop.store(true);
+}
 
 uint8_t wire_of(const std::string& s) {
   if (s == "int32") return GS_ELEM_INT32;
@@ -45,11 +47,16 @@ int main(int argc, char** argv) {
     if (a == "--") {
       ++i;
       break;
-    } else if (a == "--threads") cfg.threads = std::atoi(val().c_str());
-    else if (a == "--data-port") cfg.data_port = std::atoi(val().c_str());
-    else if (a == "--mtu") cfg.mtu = std::atoi(val().c_str());
-    else if (a == "--drop-rate") cfg.drop_rate = std::atof(val().c_str());
-    else if (a == "--job") jobs.push_back(val());
+    } else if (a == "--threads")
+      cfg.threads = std::atoi(val().c_str());
+    else if (a == "--data-port")
+      cfg.data_port = std::atoi(val().c_str());
+    else if (a == "--mtu")
+      cfg.mtu = std::atoi(val().c_str());
+    else if (a == "--drop-rate")
+      cfg.drop_rate = std::atof(val().c_str());
+    else if (a == "--job")
+      jobs.push_back(val());
     else if (a == "--help") {
       std::printf("%s", dpdk_backend_help().c_str());
       return 0;
@@ -77,11 +84,16 @@ int main(int argc, char** argv) {
     while (std::getline(ss, kv, ',')) {
       size_t eq = kv.find('=');
       std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
-      if (k == "name") spec.name = v;
-      else if (k == "world") spec.world = std::atoi(v.c_str());
-      else if (k == "key") spec.key = std::strtoul(v.c_str(), nullptr, 0);
-      else if (k == "wire") spec.wire = wire_of(v);
-      else if (k == "slots") spec.slots = std::atoi(v.c_str());
+      if (k == "name")
+        spec.name = v;
+      else if (k == "world")
+        spec.world = std::atoi(v.c_str());
+      else if (k == "key")
+        spec.key = std::strtoul(v.c_str(), nullptr, 0);
+      else if (k == "wire")
+        spec.wire = wire_of(v);
+      else if (k == "slots")
+        spec.slots = std::atoi(v.c_str());
       else if (k == "ep") {
         std::stringstream es(v);
         std::string e;
