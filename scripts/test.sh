@@ -35,6 +35,7 @@ done
 
 echo "==> lint"
 python3 -m ruff check python tests bench examples fuzz
+git ls-files '*.c' '*.cpp' '*.h' | xargs clang-format --dry-run --Werror
 
 echo "==> Python package and tests"
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation .
