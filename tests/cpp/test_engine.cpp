@@ -202,6 +202,7 @@ TEST(abort_answers_every_packet) {
   gs_header h;
   gs_header_decode(r.data, &h);
   CHECK(h.type == GS_MSG_ABORT && h.rank == 1 && h.next_exp == GS_ABORT_RANK_LEFT);
+  CHECK(r.type == GS_MSG_ABORT && r.seq == h.seq && r.count == 0);  // described without reading the header
 }
 
 // Contributions to one round that cannot be summed abort the job and tell every rank at once.

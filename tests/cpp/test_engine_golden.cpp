@@ -130,10 +130,14 @@ void run(const Scenario<T>& sc) {
       case Out::kAbort:
         if (r.kind != IngestResult::kSend || r.len != GS_HEADER_BYTES || r.dest_rank != in.rank)
           fail("expected ABORT");
+        if (r.type != GS_MSG_ABORT || r.seq != in.seq || r.count != 0)
+          fail("ABORT described wrongly in the result");
         continue;
       case Out::kAbortAll:
         if (r.kind != IngestResult::kSend || r.len != GS_HEADER_BYTES || r.dest_rank != GS_RANK_ALL)
           fail("expected ABORT to every rank");
+        if (r.type != GS_MSG_ABORT || r.seq != in.seq || r.count != 0)
+          fail("ABORT described wrongly in the result");
         continue;
       case Out::kMulticast:
       case Out::kUnicast:
@@ -154,6 +158,9 @@ void run(const Scenario<T>& sc) {
     if (bool(h.flags & GS_FLAG_UNICAST) == multicast) fail("wrong unicast flag");
     if (h.slot != in.slot || h.seq != in.seq || h.offset != in.offset) fail("wrong slot/seq/offset");
     if (h.elem_type != elem_of<T>()) fail("wrong element type");
+    // The result describes what it carries (backends read these, never the header).
+    if (r.type != h.type || r.seq != h.seq || r.count != h.count)
+      fail("result fields disagree with its header");
     if (h.count != st.expect.values.size() || r.len != GS_HEADER_BYTES + h.count * sizeof(T)) {
       fail("wrong count");
       continue;

@@ -337,6 +337,8 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     r.dest_rank = dest;
     r.data = ts.abort_packet;
     r.len = GS_HEADER_BYTES;
+    r.type = GS_MSG_ABORT;
+    r.seq = h.seq;
     return r;
   };
   auto abort_everyone = [&](DropReason why, uint8_t reason, uint16_t at_fault, const Mismatch* m) {
@@ -361,6 +363,9 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     r.dest_rank = h.rank;
     r.data = out;
     r.len = static_cast<uint32_t>(GS_HEADER_BYTES + size_t{sv.count} * gs_elem_size(sv.elem_type));
+    r.type = GS_MSG_RESULT;
+    r.seq = h.seq;
+    r.count = sv.count;
     return r;
   }
 
@@ -491,6 +496,9 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   r.dest_rank = GS_RANK_ALL;
   r.data = sv.result;
   r.len = static_cast<uint32_t>(GS_HEADER_BYTES + payload_len);
+  r.type = GS_MSG_RESULT;
+  r.seq = h.seq;
+  r.count = sv.count;
   return r;
 }
 

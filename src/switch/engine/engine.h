@@ -57,6 +57,12 @@ struct IngestResult {
   // The job's endpoints, indexed by rank (valid, like `data`, until the next ingest()).
   const Endpoint* endpoints = nullptr;
   uint16_t world = 0;
+  // kSend: what `data` carries, so that no backend re-reads the header the engine wrote: the
+  // message type (GS_MSG_RESULT or GS_MSG_ABORT), the allreduce's seq, and the elements of a
+  // RESULT (0 for an ABORT).
+  uint8_t type = 0;
+  uint32_t seq = 0;
+  uint16_t count = 0;
 };
 
 // Two contributions to one round that cannot be summed: the ranks disagree on the allreduce
