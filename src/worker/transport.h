@@ -1,5 +1,6 @@
-// The worker's datagram transport: send a batch to the switch, receive a batch with a timeout.
-// The UDP implementation uses sendmmsg/recvmmsg; tests substitute an in-process fake.
+// The worker's datagram transport: send a batch to the switch or to other workers (the ring),
+// receive a batch with a timeout. The UDP implementation uses sendmmsg/recvmmsg; tests substitute
+// an in-process fake.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +13,8 @@ namespace gradswitch::worker {
 struct OutPacket {
   const uint8_t* data = nullptr;
   uint32_t len = 0;
-  uint16_t dst_port = 0;  // UDP port of the switch data thread (host order)
+  uint16_t dst_port = 0;     // UDP port (host order): a switch data thread, or a peer worker
+  uint32_t dst_ipv4_be = 0;  // destination address (network order); 0 = the switch (set_peer)
 };
 
 struct InPacket {
@@ -35,14 +37,19 @@ class Transport {
   virtual size_t recv_batch(InPacket* pkts, size_t max, int64_t timeout_ns) = 0;
   // True when the last recv_batch stopped at its capacity (more datagrams are likely queued).
   virtual bool more_pending() const = 0;
+  // Makes a recv_batch that is waiting (or the next one) return at once; any thread may call it.
+  // The group's thread serves the ring between operations in recv_batch and is woken by a new
+  // operation; a transport without it (test fakes of the switch path) leaves that wait to its timeout.
+  virtual void wake() {}
 };
 
-// A UDP socket bound to `bind_ip` (dotted quad, "0.0.0.0" for any) on an ephemeral port, with
+// A UDP socket bound to `bind_ip` (dotted quad, "0.0.0.0" for any) on `bind_port` (0: an
+// ephemeral port), with
 // receive/send buffers of `sockbuf_bytes` when the system allows it. `gso`: send runs of
 // same-port, same-size datagrams as one UDP_SEGMENT message; `gro`: accept coalesced
 // datagram trains (UDP_GRO) and split them. Both fall back when the kernel lacks them.
 // Throws Error.
 std::unique_ptr<Transport> make_udp_transport(const std::string& bind_ip, int sockbuf_bytes, bool gso = false,
-                                              bool gro = false);
+                                              bool gro = false, uint16_t bind_port = 0);
 
 }  // namespace gradswitch::worker

@@ -1,8 +1,10 @@
-// UDP transport: one socket, sendmmsg/recvmmsg, ppoll for the receive timeout.
+// UDP transport: one socket, sendmmsg/recvmmsg, ppoll for the receive timeout (with an eventfd
+// that wake() signals).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,7 +34,8 @@ constexpr size_t kMaxGsoBytes = 65000;
 
 class UdpTransport final : public Transport {
  public:
-  UdpTransport(const std::string& bind_ip, int sockbuf_bytes, bool gso, bool gro) : gso_(gso) {
+  UdpTransport(const std::string& bind_ip, int sockbuf_bytes, bool gso, bool gro, uint16_t bind_port)
+      : gso_(gso) {
     fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw Error(std::string("gradswitch: cannot create a UDP socket: ") + std::strerror(errno));
     if (sockbuf_bytes > 0) {
@@ -42,7 +45,7 @@ class UdpTransport final : public Transport {
     }
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_port = 0;
+    a.sin_port = htons(bind_port);
     if (::inet_pton(AF_INET, bind_ip.c_str(), &a.sin_addr) != 1) {
       ::close(fd_);
       throw Error("gradswitch: bad local bind address '" + bind_ip + "'");
@@ -50,7 +53,14 @@ class UdpTransport final : public Transport {
     if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
       int e = errno;
       ::close(fd_);
-      throw Error("gradswitch: cannot bind a UDP socket on " + bind_ip + ": " + std::strerror(e));
+      throw Error("gradswitch: cannot bind a UDP socket on " + bind_ip + ":" + std::to_string(bind_port) +
+                  ": " + std::strerror(e) + (e == EADDRINUSE ? " (is another worker using this port?)" : ""));
+    }
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) {
+      int e = errno;
+      ::close(fd_);
+      throw Error(std::string("gradswitch: cannot create an eventfd: ") + std::strerror(e));
     }
     socklen_t len = sizeof a;
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
@@ -65,6 +75,12 @@ class UdpTransport final : public Transport {
   }
   ~UdpTransport() override {
     if (fd_ >= 0) ::close(fd_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+  }
+
+  void wake() override {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t w = ::write(wake_fd_, &one, sizeof one);
   }
 
   uint16_t local_port() const override { return port_; }
@@ -81,7 +97,7 @@ class UdpTransport final : public Transport {
         iov_[i].iov_len = p.len;
         addr_[i] = sockaddr_in{};
         addr_[i].sin_family = AF_INET;
-        addr_[i].sin_addr.s_addr = peer_;
+        addr_[i].sin_addr.s_addr = p.dst_ipv4_be ? p.dst_ipv4_be : peer_;
         addr_[i].sin_port = htons(p.dst_port);
         std::memset(&smsg_[i], 0, sizeof smsg_[i]);
         smsg_[i].msg_hdr.msg_name = &addr_[i];
@@ -105,10 +121,13 @@ class UdpTransport final : public Transport {
   // UDP_SEGMENT: a run of datagrams to one port with one size (the last may be shorter) goes
   // to the kernel as one message. The caller's order is kept; runs form where it allows.
   size_t send_gso(const OutPacket* in, size_t n) {
-    // Group by destination port (order between datagrams does not matter to the protocol).
+    // Group by destination (order between datagrams does not matter to the protocol).
     sorted_.assign(in, in + n);
-    std::stable_sort(sorted_.begin(), sorted_.end(),
-                     [](const OutPacket& a, const OutPacket& b) { return a.dst_port < b.dst_port; });
+    for (auto& p : sorted_)
+      if (p.dst_ipv4_be == 0) p.dst_ipv4_be = peer_;
+    std::stable_sort(sorted_.begin(), sorted_.end(), [](const OutPacket& a, const OutPacket& b) {
+      return a.dst_ipv4_be != b.dst_ipv4_be ? a.dst_ipv4_be < b.dst_ipv4_be : a.dst_port < b.dst_port;
+    });
     const OutPacket* pkts = sorted_.data();
     size_t done = 0, handed = 0;
     while (done < n) {
@@ -117,7 +136,8 @@ class UdpTransport final : public Transport {
         const OutPacket& first = pkts[i];
         size_t j = i + 1, bytes = first.len;
         while (j < n && j - i < kMaxGsoSegments && pkts[j].dst_port == first.dst_port &&
-               pkts[j].len <= first.len && bytes + pkts[j].len <= kMaxGsoBytes) {
+               pkts[j].dst_ipv4_be == first.dst_ipv4_be && pkts[j].len <= first.len &&
+               bytes + pkts[j].len <= kMaxGsoBytes) {
           bytes += pkts[j].len;
           ++j;
           if (pkts[j - 1].len < first.len) break;  // a shorter datagram ends the run
@@ -126,7 +146,7 @@ class UdpTransport final : public Transport {
         std::memset(&m, 0, sizeof m);
         addr_[nmsg] = sockaddr_in{};
         addr_[nmsg].sin_family = AF_INET;
-        addr_[nmsg].sin_addr.s_addr = peer_;
+        addr_[nmsg].sin_addr.s_addr = first.dst_ipv4_be;
         addr_[nmsg].sin_port = htons(first.dst_port);
         m.msg_hdr.msg_name = &addr_[nmsg];
         m.msg_hdr.msg_namelen = sizeof addr_[nmsg];
@@ -223,11 +243,16 @@ class UdpTransport final : public Transport {
       if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         return 0;  // e.g. a transient ICMP error reported on the socket; the caller retries
       if (timeout_ns <= 0) return 0;
-      pollfd pfd{fd_, POLLIN, 0};
+      pollfd pfd[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
-      int pr = ::ppoll(&pfd, 1, &ts, nullptr);
+      int pr = ::ppoll(pfd, 2, &ts, nullptr);
       if (pr <= 0) return 0;  // timeout (or EINTR: the caller recomputes its deadlines)
-      timeout_ns = 0;         // one wait per call
+      if (pfd[1].revents & POLLIN) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r2 = ::read(wake_fd_, &v, sizeof v);
+        if (!(pfd[0].revents & POLLIN)) return 0;  // woken: the caller has something else to do
+      }
+      timeout_ns = 0;  // one wait per call
     }
   }
 
@@ -235,6 +260,7 @@ class UdpTransport final : public Transport {
 
  private:
   int fd_ = -1;
+  int wake_fd_ = -1;
   bool gso_ = false;
   uint16_t port_ = 0;
   uint32_t peer_ = htonl(INADDR_LOOPBACK);
@@ -257,8 +283,8 @@ class UdpTransport final : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> make_udp_transport(const std::string& bind_ip, int sockbuf_bytes, bool gso,
-                                              bool gro) {
-  return std::make_unique<UdpTransport>(bind_ip, sockbuf_bytes, gso, gro);
+                                              bool gro, uint16_t bind_port) {
+  return std::make_unique<UdpTransport>(bind_ip, sockbuf_bytes, gso, gro, bind_port);
 }
 
 }  // namespace gradswitch::worker

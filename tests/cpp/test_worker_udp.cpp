@@ -5,8 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -127,6 +129,46 @@ TEST(udp_recv_timeout) {
   std::vector<InPacket> in(64);
   CHECK_EQ(t->recv_batch(in.data(), in.size(), 20'000'000), size_t{0});
   CHECK(t->local_port() != 0);
+}
+
+// Worker-to-worker datagrams (the ring): a per-packet address overrides the switch's, with and
+// without GSO; a transport bound to a given port receives there.
+TEST(udp_per_packet_destination_and_bind_port) {
+  for (bool gso : {false, true}) {
+    auto rx = make_udp_transport("127.0.0.1", 1 << 20, false, false);
+    uint16_t port = rx->local_port();
+    rx.reset();
+    rx = make_udp_transport("127.0.0.1", 1 << 20, false, false, port);  // the same port again, on purpose
+    CHECK_EQ(rx->local_port(), port);
+    auto tx = make_udp_transport("127.0.0.1", 1 << 20, gso, false);
+    tx->set_peer(htonl(0x7F000002));  // 127.0.0.2: nothing listens there
+    std::vector<std::vector<uint8_t>> bufs(10, std::vector<uint8_t>(100));
+    std::vector<OutPacket> pkts;
+    for (int i = 0; i < 10; ++i) {
+      bufs[i][0] = static_cast<uint8_t>(i);
+      pkts.push_back(OutPacket{bufs[i].data(), 100, port, htonl(INADDR_LOOPBACK)});
+    }
+    CHECK_EQ(tx->send_batch(pkts.data(), pkts.size()), pkts.size());
+    std::vector<InPacket> in(64);
+    size_t total = 0;
+    for (size_t n; (n = rx->recv_batch(in.data(), in.size(), 200'000'000)) > 0;) total += n;
+    CHECK_EQ(total, size_t{10});
+  }
+}
+
+// wake() ends a waiting recv_batch at once.
+TEST(udp_wake_ends_the_wait) {
+  auto t = make_udp_transport("127.0.0.1", 0);
+  std::vector<InPacket> in(64);
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread waker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    t->wake();
+  });
+  CHECK_EQ(t->recv_batch(in.data(), in.size(), 5'000'000'000), size_t{0});
+  waker.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(secs < 2.0);
 }
 
 GS_TEST_MAIN()
