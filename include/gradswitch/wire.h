@@ -46,6 +46,10 @@ enum gs_msg_type {
   GS_MSG_DATA = 1,   /* worker -> switch: a contribution to one slot version */
   GS_MSG_RESULT = 2, /* switch -> worker(s): the completed slot version */
   GS_MSG_ABORT = 3,  /* switch -> worker: the job was aborted; see gs_abort_reason */
+  /* The ring algorithm (docs/protocol.md section 7): worker to worker, no switch involved. */
+  GS_MSG_RING_PARTIAL = 4, /* to the next rank: the sum of one chunk over the ranks so far */
+  GS_MSG_RING_RESULT = 5,  /* to the previous rank: the chunk's finished sum */
+  GS_MSG_RING_DONE = 6,    /* to the next rank: the sender holds every sum of allreduce `seq` */
 };
 
 enum gs_elem_type {
@@ -62,6 +66,7 @@ enum gs_flags {
   GS_FLAG_RETX = 0x02,    /* DATA: the worker is retransmitting (informational) */
   GS_FLAG_UNICAST = 0x04, /* RESULT: answer to a retransmission, sent to one worker */
   GS_FLAG_LAST = 0x08,    /* DATA: this chunk ends the sender's tensor (lengths are checked with it) */
+  GS_FLAG_SUM = 0x10,     /* RING_PARTIAL/RESULT: the payload is a finished sum a rank already held */
 };
 
 enum gs_abort_reason {

@@ -66,6 +66,60 @@ void decode_chunk(const Chunking& ch, const uint8_t* payload, size_t c, int scal
   }
 }
 
+void accumulate_chunk(const Chunking& ch, const void* base, size_t c, int scale, const uint8_t* in,
+                      uint8_t* out) {
+  const Kernels& K = kernels();
+  size_t off = ch.offset(c), n = ch.size(c);
+  const float* f = static_cast<const float*>(base) + off;
+  switch (ch.elem) {
+    case GS_ELEM_INT32:
+      std::memcpy(out, in, n * 4);
+      K.add_i32(reinterpret_cast<int32_t*>(out), static_cast<const int32_t*>(base) + off, n);
+      break;
+    case GS_ELEM_FLOAT32:
+      std::memcpy(out, in, n * 4);
+      K.add_f32(reinterpret_cast<float*>(out), f, n);
+      break;
+    case GS_ELEM_FIXED32:
+      K.quantize(reinterpret_cast<int32_t*>(out), f, n, std::ldexp(1.0f, scale));
+      K.add_i32(reinterpret_cast<int32_t*>(out), reinterpret_cast<const int32_t*>(in), n);
+      break;
+    case GS_ELEM_FLOAT16:
+    case GS_ELEM_BFLOAT16: {
+      float wide[4096];  // fp32 staging, in pieces (a 9000-byte MTU chunk holds 4470 values)
+      size_t done = 0;
+      while (done < n) {
+        size_t k = std::min(n - done, sizeof wide / sizeof wide[0]);
+        const uint16_t* src = reinterpret_cast<const uint16_t*>(in) + done;
+        uint16_t* dst = reinterpret_cast<uint16_t*>(out) + done;
+        if (ch.elem == GS_ELEM_FLOAT16)
+          K.f16_to_f32(wide, src, k);
+        else
+          K.bf16_to_f32(wide, src, k);
+        K.add_f32(wide, f + done, k);
+        if (ch.elem == GS_ELEM_FLOAT16)
+          K.f32_to_f16(dst, wide, k);
+        else
+          K.f32_to_bf16(dst, wide, k);
+        done += k;
+      }
+      break;
+    }
+  }
+}
+
+size_t encode_sum(const Chunking& ch, const void* base, size_t c, uint8_t* payload) {
+  if (ch.elem != GS_ELEM_FIXED32) return encode_chunk(ch, base, c, 0, payload);
+  size_t n = ch.size(c);
+  std::memcpy(payload, static_cast<const float*>(base) + ch.offset(c), n * 4);
+  return n * 4;
+}
+
+void decode_sum(const Chunking& ch, const uint8_t* payload, size_t c, void* base) {
+  if (ch.elem != GS_ELEM_FIXED32) return decode_chunk(ch, payload, c, 0, base);
+  std::memcpy(static_cast<float*>(base) + ch.offset(c), payload, ch.size(c) * 4);
+}
+
 void block_exponents(const Chunking& ch, const float* src, std::vector<int8_t>* exps) {
   const Kernels& K = kernels();
   exps->resize(ch.chunks);

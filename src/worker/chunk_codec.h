@@ -37,6 +37,18 @@ size_t encode_chunk(const Chunking& ch, const void* base, size_t c, int scale, u
 // type; fixed32 payloads were quantised with 2^scale.
 void decode_chunk(const Chunking& ch, const uint8_t* payload, size_t c, int scale, void* base);
 
+// Adds this rank's chunk `c` to a partial sum arriving on the wire: out = in + own, in the wire
+// type (the ring's per-hop aggregation). int32/fixed32 add exactly (wrapping); float32 adds in
+// fp32; float16/bfloat16 widen, add in fp32 and round once per hop. `in` and `out` may not overlap.
+void accumulate_chunk(const Chunking& ch, const void* base, size_t c, int scale, const uint8_t* in,
+                      uint8_t* out);
+
+// A chunk's finished sum, already in the tensor, as a payload that decode_sum writes back
+// bit-exactly: fixed32 carries the float32 values (their integer sum is gone), the other types
+// their own encoding (exact, as the values came from it). Returns the payload's length.
+size_t encode_sum(const Chunking& ch, const void* base, size_t c, uint8_t* payload);
+void decode_sum(const Chunking& ch, const uint8_t* payload, size_t c, void* base);
+
 // fixed32: the block exponent of every chunk of `src` (docs/protocol.md section 5) into `*exps`.
 // Throws InvalidArgument naming the first element that fixed32 cannot carry (non-finite or
 // >= 2^127 in magnitude), before anything is sent.

@@ -58,11 +58,12 @@ void LossDetector::back_off(RoundTimer& t, int64_t now) const {
   t.deadline_ns = now + t.rto_ns;
 }
 
-int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vector<unsigned>* resend) {
+int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vector<unsigned>* resend,
+                           size_t first, size_t stride) {
   const int64_t reorder_ns = std::max<int64_t>(static_cast<int64_t>(rtt_.srtt_ns() / 4), 500'000);
   const int64_t srtt = static_cast<int64_t>(rtt_.srtt_ns());
   int probe = -1;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = first; i < n; i += stride) {
     RoundTimer& t = timers[i];
     if (!t.busy) continue;
     const bool overtaken =
@@ -79,7 +80,7 @@ int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vecto
     resend->push_back(static_cast<unsigned>(probe));
   }
   int64_t next = std::numeric_limits<int64_t>::max();
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = first; i < n; i += stride) {
     RoundTimer& t = timers[i];
     if (!t.busy) continue;
     if (t.deadline_ns <= now) back_off(t, now);  // due but not the probe

@@ -56,8 +56,10 @@ class LossDetector {
   // only the oldest of them is resent, as a probe; the others back off without sending. Indices
   // of the rounds to resend are appended to `*resend` in index order, the probe last; each is
   // already marked as retransmitted (tries, backed-off timer). Returns the earliest deadline of
-  // the busy rounds after the scan (INT64_MAX when none is busy).
-  int64_t scan(RoundTimer* timers, size_t n, int64_t now, std::vector<unsigned>* resend);
+  // the busy rounds after the scan (INT64_MAX when none is busy). Only the timers first,
+  // first + stride, ... below n are this detector's (the ring keeps one detector per position).
+  int64_t scan(RoundTimer* timers, size_t n, int64_t now, std::vector<unsigned>* resend, size_t first = 0,
+               size_t stride = 1);
 
  private:
   void mark_resent(RoundTimer& t, int64_t now) const;

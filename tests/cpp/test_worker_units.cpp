@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
 #include "worker/chunk_codec.h"
@@ -13,6 +14,7 @@
 #include "worker/loss_detector.h"
 #include "worker/window.h"
 
+using namespace gradswitch;
 using namespace gradswitch::worker;
 
 namespace {
@@ -87,6 +89,66 @@ TEST(block_exponents_and_rejection) {
     msg = ex.what();
   }
   CHECK(msg.find("element 777") != std::string::npos);
+}
+
+TEST(codec_accumulate_per_wire) {
+  std::vector<float> own = {1.5f, -0.25f, 3.0f, 1e-3f};
+  std::vector<uint8_t> in(64), out(64);
+  // int32: wrapping.
+  std::vector<int32_t> iown = {INT32_MAX, 5, -7, 0};
+  Chunking ci = make_chunking(4, GS_ELEM_INT32, 1440);
+  int32_t iin[4] = {1, 10, 7, -3};
+  std::memcpy(in.data(), iin, 16);
+  accumulate_chunk(ci, iown.data(), 0, 0, in.data(), out.data());
+  int32_t isum[4];
+  std::memcpy(isum, out.data(), 16);
+  CHECK(isum[0] == INT32_MIN && isum[1] == 15 && isum[2] == 0 && isum[3] == -3);
+  // fixed32: the integer sum of the partial and this rank's quantised values.
+  Chunking cx = make_chunking(4, GS_ELEM_FIXED32, 1440);
+  int32_t xin[4] = {100, -100, 0, 1};
+  std::memcpy(in.data(), xin, 16);
+  accumulate_chunk(cx, own.data(), 0, 4, in.data(), out.data());  // scale 2^4
+  int32_t xsum[4];
+  std::memcpy(xsum, out.data(), 16);
+  CHECK(xsum[0] == 124 && xsum[1] == -104 && xsum[2] == 48 && xsum[3] == 1);  // 1e-3 * 16 rounds to 0
+  // float16: widened, added in fp32, rounded once.
+  Chunking ch = make_chunking(4, GS_ELEM_FLOAT16, 1440);
+  uint16_t hin[4];
+  for (int i = 0; i < 4; ++i) hin[i] = f32_to_f16_scalar(0.1f * static_cast<float>(i + 1));
+  std::memcpy(in.data(), hin, 8);
+  accumulate_chunk(ch, own.data(), 0, 0, in.data(), out.data());
+  uint16_t hsum[4];
+  std::memcpy(hsum, out.data(), 8);
+  for (int i = 0; i < 4; ++i) CHECK(hsum[i] == f32_to_f16_scalar(f16_to_f32_scalar(hin[i]) + own[i]));
+}
+
+TEST(codec_sums_travel_bit_exactly) {
+  // fixed32 sums as floats (their integers are gone once in the tensor); others in their encoding.
+  std::vector<float> sum = {0.1f, 1e30f, -3.0e-20f, 16777217.0f};
+  std::vector<uint8_t> payload(64);
+  for (uint8_t elem : {GS_ELEM_FIXED32, GS_ELEM_FLOAT32}) {
+    Chunking c = make_chunking(4, elem, 1440);
+    std::vector<float> back(4, 0.0f);
+    CHECK_EQ(encode_sum(c, sum.data(), 0, payload.data()), size_t{16});
+    decode_sum(c, payload.data(), 0, back.data());
+    CHECK(std::memcmp(back.data(), sum.data(), 16) == 0);
+  }
+  std::vector<float> half = {0.5f, -2.0f, 65504.0f, 0.099975586f};  // float16 values
+  Chunking c = make_chunking(4, GS_ELEM_FLOAT16, 1440);
+  std::vector<float> back(4, 0.0f);
+  CHECK_EQ(encode_sum(c, half.data(), 0, payload.data()), size_t{8});
+  decode_sum(c, payload.data(), 0, back.data());
+  CHECK(back == half);
+}
+
+TEST(loss_scan_with_stride_touches_only_its_rounds) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(6);
+  for (auto& x : t) d.launch(x, 0);
+  std::vector<unsigned> re;
+  d.scan(t.data(), t.size(), 10 * kMs, &re, 1, 3);  // rounds 1 and 4
+  CHECK(re.size() == 1 && (re[0] == 1 || re[0] == 4));
+  for (unsigned i : {0u, 2u, 3u, 5u}) CHECK_EQ(t[i].deadline_ns, 4 * kMs);  // untouched
 }
 
 TEST(rtt_estimator_rfc6298) {

@@ -1,0 +1,461 @@
+// The pipelined ring allreduce (see ring_allreduce.h and docs/protocol.md section 7).
+#include "worker/ring/ring_allreduce.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "common/fixed_point.h"
+#include "gradswitch/wire.h"
+#include "worker/errors.h"
+
+namespace gradswitch::worker {
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool newer(uint32_t seq, uint32_t offset, uint32_t than_seq, uint32_t than_offset) {
+  int32_t d = static_cast<int32_t>(seq - than_seq);
+  return d > 0 || (d == 0 && offset > than_offset);
+}
+
+std::string address_text(const RingPeer& p) {
+  char ip[INET_ADDRSTRLEN] = "?";
+  in_addr a{};
+  a.s_addr = p.ipv4_be;
+  ::inet_ntop(AF_INET, &a, ip, sizeof ip);
+  return std::string(ip) + ":" + std::to_string(p.port);
+}
+
+}  // namespace
+
+struct RingAllreduce::Run {
+  const AllreduceOp* op = nullptr;
+  const std::vector<uint8_t>* done = nullptr;
+  unsigned W = 0;
+  bool fixed = false;
+  unsigned outstanding = 0;  // slots whose last round has not finished here
+  int64_t last_progress_ns = 0;
+};
+
+RingAllreduce::RingAllreduce(const PathContext& ctx, const RingConfig& cfg)
+    : ctx_(ctx),
+      cfg_(cfg),
+      N_(static_cast<unsigned>(cfg.peers.size())),
+      rank_(ctx.opt->rank),
+      next_((ctx.opt->rank + 1) % static_cast<unsigned>(cfg.peers.size())),
+      prev_((ctx.opt->rank + static_cast<unsigned>(cfg.peers.size()) - 1) %
+            static_cast<unsigned>(cfg.peers.size())),
+      cap_((GS_HEADER_BYTES + cfg.payload_bytes + 63) & ~size_t{63}),
+      window_(cfg.slots, cfg.payload_bytes),
+      rounds_(cfg.slots),
+      shadow_mem_(cap_ * 2 * cfg.slots, 0),
+      shadows_(2 * cfg.slots),
+      early_(cfg.slots),
+      drops_(ctx.opt->drop_rate, ctx.opt->seed, ctx.opt->rank),
+      in_(1024) {
+  const int64_t rto_min = static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9);
+  const int64_t rto_max = static_cast<int64_t>(ctx.opt->rto_max_s * 1e9);
+  for (unsigned p = 0; p + 1 < N_; ++p) loss_.emplace_back(rto_min, rto_max);
+  out_.reserve(2 * cfg.slots + 64);
+}
+
+unsigned RingAllreduce::position(unsigned slot) const {
+  return (rank_ + N_ - slot % N_) % N_;
+}
+
+gs_header RingAllreduce::header(uint8_t type, unsigned slot, const Round& r) const {
+  gs_header h{};
+  h.magic = GS_MAGIC;
+  h.version = GS_VERSION;
+  h.type = type;
+  h.job_id = cfg_.job_id;
+  h.key = cfg_.key;
+  h.rank = static_cast<uint16_t>(rank_);
+  h.slot = static_cast<uint16_t>(slot);
+  h.flags = r.version;
+  h.elem_type = r.elem;
+  h.count = r.count;
+  h.seq = r.seq;
+  h.offset = r.offset;
+  h.next_exp = r.own_exp;
+  h.scale_exp = r.scale;
+  return h;
+}
+
+void RingAllreduce::queue(const uint8_t* data, uint32_t len, unsigned rank, bool droppable) {
+  if (droppable && drops_.drop()) {
+    Counters::bump(ctx_.counters->injected_drops);
+    return;
+  }
+  out_.push_back(OutPacket{data, len, cfg_.peers[rank].port, cfg_.peers[rank].ipv4_be});
+}
+
+void RingAllreduce::flush() {
+  if (out_.empty()) return;
+  uint64_t bytes = 0;
+  for (auto& p : out_) bytes += p.len;
+  ctx_.transport->send_batch(out_.data(), out_.size());
+  Counters::bump(ctx_.counters->packets_sent, out_.size());
+  Counters::bump(ctx_.counters->bytes_sent, bytes);
+  out_.clear();
+}
+
+void RingAllreduce::send_done(uint32_t seq) {
+  Round r;
+  r.seq = seq;
+  gs_header h = header(GS_MSG_RING_DONE, 0, r);
+  gs_header_encode(&h, done_pkt_);
+  queue(done_pkt_, GS_HEADER_BYTES, next_, false);
+}
+
+void RingAllreduce::launch(Run& run, unsigned slot, size_t c, bool bootstrap, int8_t agreed_exp,
+                           int64_t now) {
+  const AllreduceOp& op = *run.op;
+  Round& r = rounds_[slot];
+  r.bootstrap = bootstrap;
+  r.chunk = c;
+  r.version = window_.claim_version(slot);
+  r.seq = op.seq;
+  r.offset = op.ch.offset(c);
+  r.count = bootstrap ? 0 : op.ch.size(c);
+  r.elem = bootstrap ? static_cast<uint8_t>(GS_ELEM_FIXED32) : op.ch.elem;
+  r.own_sum = !bootstrap && run.done && (*run.done)[c];
+  r.scale = GS_EXP_NONE;
+  r.own_exp = GS_EXP_NONE;
+  if (run.fixed) {
+    if (bootstrap) {
+      r.own_exp = (*op.exps)[c];
+    } else {
+      r.scale = static_cast<int8_t>(scale_exponent(agreed_exp, N_));
+      r.own_exp = c + run.W < op.ch.chunks ? (*op.exps)[c + run.W] : static_cast<int8_t>(GS_EXP_NONE);
+    }
+  }
+  if (position(slot) != 0) {
+    r.state = State::kWaiting;
+    // A partial that arrived before this round began here.
+    std::vector<uint8_t>& e = early_[slot];
+    if (!e.empty()) {
+      std::vector<uint8_t> pkt;
+      pkt.swap(e);
+      gs_header h;
+      gs_header_decode(pkt.data(), &h);
+      if ((h.flags & GS_FLAG_VERSION) == r.version && h.seq == r.seq && h.offset == r.offset)
+        on_partial(&run, h, pkt.data() + GS_HEADER_BYTES, now);
+    }
+    return;
+  }
+  size_t len = 0;
+  gs_header h = header(GS_MSG_RING_PARTIAL, slot, r);
+  if (r.own_sum) {
+    len = encode_sum(op.ch, op.base, c, window_.payload(slot));
+    h.flags |= GS_FLAG_SUM;
+  } else if (!bootstrap) {
+    len = encode_chunk(op.ch, op.base, c, r.scale, window_.payload(slot));
+  }
+  window_.seal(slot, h, len);
+  r.state = State::kForwarded;
+  loss_[0].launch(window_.timer(slot), now);
+  queue(window_.packet(slot), window_.round(slot).len, next_, true);
+}
+
+void RingAllreduce::finish_round(Run* run, unsigned slot, int8_t agreed_exp, int64_t now) {
+  Round& r = rounds_[slot];
+  r.state = State::kDone;
+  run->last_progress_ns = now;
+  size_t next = r.bootstrap ? r.chunk : r.chunk + run->W;
+  if (next < run->op->ch.chunks)
+    launch(*run, slot, next, false, agreed_exp, now);
+  else
+    run->outstanding--;
+}
+
+void RingAllreduce::answer_from_shadow(unsigned slot, uint8_t version) {
+  Shadow& sh = shadows_[2 * slot + version];
+  uint8_t* p = shadow_packet(slot, version);
+  if (!(sh.hdr.flags & GS_FLAG_UNICAST)) {
+    sh.hdr.flags |= GS_FLAG_UNICAST;
+    gs_header_encode(&sh.hdr, p);
+  }
+  queue(p, sh.len, prev_, true);
+}
+
+void RingAllreduce::stash_early(const uint8_t* p, uint32_t len) {
+  gs_header h;
+  gs_header_decode(p, &h);
+  early_[h.slot].assign(p, p + len);
+}
+
+void RingAllreduce::on_partial(Run* run, const gs_header& h, const uint8_t* payload, int64_t now) {
+  const unsigned s = h.slot;
+  const uint8_t v = h.flags & GS_FLAG_VERSION;
+  Round& r = rounds_[s];
+  Counters& k = *ctx_.counters;
+  const bool same = r.state != State::kIdle && v == r.version && h.seq == r.seq && h.offset == r.offset;
+  if (!same) {
+    // A resent partial of a round finished here, or one of the next allreduce.
+    const Shadow& sh = shadows_[2 * s + v];
+    if (sh.valid && sh.seq == h.seq && sh.offset == h.offset) return answer_from_shadow(s, v);
+    if ((r.state == State::kIdle || r.state == State::kDone) &&
+        (r.state == State::kIdle || newer(h.seq, h.offset, r.seq, r.offset))) {
+      return stash_early(payload - GS_HEADER_BYTES,
+                         GS_HEADER_BYTES + h.count * static_cast<uint32_t>(gs_elem_size(h.elem_type)));
+    }
+    Counters::bump(k.ignored);
+    return;
+  }
+  if (r.state == State::kDone) return answer_from_shadow(s, v);
+  if (r.state == State::kForwarded || !run) {  // a duplicate: this rank's own timer covers the rest
+    Counters::bump(k.ignored);
+    return;
+  }
+  const AllreduceOp& op = *run->op;
+  if (h.count != r.count || h.elem_type != r.elem || (run->fixed && !r.bootstrap && h.scale_exp != r.scale))
+    throw Error("gradswitch: " + ctx_.job_text + ", ring allreduce seq " + std::to_string(r.seq) + ": rank " +
+                std::to_string(h.rank) + " sent " + std::to_string(h.count) + " " +
+                gs_elem_name(h.elem_type) + " elements at offset " + std::to_string(h.offset) +
+                " where this rank has " + std::to_string(r.count) + " " + gs_elem_name(r.elem) +
+                ": the ranks' allreduce calls differ in size or type");
+  const bool sum = (h.flags & GS_FLAG_SUM) || r.own_sum;
+  const int8_t next_exp = std::max(h.next_exp, r.own_exp);
+  const bool last = position(s) == N_ - 1;
+  uint8_t* out = last ? shadow_packet(s, v) + GS_HEADER_BYTES : window_.payload(s);
+  size_t len = 0;
+  if (r.bootstrap) {
+    len = 0;
+  } else if (h.flags & GS_FLAG_SUM) {  // someone held the sum already: it wins
+    len = static_cast<size_t>(r.count) * op.ch.elem_bytes;
+    std::memcpy(out, payload, len);
+  } else if (r.own_sum) {
+    len = encode_sum(op.ch, op.base, r.chunk, out);
+  } else {
+    accumulate_chunk(op.ch, op.base, r.chunk, r.scale, payload, out);
+    len = static_cast<size_t>(r.count) * op.ch.elem_bytes;
+  }
+  gs_header oh = header(last ? GS_MSG_RING_RESULT : GS_MSG_RING_PARTIAL, s, r);
+  oh.next_exp = next_exp;
+  if (sum) oh.flags |= GS_FLAG_SUM;
+  if (!last) {
+    window_.seal(s, oh, len);
+    r.state = State::kForwarded;
+    loss_[position(s)].launch(window_.timer(s), now);
+    queue(window_.packet(s), window_.round(s).len, next_, true);
+    run->last_progress_ns = now;
+    return;
+  }
+  // The last rank of the chain: `out` is the finished sum.
+  Shadow& sh = shadows_[2 * s + v];
+  sh = Shadow{true, r.seq, r.offset, static_cast<uint32_t>(GS_HEADER_BYTES + len), oh};
+  gs_header_encode(&oh, shadow_packet(s, v));
+  if (!r.bootstrap) {
+    if (sum)
+      decode_sum(op.ch, out, r.chunk, op.base);
+    else
+      decode_chunk(op.ch, out, r.chunk, r.scale, op.base);
+  }
+  queue(shadow_packet(s, v), sh.len, prev_, true);
+  finish_round(run, s, next_exp, now);
+}
+
+void RingAllreduce::on_result(Run* run, const gs_header& h, const uint8_t* payload, int64_t now) {
+  const unsigned s = h.slot;
+  const uint8_t v = h.flags & GS_FLAG_VERSION;
+  Round& r = rounds_[s];
+  Counters& k = *ctx_.counters;
+  if (!run || r.state != State::kForwarded || v != r.version || h.seq != r.seq || h.offset != r.offset ||
+      h.count != r.count || h.elem_type != r.elem) {
+    Counters::bump(k.ignored);  // a duplicate, or an answer to an earlier resend
+    return;
+  }
+  if (h.flags & GS_FLAG_UNICAST) Counters::bump(k.unicast_results);
+  const AllreduceOp& op = *run->op;
+  loss_[position(s)].delivered(window_.timer(s), now);
+  const bool sum = h.flags & GS_FLAG_SUM;
+  const size_t len = static_cast<size_t>(h.count) * op.ch.elem_bytes;
+  if (!r.bootstrap) {
+    if (sum)
+      decode_sum(op.ch, payload, r.chunk, op.base);
+    else
+      decode_chunk(op.ch, payload, r.chunk, r.scale, op.base);
+  }
+  if (position(s) != 0) {  // keep it for the previous rank and pass it on
+    gs_header oh = header(GS_MSG_RING_RESULT, s, r);
+    oh.next_exp = h.next_exp;
+    if (sum) oh.flags |= GS_FLAG_SUM;
+    uint8_t* sp = shadow_packet(s, v);
+    std::memcpy(sp + GS_HEADER_BYTES, payload, len);
+    gs_header_encode(&oh, sp);
+    Shadow& sh = shadows_[2 * s + v];
+    sh = Shadow{true, r.seq, r.offset, static_cast<uint32_t>(GS_HEADER_BYTES + len), oh};
+    queue(sp, sh.len, prev_, true);
+  }
+  finish_round(run, s, h.next_exp, now);
+}
+
+void RingAllreduce::receive(Run* run, const uint8_t* p, uint32_t len, int64_t now) {
+  Counters& k = *ctx_.counters;
+  if (len < GS_HEADER_BYTES) {
+    Counters::bump(k.ignored);
+    return;
+  }
+  gs_header h;
+  gs_header_decode(p, &h);
+  if (h.magic != GS_MAGIC || h.version != GS_VERSION || h.job_id != cfg_.job_id || h.key != cfg_.key ||
+      h.slot >= cfg_.slots) {
+    Counters::bump(k.ignored);
+    return;
+  }
+  const size_t es = gs_elem_size(h.elem_type);
+  const bool data = h.type == GS_MSG_RING_PARTIAL || h.type == GS_MSG_RING_RESULT;
+  if (data && (es == 0 || len < GS_HEADER_BYTES + h.count * es || h.count * es > cfg_.payload_bytes)) {
+    Counters::bump(k.ignored);
+    return;
+  }
+  if (h.type == GS_MSG_RING_PARTIAL && h.rank == prev_) return on_partial(run, h, p + GS_HEADER_BYTES, now);
+  if (h.type == GS_MSG_RING_RESULT && h.rank == next_) return on_result(run, h, p + GS_HEADER_BYTES, now);
+  if (h.type == GS_MSG_RING_DONE && h.rank == prev_) {
+    if (!prev_done_valid_ || static_cast<int32_t>(h.seq - prev_done_seq_) > 0) prev_done_seq_ = h.seq;
+    prev_done_valid_ = true;
+    return;
+  }
+  Counters::bump(k.ignored);  // e.g. a late answer of the switch after a fallback
+}
+
+int64_t RingAllreduce::check_timers(unsigned W, int64_t now) {
+  int64_t next = INT64_MAX;
+  for (unsigned p = 0; p + 1 < N_; ++p) {
+    resend_.clear();
+    next = std::min(next, loss_[p].scan(window_.timers(), W, now, &resend_, (rank_ + N_ - p) % N_, N_));
+    for (unsigned s : resend_) {
+      window_.mark_retransmission(s);
+      Counters::bump(ctx_.counters->retransmissions);
+      queue(window_.packet(s), window_.round(s).len, next_, true);
+    }
+  }
+  return next;
+}
+
+void RingAllreduce::run(const AllreduceOp& op, const std::vector<uint8_t>* done) {
+  if (N_ == 1) {  // the sum of one rank, in the wire type's precision like the switch's
+    std::vector<uint8_t> buf(cfg_.payload_bytes);
+    for (size_t c = 0; c < op.ch.chunks; ++c) {
+      if (done && (*done)[c]) continue;
+      int s = op.exps ? scale_exponent((*op.exps)[c], 1) : 0;
+      encode_chunk(op.ch, op.base, c, s, buf.data());
+      decode_chunk(op.ch, buf.data(), c, s, op.base);
+    }
+    return;
+  }
+  Run run;
+  run.op = &op;
+  run.done = done;
+  run.W = static_cast<unsigned>(std::min<size_t>(cfg_.slots, op.ch.chunks));
+  run.fixed = op.ch.elem == GS_ELEM_FIXED32;
+  run.outstanding = run.W;
+  for (auto& l : loss_) l.begin();
+  const int64_t timeout_ns = static_cast<int64_t>(ctx_.opt->timeout_s * 1e9);
+  const int64_t rto_min = loss_[0].rto_min_ns();
+  int64_t now = now_ns();
+  run.last_progress_ns = now;
+  for (unsigned s = 0; s < run.W; ++s) launch(run, s, s, run.fixed, GS_EXP_NONE, now);
+  flush();
+
+  Transport& tx = *ctx_.transport;
+  int64_t wait_ns = 0;
+  int64_t last_timer_check = now;
+  while (run.outstanding > 0) {
+    if (ctx_.cancel->load(std::memory_order_relaxed))
+      throw Error("gradswitch: ring allreduce seq " + std::to_string(op.seq) + " cancelled: the group of " +
+                  ctx_.job_text + " was closed");
+    size_t got = tx.recv_batch(in_.data(), in_.size(), wait_ns);
+    now = now_ns();
+    uint64_t rbytes = 0;
+    for (size_t i = 0; i < got; ++i) {
+      rbytes += in_[i].len;
+      receive(&run, in_[i].data, in_[i].len, now);
+    }
+    Counters::bump(ctx_.counters->packets_received, got);
+    Counters::bump(ctx_.counters->bytes_received, rbytes);
+    flush();
+    if (run.outstanding == 0) break;
+    if (tx.more_pending() && now - last_timer_check < rto_min) {
+      wait_ns = 0;
+      continue;
+    }
+    last_timer_check = now;
+    int64_t next_deadline = std::min(check_timers(run.W, now), run.last_progress_ns + timeout_ns);
+    flush();
+    if (now - run.last_progress_ns >= timeout_ns) fail_timeout(run);
+    wait_ns = std::max<int64_t>(next_deadline - now, 0);
+  }
+  last_seq_ = op.seq;
+  have_last_seq_ = true;
+  send_done(op.seq);
+  flush();
+}
+
+void RingAllreduce::serve(int64_t timeout_ns) {
+  size_t got = ctx_.transport->recv_batch(in_.data(), in_.size(), timeout_ns);
+  int64_t now = now_ns();
+  for (size_t i = 0; i < got; ++i) receive(nullptr, in_[i].data, in_[i].len, now);
+  Counters::bump(ctx_.counters->packets_received, got);
+  flush();
+}
+
+bool RingAllreduce::linger(double max_s) {
+  if (!have_last_seq_ || N_ == 1) return true;
+  const int64_t deadline = now_ns() + static_cast<int64_t>(max_s * 1e9);
+  for (;;) {
+    if (prev_done_valid_ && static_cast<int32_t>(prev_done_seq_ - last_seq_) >= 0) return true;
+    int64_t left = deadline - now_ns();
+    if (left <= 0) return false;
+    send_done(last_seq_);  // again: the next rank may be lingering for a lost one
+    flush();
+    serve(std::min<int64_t>(left, 20'000'000));
+  }
+}
+
+void RingAllreduce::fail_timeout(const Run& run) {
+  unsigned slot = 0;
+  size_t best = SIZE_MAX;
+  for (unsigned s = 0; s < run.W; ++s)
+    if (rounds_[s].state != State::kDone && rounds_[s].chunk < best) {
+      best = rounds_[s].chunk;
+      slot = s;
+    }
+  const Round& r = rounds_[slot];
+  std::ostringstream addrs;
+  for (unsigned k = 0; k < N_; ++k) addrs << (k ? ", " : "") << k << "=" << address_text(cfg_.peers[k]);
+  std::ostringstream secs;
+  secs.precision(3);
+  secs << ctx_.opt->timeout_s;
+  std::string what = r.bootstrap
+                         ? "the fixed32 exponent round of the chunk at element " + std::to_string(r.offset)
+                         : "the chunk at element " + std::to_string(r.offset);
+  std::string downstream;  // the rest of the chain: this rank's next up to the slot's last rank
+  for (unsigned p = position(slot) + 1, k = 1; p < N_; ++p, ++k)
+    downstream += (k > 1 ? ", " : "") + std::to_string((rank_ + k) % N_);
+  std::string wait = r.state == State::kWaiting
+                         ? "this rank waits for the partial sum of " + what + " from rank " +
+                               std::to_string(prev_) + ": is rank " + std::to_string(prev_) +
+                               " alive, and does it make the same allreduce calls?"
+                         : "this rank sent its partial sum of " + what + " to rank " + std::to_string(next_) +
+                               " and waits for the finished sum to come back: are ranks " + downstream +
+                               " alive, and do they make the same allreduce calls?";
+  throw TimeoutError("gradswitch: ring allreduce timed out: " + ctx_.job_text + ", allreduce seq " +
+                     std::to_string(r.seq) + " made no progress for " + secs.str() + " s; " + wait +
+                     " Check also that UDP datagrams of up to " +
+                     std::to_string(GS_HEADER_BYTES + cfg_.payload_bytes) +
+                     " bytes pass between the ranks (ring addresses " + addrs.str() + ").");
+}
+
+}  // namespace gradswitch::worker
