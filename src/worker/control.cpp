@@ -338,6 +338,7 @@ JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned ra
   ji.payload_bytes = static_cast<uint32_t>(r.get_int("payload"));
   ji.data_port = static_cast<uint16_t>(r.get_int("data_port"));
   ji.threads = static_cast<uint16_t>(r.get_int("threads"));
+  ji.peers = r.get("peers");
   if (ji.slots == 0 || ji.threads == 0 || ji.payload_bytes < 4)
     throw Error("gradswitch: the switch sent an unusable JOIN reply: " + reply_line);
   ji.optimizer = r.get("optimizer");

@@ -31,6 +31,9 @@ struct JoinInfo {
   uint32_t payload_bytes = 0;
   uint16_t data_port = 0;
   uint16_t threads = 1;
+  // Every rank's UDP address "ip:port,ip:port,..." in rank order (for the ring); "" from a switch
+  // that does not send it.
+  std::string peers;
   // Optimizer jobs (docs/protocol.md section 1.3): the algorithm ("" for a plain job), the number
   // of parameters, elements per chunk and the size of the STATE_GET blob.
   std::string optimizer;

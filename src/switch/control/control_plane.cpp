@@ -662,6 +662,16 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
                    " slots=" + std::to_string(spec.slots) + " payload=" + std::to_string(spec.payload_bytes) +
                    " data_port=" + std::to_string(config_.data_port) +
                    " threads=" + std::to_string(config_.threads);
+  // Every rank's UDP address, so the workers can run the ring among themselves (docs/protocol.md
+  // section 7): on request (algorithm=ring) and as the fallback when this switch goes away.
+  ok += " peers=";
+  for (uint16_t r = 0; r < spec.world; ++r) {
+    char ip[INET_ADDRSTRLEN] = "";
+    in_addr a{};
+    a.s_addr = spec.endpoints[r].ipv4_be;
+    ::inet_ntop(AF_INET, &a, ip, sizeof ip);
+    ok += (r ? "," : "") + std::string(ip) + ":" + std::to_string(ntohs(spec.endpoints[r].port_be));
+  }
   if (spec.optimizer) {
     const StateHeader h = state_header_for(*spec.optimizer, spec.payload_bytes / 4, spec.optimizer->lr);
     ok += std::string(" optimizer=") + optimizer_algo_name(spec.optimizer->algo) +
