@@ -23,6 +23,7 @@ namespace {
 PyObject* g_error = nullptr;    // GradswitchError(RuntimeError)
 PyObject* g_timeout = nullptr;  // GradswitchTimeout(GradswitchError, TimeoutError)
 PyObject* g_aborted = nullptr;  // JobAborted(GradswitchError)
+PyObject* g_lost = nullptr;     // SwitchLost(JobAborted): the switch stopped or closed the connection
 
 struct PyGroup {
   std::unique_ptr<Group> g;
@@ -75,7 +76,9 @@ NB_MODULE(_core, m) {
   g_aborted = PyErr_NewException("gradswitch.JobAborted", g_error, nullptr);
   m.attr("GradswitchError") = nb::borrow(g_error);
   m.attr("GradswitchTimeout") = nb::borrow(g_timeout);
+  g_lost = PyErr_NewException("gradswitch.SwitchLost", g_aborted, nullptr);
   m.attr("JobAborted") = nb::borrow(g_aborted);
+  m.attr("SwitchLost") = nb::borrow(g_lost);
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -83,7 +86,8 @@ NB_MODULE(_core, m) {
     } catch (const TimeoutError& e) {
       PyErr_SetString(g_timeout, e.what());
     } catch (const AbortedError& e) {
-      PyObject* inst = PyObject_CallFunction(g_aborted, "s", e.what());
+      PyObject* type = dynamic_cast<const SwitchLostError*>(&e) ? g_lost : g_aborted;
+      PyObject* inst = PyObject_CallFunction(type, "s", e.what());
       if (!inst) return;
       PyObject* reason = PyLong_FromLong(e.reason());
       PyObject* rank = e.rank() == GS_RANK_ALL ? (Py_INCREF(Py_None), Py_None) : PyLong_FromLong(e.rank());
@@ -91,7 +95,7 @@ NB_MODULE(_core, m) {
       PyObject_SetAttrString(inst, "rank", rank);
       Py_XDECREF(reason);
       Py_XDECREF(rank);
-      PyErr_SetObject(g_aborted, inst);
+      PyErr_SetObject(type, inst);
       Py_DECREF(inst);
     } catch (const InvalidArgument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());

@@ -19,6 +19,7 @@ _LAZY = {
     "GradswitchError": "._core",
     "GradswitchTimeout": "._core",
     "JobAborted": "._core",
+    "SwitchLost": "._core",
     "WIRES": "._group",
     "Group": "._group",
     "Handle": "._group",
@@ -30,7 +31,7 @@ _LAZY = {
 __all__ = [*sorted(_LAZY), "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._core import GradswitchError, GradswitchTimeout, JobAborted  # noqa: F401
+    from ._core import GradswitchError, GradswitchTimeout, JobAborted, SwitchLost  # noqa: F401
     from ._group import OPTIMIZERS, WIRES, Group, Handle, connect, decode_state  # noqa: F401
 
 

@@ -14,6 +14,9 @@ class JobAborted(GradswitchError):
     reason: int
     rank: int | None
 
+class SwitchLost(JobAborted):
+    """The switch is gone: it announced its shutdown, or it closed the control connection."""
+
 class Handle:
     def wait(self) -> None: ...
     def done(self) -> bool: ...

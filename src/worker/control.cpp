@@ -227,10 +227,56 @@ std::string ControlClient::read_line(Clock::time_point deadline, const std::stri
       std::string reply = rbuf_.substr(0, nl);
       rbuf_.erase(0, nl + 1);
       if (!reply.empty() && reply.back() == '\r') reply.pop_back();
+      if (take_event(reply)) continue;  // not the reply: kept for poll_notice()
       return reply;
     }
     recv_more(fd_, rbuf_, deadline, endpoint_, what, timeout_s);
   }
+}
+
+bool ControlClient::take_event(const std::string& line) {
+  if (line.rfind("EVENT ", 0) != 0) return false;
+  SwitchNotice n;
+  std::istringstream in(line.substr(6));
+  std::string kind, tok;
+  in >> kind;
+  while (in >> tok) {
+    auto eq = tok.find('=');
+    if (eq != std::string::npos) n.kv[tok.substr(0, eq)] = tok.substr(eq + 1);
+  }
+  if (kind != "aborted") return true;  // a kind this client does not know: ignored
+  n.kind = SwitchNotice::Kind::kAborted;
+  notices_.push_back(std::move(n));
+  return true;
+}
+
+SwitchNotice ControlClient::poll_notice() {
+  std::lock_guard<std::mutex> lk(mu_);
+  while (fd_ >= 0 && !peer_closed_) {
+    char buf[4096];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      rbuf_.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    peer_closed_ = true;  // EOF or reset
+  }
+  for (auto nl = rbuf_.find('\n'); nl != std::string::npos; nl = rbuf_.find('\n')) {
+    std::string line = rbuf_.substr(0, nl);
+    rbuf_.erase(0, nl + 1);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    take_event(line);  // a stray non-event line (no request is waiting for it) is dropped
+  }
+  if (!notices_.empty()) {
+    SwitchNotice n = std::move(notices_.front());
+    notices_.pop_front();
+    return n;
+  }
+  SwitchNotice n;
+  if (peer_closed_) n.kind = SwitchNotice::Kind::kClosed;
+  return n;
 }
 
 void ControlClient::read_exact(uint8_t* out, size_t n, Clock::time_point deadline, const std::string& what,

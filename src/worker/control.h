@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -42,6 +43,16 @@ struct JoinInfo {
   uint64_t state_bytes = 0;
 };
 
+// What the switch says outside replies (docs/protocol.md section 1.4): an `EVENT aborted` line
+// (its keys: job_id, reason, rank, left and for a mismatch the mismatch_* keys), or that it closed
+// the control connection.
+struct SwitchNotice {
+  enum class Kind : uint8_t { kNone, kAborted, kClosed };
+  Kind kind = Kind::kNone;
+  std::map<std::string, std::string> kv;
+  explicit operator bool() const { return kind != Kind::kNone; }
+};
+
 class ControlClient {
  public:
   // Resolves `host` (IPv4) and connects within `connect_timeout_s`; throws Error with a clear
@@ -70,6 +81,14 @@ class ControlClient {
   JoinInfo join(const std::string& job, unsigned world, unsigned rank, const std::string& wire,
                 const std::string& token, uint16_t udp_port, double timeout_s, const std::string& extra = "");
 
+  // Reads, without blocking, what the switch sent between replies: the first notice not yet
+  // taken, an `EVENT aborted`, or kClosed (for good) once the switch has closed the connection;
+  // kNone when there is nothing. Call it between requests (EVENT lines that arrive while a reply
+  // is awaited are kept for it).
+  SwitchNotice poll_notice();
+  // The socket, for a caller that waits on several descriptors (-1 once closed).
+  int fd() const { return fd_; }
+
   void close();
   bool is_open() const { return fd_ >= 0; }
   uint32_t peer_ipv4_be() const { return peer_ipv4_be_; }
@@ -89,6 +108,10 @@ class ControlClient {
   uint32_t peer_ipv4_be_ = 0;
   std::string endpoint_;
   std::string rbuf_;
+  std::deque<SwitchNotice> notices_;
+  bool peer_closed_ = false;
+  // Takes an `EVENT ...` line into notices_; false for any other line.
+  bool take_event(const std::string& line);
 };
 
 // The shortest decimal that reads back (round to nearest) as exactly `x` (finite), e.g. "0.001"

@@ -1,5 +1,6 @@
 // Errors raised by the worker library. The Python bindings map each class to an exception:
-// Error -> GradswitchError, TimeoutError -> GradswitchTimeout, AbortedError -> JobAborted,
+// Error -> GradswitchError, TimeoutError -> GradswitchTimeout, AbortedError -> JobAborted
+// (SwitchLostError -> SwitchLost, a JobAborted),
 // InvalidArgument -> ValueError, UnsupportedType -> TypeError.
 #pragma once
 
@@ -33,6 +34,13 @@ class AbortedError : public Error {
   uint16_t rank_;
 };
 
+// The switch is gone: it announced its shutdown or closed the control connection. Nothing more
+// can go through it (an algorithm that does not need it, such as the ring, may take over).
+class SwitchLostError : public AbortedError {
+ public:
+  using AbortedError::AbortedError;
+};
+
 // A bad argument detected before anything was sent (the group stays usable).
 class InvalidArgument : public Error {
  public:
@@ -45,7 +53,8 @@ class UnsupportedType : public Error {
   using Error::Error;
 };
 
-// Text for a gs_abort_reason, e.g. "rank 2 left the job".
+// Text for a gs_abort_reason, e.g. "rank 2 left the job" (worker/switch_notice.cpp has the
+// fuller one that uses what the switch says about the abort).
 std::string abort_reason_text(uint8_t reason, uint16_t rank);
 
 }  // namespace gradswitch::worker

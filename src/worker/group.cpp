@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "gradswitch/wire.h"
+#include "worker/switch_notice.h"
 
 namespace gradswitch::worker {
 
@@ -32,23 +33,6 @@ bool valid_key(const std::string& s) {
 }
 
 }  // namespace
-
-std::string abort_reason_text(uint8_t reason, uint16_t rank) {
-  switch (reason) {
-    case GS_ABORT_RANK_LEFT:
-      return "rank " + std::to_string(rank) +
-             " left the job (its control connection closed: did that process exit or crash?)";
-    case GS_ABORT_IDLE:
-      return "the job was idle past the switch's idle timeout";
-    case GS_ABORT_SHUTDOWN:
-      return "the switch is shutting down";
-    case GS_ABORT_OPERATOR:
-      return "the job was ended through the switch's control plane";
-    default:
-      return "abort reason " + std::to_string(reason) +
-             (rank == GS_RANK_ALL ? std::string() : " (rank " + std::to_string(rank) + ")");
-  }
-}
 
 uint8_t parse_wire(const std::string& name) {
   if (name == "int32") return GS_ELEM_INT32;
@@ -148,6 +132,7 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
       switch_ipv4_be_(switch_ipv4_be) {
   wire_ = parse_wire(opt_.wire);
   transport_->set_peer(switch_ipv4_be_);
+  if (control_) transport_->watch_fd(control_->fd());  // notices end a wait at once
   ctx_.opt = &opt_;
   ctx_.join = &join_;
   ctx_.transport = transport_.get();
@@ -380,6 +365,9 @@ void Group::run_allreduce(void* data, size_t count, DType dtype) {
   op.seq = seq_++;
   Counters::bump(counters_.allreduces);
   try {
+    // The switch may have ended the job while this rank was between allreduces.
+    if (control_)
+      if (SwitchNotice n = control_->poll_notice()) throw_notice(ctx_, *control_, n, op, /*started=*/false);
     switch_path_->run(op);
   } catch (...) {
     fatal_ = std::current_exception();

@@ -9,11 +9,14 @@
 #include "common/fixed_point.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
+#include "worker/switch_notice.h"
 #include "worker/timeout_diagnosis.h"
 
 namespace gradswitch::worker {
 
 namespace {
+
+constexpr int64_t kNoticeCheckNs = 5'000'000;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -21,7 +24,8 @@ int64_t now_ns() {
       .count();
 }
 
-gs_header data_header(const PathContext& ctx, unsigned slot, uint8_t version, uint8_t elem, uint16_t count,
+// A chunk's DATA header; `flags` is the slot version, with GS_FLAG_LAST on the tensor's last chunk.
+gs_header data_header(const PathContext& ctx, unsigned slot, uint8_t flags, uint8_t elem, uint16_t count,
                       uint32_t seq, uint32_t offset, int8_t next_exp, int8_t scale_exp) {
   gs_header h{};
   h.magic = GS_MAGIC;
@@ -31,7 +35,7 @@ gs_header data_header(const PathContext& ctx, unsigned slot, uint8_t version, ui
   h.key = ctx.join->key;
   h.rank = static_cast<uint16_t>(ctx.opt->rank);
   h.slot = static_cast<uint16_t>(slot);
-  h.flags = version;
+  h.flags = flags;
   h.elem_type = elem;
   h.count = count;
   h.seq = seq;
@@ -69,6 +73,7 @@ void SwitchAllreduce::prepare_bootstrap(Run& run, unsigned slot) {
   r.chunk = slot;
   r.scale = GS_EXP_NONE;
   uint8_t v = window_.claim_version(slot);
+  if (slot + 1 == op.ch.chunks) v |= GS_FLAG_LAST;  // the exponent round of the last chunk
   window_.seal(slot,
                data_header(ctx_, slot, v, GS_ELEM_FIXED32, 0, op.seq, op.ch.offset(slot), (*op.exps)[slot],
                            GS_EXP_NONE),
@@ -91,6 +96,7 @@ void SwitchAllreduce::prepare_chunk(Run& run, unsigned slot, size_t c, int8_t ag
   }
   size_t len = encode_chunk(op.ch, op.base, c, scale, window_.payload(slot));
   uint8_t v = window_.claim_version(slot);
+  if (c + 1 == op.ch.chunks) v |= GS_FLAG_LAST;  // lets the switch catch ranks whose lengths differ
   window_.seal(
       slot, data_header(ctx_, slot, v, op.ch.elem, op.ch.size(c), op.seq, op.ch.offset(c), next_exp, r.scale),
       len);
@@ -136,12 +142,7 @@ void SwitchAllreduce::receive(Run& run, const uint8_t* p, uint32_t len, int64_t 
     Counters::bump(k.ignored);
     return;
   }
-  if (h.type == GS_MSG_ABORT) {
-    uint8_t reason = static_cast<uint8_t>(h.next_exp);
-    throw AbortedError("gradswitch: " + ctx_.job_text + " was aborted by the switch during allreduce seq " +
-                           std::to_string(op.seq) + ": " + abort_reason_text(reason, h.rank),
-                       reason, h.rank);
-  }
+  if (h.type == GS_MSG_ABORT) throw_aborted(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, op);
   if (h.type != GS_MSG_RESULT || (h.rank != GS_RANK_ALL && h.rank != ctx_.opt->rank) || h.slot >= run.W) {
     Counters::bump(k.ignored);
     return;
@@ -219,13 +220,19 @@ void SwitchAllreduce::run(const AllreduceOp& op) {
   // results keep streaming): a worker that was descheduled for a while finds its results
   // queued, not lost, and must not retransmit the whole window.
   int64_t wait_ns = 0;
-  int64_t last_timer_check = now;
+  int64_t last_timer_check = now, last_notice_check = now;
   while (run.outstanding > 0) {
     if (ctx_.cancel->load(std::memory_order_relaxed))
       throw Error("gradswitch: allreduce seq " + std::to_string(op.seq) + " cancelled: the group of " +
                   ctx_.job_text + " was closed");
     size_t got = tx.recv_batch(in.data(), in.size(), wait_ns);
     now = now_ns();
+    // The control connection: an abort or the switch going away ends this allreduce at once. The
+    // transport's wait wakes up when it has input; while results stream, look every few ms.
+    if (control_ && (got == 0 || now - last_notice_check >= kNoticeCheckNs)) {
+      last_notice_check = now;
+      if (SwitchNotice n = control_->poll_notice()) throw_notice(ctx_, *control_, n, op, /*started=*/true);
+    }
     uint64_t rbytes = 0;
     for (size_t i = 0; i < got; ++i) {
       rbytes += in[i].len;

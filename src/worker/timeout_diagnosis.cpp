@@ -8,6 +8,7 @@
 
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
+#include "worker/switch_notice.h"
 
 namespace gradswitch::worker {
 
@@ -75,16 +76,17 @@ void throw_switch_timeout(const PathContext& ctx, ControlClient* control, const 
   }
   if (!r.ok) throw TimeoutError(head + "STATUS failed: " + r.code + " " + r.message + ". " + check);
   if (r.get("state") == "aborted") {
-    long long reason = 0, rank = GS_RANK_ALL;
+    // abort_reason is a name (rank_left, ...), abort_rank a rank or "-".
+    const uint8_t reason = abort_reason_code(r.get("abort_reason"));
+    uint16_t rank = GS_RANK_ALL;
     try {
-      reason = r.get_int("abort_reason");
-      rank = r.get_int("abort_rank");
-    } catch (...) {
+      rank = static_cast<uint16_t>(r.get_int("abort_rank"));
+    } catch (const Error&) {
     }
-    throw AbortedError("gradswitch: " + ctx.job_text + " was aborted by the switch during allreduce seq " +
-                           std::to_string(stuck.seq) + ": " +
-                           abort_reason_text(static_cast<uint8_t>(reason), static_cast<uint16_t>(rank)),
-                       static_cast<uint8_t>(reason), static_cast<uint16_t>(rank));
+    std::string msg = "gradswitch: " + ctx.job_text + " was aborted by the switch during allreduce seq " +
+                      std::to_string(stuck.seq) + ": " + describe_abort(reason, rank, r.kv, ctx, nullptr);
+    if (reason == GS_ABORT_SHUTDOWN) throw SwitchLostError(msg, reason, rank);
+    throw AbortedError(msg, reason, rank);
   }
   std::vector<long long> seen = parse_list(r.get("seen"));
   std::vector<long long> rank_seq = parse_list(r.get("rank_seq"));

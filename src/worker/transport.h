@@ -41,6 +41,10 @@ class Transport {
   // The group's thread serves the ring between operations in recv_batch and is woken by a new
   // operation; a transport without it (test fakes of the switch path) leaves that wait to its timeout.
   virtual void wake() {}
+  // Also ends recv_batch's wait (returning 0) when descriptor `fd` becomes readable: the control
+  // connection, whose notices must not wait for a timer. -1 stops watching (e.g. a closed one,
+  // which would stay readable).
+  virtual void watch_fd(int fd) { (void)fd; }
 };
 
 // A UDP socket bound to `bind_ip` (dotted quad, "0.0.0.0" for any) on `bind_port` (0: an

@@ -243,24 +243,27 @@ class UdpTransport final : public Transport {
       if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         return 0;  // e.g. a transient ICMP error reported on the socket; the caller retries
       if (timeout_ns <= 0) return 0;
-      pollfd pfd[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      pollfd pfd[3] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {watch_fd_, POLLIN, 0}};
       timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
-      int pr = ::ppoll(pfd, 2, &ts, nullptr);
+      int pr = ::ppoll(pfd, watch_fd_ >= 0 ? 3 : 2, &ts, nullptr);
       if (pr <= 0) return 0;  // timeout (or EINTR: the caller recomputes its deadlines)
       if (pfd[1].revents & POLLIN) {
         uint64_t v;
         [[maybe_unused]] ssize_t r2 = ::read(wake_fd_, &v, sizeof v);
-        if (!(pfd[0].revents & POLLIN)) return 0;  // woken: the caller has something else to do
       }
+      // Woken, or the watched descriptor is readable: the caller has something else to look at.
+      if (!(pfd[0].revents & POLLIN)) return 0;
       timeout_ns = 0;  // one wait per call
     }
   }
 
   bool more_pending() const override { return more_; }
+  void watch_fd(int fd) override { watch_fd_ = fd; }
 
  private:
   int fd_ = -1;
   int wake_fd_ = -1;
+  int watch_fd_ = -1;
   bool gso_ = false;
   uint16_t port_ = 0;
   uint32_t peer_ = htonl(INADDR_LOOPBACK);

@@ -121,6 +121,7 @@ struct ControlPlane::Conn {
     }
   };
   std::deque<Segment> stream;
+  std::string deferred_events;  // EVENT lines that wait for `stream` to end (never inside a payload)
   bool input_paused() const {
     return (role == Role::kPending || !stream.empty()) && in.buffered() > kMaxPausedInput;
   }
@@ -779,15 +780,25 @@ void ControlPlane::note_abort(LiveJob& j, const std::string& why) {
   std::string event =
       "EVENT aborted job_id=" + std::to_string(j.id) + " reason=" + abort_reason_name(s.abort_reason) +
       " rank=" + (s.abort_rank == GS_RANK_ALL ? std::string("-") : std::to_string(s.abort_rank)) +
+      " left=" + ranks_text(s.left) +
       (s.abort_reason == GS_ABORT_MISMATCH ? mismatch_keys(s.mismatch) : std::string()) + "\n";
   for (uint64_t cid : j.conn) {
     auto it = conns_.find(cid);
-    if (cid != 0 && it != conns_.end()) reply(*it->second, event);
+    if (cid != 0 && it != conns_.end()) send_event(*it->second, event);
   }
+}
+
+void ControlPlane::send_event(Conn& c, const std::string& line) {
+  if (!c.stream.empty()) {  // a STATE_GET payload is going out: the event follows it
+    c.deferred_events += line;
+    return;
+  }
+  reply(c, line);
 }
 
 void ControlPlane::end_job_if_empty(LiveJob& j) {
   if (j.present > 0) return;
+  if (!j.aborted) note_abort(j, "");  // logs an abort a data thread made since the last timer check
   uint32_t id = j.id;
   GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") ended: %s", j.spec.name.c_str(), id,
               j.aborted ? ("aborted (" + j.abort_why + ")").c_str() : "all ranks left");
@@ -973,6 +984,7 @@ void ControlPlane::flush(Conn& c) {
       seg = &c.stream.front();
       if (seg->sent == seg->len) {
         c.stream.pop_front();
+        if (c.stream.empty()) c.out.swap(c.deferred_events);  // c.out is empty here
         continue;
       }
       data = seg->data() + seg->sent;

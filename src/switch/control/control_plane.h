@@ -87,6 +87,8 @@ class ControlPlane {
   // Records an abort the engine holds (from abort_live or a data thread), logs it and sends
   // `EVENT aborted ...` to every rank still connected.
   void note_abort(LiveJob& j, const std::string& why);
+  // Queues an `EVENT ...` line between two replies (after a STATE_GET payload that is going out).
+  void send_event(Conn& c, const std::string& line);
   // What makes a JOIN disagree with the ranks already waiting ("" when it fits).
   std::string join_conflict(const PendingJob& p, const control::JoinRequest& j) const;
   void check_timers(uint64_t now_ns);

@@ -1,0 +1,172 @@
+// Abort reasons and the switch going away, turned into errors (see switch_notice.h).
+#include "worker/switch_notice.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
+#include "gradswitch/wire.h"
+#include "worker/errors.h"
+
+namespace gradswitch::worker {
+
+namespace {
+
+std::vector<std::string> split_pair(const std::map<std::string, std::string>& kv, const std::string& key) {
+  std::vector<std::string> out;
+  auto it = kv.find(key);
+  if (it == kv.end()) return out;
+  std::stringstream in(it->second);
+  std::string tok;
+  while (std::getline(in, tok, ',')) out.push_back(tok);
+  return out;
+}
+
+long long number(const std::string& s, long long dflt) {
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  return s.empty() || *end ? dflt : v;
+}
+
+bool lists_rank(const std::map<std::string, std::string>& kv, const std::string& key, uint16_t rank) {
+  for (const std::string& r : split_pair(kv, key))
+    if (number(r, -1) == rank) return true;
+  return false;
+}
+
+uint8_t elem_of(const std::string& name) {
+  for (uint8_t t = 1; t < 16; ++t)
+    if (name == gs_elem_name(t)) return t;
+  return 0;
+}
+
+// How long a tensor is, from one of its contributions to a round at `offset`: a chunk with LAST
+// ends it; a fixed32 exponent round (count 0) announces the chunk at `offset`.
+std::string extent(bool last, long long count, long long offset, long long per_packet) {
+  if (count > 0)
+    return last ? std::to_string(offset + count) + " elements"
+                : "more than " + std::to_string(offset + count) + " elements";
+  return last ? std::to_string(offset + 1) + " to " + std::to_string(offset + per_packet) + " elements"
+              : "more than " + std::to_string(offset + per_packet) + " elements";
+}
+
+std::string mismatch_text(const std::map<std::string, std::string>& kv, const PathContext& ctx,
+                          const AllreduceOp* op) {
+  auto ranks = split_pair(kv, "mismatch_ranks"), counts = split_pair(kv, "mismatch_counts"),
+       last = split_pair(kv, "mismatch_last"), types = split_pair(kv, "mismatch_types"),
+       scales = split_pair(kv, "mismatch_scales");
+  const std::string tail =
+      " Every rank must make the same sequence of allreduce calls, with tensors of the same length and "
+      "dtype.";
+  std::string own;
+  if (op)
+    own = " This rank passed " + std::to_string(op->ch.count) + " elements (" + gs_elem_name(op->ch.elem) +
+          " on the wire).";
+  if (ranks.size() != 2 || counts.size() != 2 || last.size() != 2 || types.size() != 2 || scales.size() != 2)
+    return "the ranks' contributions to one round differ in length or type." + own + tail;
+  if (number(ranks[0], 0) > number(ranks[1], 0))  // in rank order
+    for (auto* v : {&ranks, &counts, &last, &types, &scales}) std::swap((*v)[0], (*v)[1]);
+  const std::string seq = kv.count("mismatch_seq") ? kv.at("mismatch_seq") : "?";
+  const long long offset = number(kv.count("mismatch_offset") ? kv.at("mismatch_offset") : "", 0);
+  const std::string a = "rank " + ranks[0], b = "rank " + ranks[1];
+  std::string what;
+  if (types[0] != types[1]) {
+    what = a + " sends " + types[0] + " elements, " + b + " " + types[1] +
+           " (an int32 tensor on one rank and a float tensor on the other?)";
+  } else if (counts[0] != counts[1] || last[0] != last[1]) {
+    const size_t size = gs_elem_size(elem_of(types[0]));
+    const long long per = size ? ctx.join->payload_bytes / size : 0;
+    what = a + " passed " + extent(last[0] == "1", number(counts[0], 0), offset, per) + ", " + b + " " +
+           extent(last[1] == "1", number(counts[1], 0), offset, per);
+  } else {
+    what = a + " quantised with fixed32 scale " + scales[0] + ", " + b + " with " + scales[1] +
+           " (the ranks disagree on the job's exponents)";
+  }
+  return "the ranks disagree on allreduce seq " + seq + ": " + what + " (seen in the chunk at element " +
+         std::to_string(offset) + ")." + own + tail;
+}
+
+[[noreturn]] void throw_abort(uint8_t reason, uint16_t rank, const std::string& msg) {
+  if (reason == GS_ABORT_SHUTDOWN) throw SwitchLostError(msg, reason, rank);
+  throw AbortedError(msg, reason, rank);
+}
+
+}  // namespace
+
+std::string abort_reason_text(uint8_t reason, uint16_t rank) {
+  switch (reason) {
+    case GS_ABORT_RANK_LEFT:
+      return "rank " + std::to_string(rank) +
+             " left the job (it closed its group, or its process exited or crashed)";
+    case GS_ABORT_IDLE:
+      return "the job was idle past the switch's idle timeout (--idle-timeout)";
+    case GS_ABORT_SHUTDOWN:
+      return "the switch is shutting down";
+    case GS_ABORT_OPERATOR:
+      return "the job was ended through the switch's control plane";
+    case GS_ABORT_MISMATCH:
+      return "the ranks disagree on an allreduce (tensors of different lengths or dtypes)";
+    default:
+      return "abort reason " + std::to_string(reason) +
+             (rank == GS_RANK_ALL ? std::string() : " (rank " + std::to_string(rank) + ")");
+  }
+}
+
+uint8_t abort_reason_code(const std::string& name) {
+  if (name == "rank_left") return GS_ABORT_RANK_LEFT;
+  if (name == "idle") return GS_ABORT_IDLE;
+  if (name == "shutdown") return GS_ABORT_SHUTDOWN;
+  if (name == "operator") return GS_ABORT_OPERATOR;
+  if (name == "mismatch") return GS_ABORT_MISMATCH;
+  return 0;
+}
+
+std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,
+                           const PathContext& ctx, const AllreduceOp* op) {
+  if (reason == GS_ABORT_MISMATCH) return mismatch_text(kv, ctx, op);
+  if (reason == GS_ABORT_RANK_LEFT && kv.count("left")) {
+    if (lists_rank(kv, "left", rank))
+      return "rank " + std::to_string(rank) +
+             " left the job (it closed its group) while this rank still had allreduces to run: every rank "
+             "must make the same allreduce calls before it closes";
+    return "rank " + std::to_string(rank) +
+           " left the job: its control connection to the switch closed (did that process exit or crash?)";
+  }
+  return abort_reason_text(reason, rank);
+}
+
+void throw_notice(const PathContext& ctx, const ControlClient& control, const SwitchNotice& n,
+                  const AllreduceOp& op, bool started) {
+  const std::string when = (started ? " during allreduce seq " : " before allreduce seq ") +
+                           std::to_string(op.seq) + (started ? "" : " (between two allreduces)");
+  if (n.kind == SwitchNotice::Kind::kClosed)
+    throw SwitchLostError("gradswitch: the switch at " + control.endpoint() +
+                              " closed the control connection of " + ctx.job_text + when +
+                              ": did gradswitchd stop or crash?",
+                          GS_ABORT_SHUTDOWN, GS_RANK_ALL);
+  auto get = [&](const char* k) { return n.kv.count(k) ? n.kv.at(k) : std::string(); };
+  const uint8_t reason = abort_reason_code(get("reason"));
+  const long long r = number(get("rank"), GS_RANK_ALL);
+  const uint16_t rank = r >= 0 && r < GS_RANK_ALL ? static_cast<uint16_t>(r) : GS_RANK_ALL;
+  throw_abort(reason, rank,
+              "gradswitch: " + ctx.job_text + " was aborted by the switch" + when + ": " +
+                  describe_abort(reason, rank, n.kv, ctx, &op));
+}
+
+void throw_aborted(const PathContext& ctx, ControlClient* control, uint8_t reason, uint16_t rank,
+                   const AllreduceOp& op) {
+  std::map<std::string, std::string> kv;
+  if (control && reason != GS_ABORT_SHUTDOWN) {  // a stopping switch may not answer
+    try {
+      Reply r = parse_reply(control->request("STATUS", 1.0));
+      if (r.ok) kv = r.kv;
+    } catch (const Error&) {
+    }
+  }
+  throw_abort(reason, rank,
+              "gradswitch: " + ctx.job_text + " was aborted by the switch during allreduce seq " +
+                  std::to_string(op.seq) + ": " + describe_abort(reason, rank, kv, ctx, &op));
+}
+
+}  // namespace gradswitch::worker

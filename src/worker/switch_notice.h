@@ -1,0 +1,34 @@
+// Why the switch ended a job, in words a user can act on: the abort reason of an ABORT datagram,
+// an `EVENT aborted` line or STATUS, with what the switch adds (which ranks left with LEAVE, and
+// for ranks that disagree the two contributions it could not sum), and the switch itself going
+// away (docs/protocol.md sections 1.4 and 3).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "worker/control.h"
+#include "worker/path.h"
+
+namespace gradswitch::worker {
+
+// gs_abort_reason of a control-plane reason name ("rank_left", "mismatch", ...); 0 when unknown.
+uint8_t abort_reason_code(const std::string& name);
+
+// The abort explained from the switch's keys (`left`, `mismatch_*`, as EVENT and STATUS carry
+// them; may be empty). `op` is the allreduce this rank was running or about to run (may be null).
+std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,
+                           const PathContext& ctx, const AllreduceOp* op);
+
+// Throws the error a notice stands for: AbortedError, or SwitchLostError for a shutdown or a
+// closed connection. `started`: the notice came during `op` rather than before it.
+[[noreturn]] void throw_notice(const PathContext& ctx, const ControlClient& control, const SwitchNotice& n,
+                               const AllreduceOp& op, bool started);
+
+// After an ABORT datagram during `op`: asks the switch STATUS for the details (when `control` is
+// not null and answers within a second) and throws.
+[[noreturn]] void throw_aborted(const PathContext& ctx, ControlClient* control, uint8_t reason, uint16_t rank,
+                                const AllreduceOp& op);
+
+}  // namespace gradswitch::worker

@@ -1,0 +1,163 @@
+// What the switch says beside results, as the worker reads it: EVENT lines and a closed control
+// connection (ControlClient::poll_notice against a scripted TCP peer), abort texts built from the
+// switch's keys, and a timeout whose STATUS says the job was aborted.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "gradswitch/wire.h"
+#include "harness.h"
+#include "worker/control.h"
+#include "worker/errors.h"
+#include "worker/switch_notice.h"
+#include "worker/timeout_diagnosis.h"
+
+using namespace gradswitch;
+using namespace gradswitch::worker;
+
+namespace {
+
+// A one-connection TCP peer on 127.0.0.1: sends `greeting` once connected, then answers every
+// request line with `answer` (if not empty), and closes after `close_after_ms` (if >= 0).
+class ScriptedSwitch {
+ public:
+  ScriptedSwitch(std::string greeting, std::string answer, int close_after_ms = -1) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(listen_fd_, 1);
+    socklen_t len = sizeof a;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([=, this] {
+      int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) return;
+      if (!greeting.empty()) (void)!::send(fd, greeting.data(), greeting.size(), MSG_NOSIGNAL);
+      auto start = std::chrono::steady_clock::now();
+      std::string in;
+      for (;;) {
+        timeval tv{0, 20000};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char buf[512];
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n == 0) break;
+        if (n > 0) in.append(buf, static_cast<size_t>(n));
+        for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
+          in.erase(0, nl + 1);
+          if (!answer.empty()) (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+        }
+        auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+        if (close_after_ms >= 0 && ms.count() >= close_after_ms) break;
+        if (stop_) break;
+      }
+      ::close(fd);
+    });
+  }
+  ~ScriptedSwitch() {
+    stop_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+SwitchNotice wait_notice(ControlClient& c) {
+  for (int i = 0; i < 200; ++i) {
+    if (SwitchNotice n = c.poll_notice()) return n;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return {};
+}
+
+struct Context {
+  Options opt;
+  JoinInfo join;
+  PathContext ctx;
+  Context() {
+    opt.rank = 0;
+    opt.world = 2;
+    join.payload_bytes = 1440;
+    join.job_id = 9;
+    ctx.opt = &opt;
+    ctx.join = &join;
+    ctx.job_text = "job 't' (job_id 9, rank 0 of 2)";
+  }
+};
+
+}  // namespace
+
+TEST(event_lines_are_notices_and_replies_skip_them) {
+  ScriptedSwitch sw("EVENT aborted job_id=9 reason=rank_left rank=1 left=1\n", "OK\n");
+  ControlClient c("127.0.0.1", sw.port(), 2.0);
+  // A request's reply is found behind the EVENT line, which stays for poll_notice.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(c.request("PING", 2.0) == "OK");
+  SwitchNotice n = c.poll_notice();
+  CHECK(n.kind == SwitchNotice::Kind::kAborted);
+  CHECK(n.kv["reason"] == "rank_left" && n.kv["rank"] == "1" && n.kv["left"] == "1");
+  CHECK(!c.poll_notice());
+}
+
+TEST(a_closed_connection_is_a_notice_for_good) {
+  ScriptedSwitch sw("", "", /*close_after_ms=*/0);
+  ControlClient c("127.0.0.1", sw.port(), 2.0);
+  CHECK(wait_notice(c).kind == SwitchNotice::Kind::kClosed);
+  CHECK(c.poll_notice().kind == SwitchNotice::Kind::kClosed);
+}
+
+TEST(abort_texts_say_who_and_why) {
+  Context t;
+  CHECK(abort_reason_code("rank_left") == GS_ABORT_RANK_LEFT &&
+        abort_reason_code("mismatch") == GS_ABORT_MISMATCH);
+  CHECK(abort_reason_code("bogus") == 0);
+  std::map<std::string, std::string> kv{{"left", "1"}};
+  CHECK(describe_abort(GS_ABORT_RANK_LEFT, 1, kv, t.ctx, nullptr).find("closed its group") !=
+        std::string::npos);
+  kv["left"] = "";
+  CHECK(describe_abort(GS_ABORT_RANK_LEFT, 1, kv, t.ctx, nullptr).find("exit or crash") != std::string::npos);
+  std::map<std::string, std::string> m{{"mismatch_seq", "4"},     {"mismatch_offset", "720"},
+                                       {"mismatch_ranks", "1,0"}, {"mismatch_counts", "360,280"},
+                                       {"mismatch_last", "0,1"},  {"mismatch_types", "float32,float32"},
+                                       {"mismatch_scales", "0,0"}};
+  std::string s = describe_abort(GS_ABORT_MISMATCH, 0, m, t.ctx, nullptr);
+  CHECK(s.find("rank 0 passed 1000 elements, rank 1 more than 1080 elements") != std::string::npos);
+  CHECK(s.find("allreduce seq 4") != std::string::npos);
+}
+
+TEST(a_timeout_on_an_aborted_job_names_the_abort_reason) {
+  // The switch's STATUS says aborted, rank_left by rank 1 (not a number: a name and a rank).
+  ScriptedSwitch sw("",
+                    "OK job_id=9 name=t world=2 state=aborted abort_reason=rank_left abort_rank=1 left= "
+                    "idle_ms=3 rank_seq=0,0\n");
+  ControlClient c("127.0.0.1", sw.port(), 2.0);
+  Context t;
+  StuckRound stuck;
+  bool thrown = false;
+  try {
+    throw_switch_timeout(t.ctx, &c, stuck);
+  } catch (const AbortedError& e) {
+    thrown = true;
+    CHECK(e.reason() == GS_ABORT_RANK_LEFT && e.rank() == 1);
+    CHECK(std::string(e.what()).find("rank 1 left the job") != std::string::npos);
+    CHECK(std::string(e.what()).find("abort reason 0") == std::string::npos);
+  }
+  CHECK(thrown);
+}
+
+GS_TEST_MAIN()
