@@ -67,20 +67,24 @@ class Conn:
     def __init__(self, daemon: Daemon):
         self.sock = socket.create_connection(("127.0.0.1", daemon.control_port), timeout=10)
         self.buf = bytearray()
+        self.events: list[str] = []  # EVENT lines, set aside (docs/protocol.md §1.4)
 
     def send(self, data: bytes | str):
         self.sock.sendall(data.encode() if isinstance(data, str) else data)
 
     def readline(self) -> str:
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError(f"closed by the switch (buffered {bytes(self.buf)!r})")
-            self.buf += chunk
-        i = self.buf.index(b"\n")
-        line = self.buf[:i].decode()
-        del self.buf[: i + 1]
-        return line
+        while True:
+            while b"\n" not in self.buf:
+                chunk = self.sock.recv(1 << 20)
+                if not chunk:
+                    raise ConnectionError(f"closed by the switch (buffered {bytes(self.buf)!r})")
+                self.buf += chunk
+            i = self.buf.index(b"\n")
+            line = self.buf[:i].decode()
+            del self.buf[: i + 1]
+            if not line.startswith("EVENT "):
+                return line
+            self.events.append(line)
 
     def request(self, line: str) -> str:
         self.send(line + "\n")
@@ -218,7 +222,11 @@ def test_ranks_must_agree_on_the_optimizer(daemon, other):
     a.send(f"JOIN job=agree world=2 rank=0 wire=float32 token=t port=5000 {opt_keys(100)}\n")
     rep = b.request(f"JOIN job=agree world=2 rank=1 wire=float32 token=t port=5001 {other}")
     assert rep.startswith("ERR conflict") and "optimizer" in rep, rep
+    # The waiting rank is told at once: the job cannot start.
+    rep = a.readline()
+    assert rep.startswith("ERR conflict") and "cancelled" in rep, rep
     # Same values written differently agree.
+    a.send(f"JOIN job=agree world=2 rank=0 wire=float32 token=t port=5000 {opt_keys(100)}\n")
     rep = b.request(
         "JOIN job=agree world=2 rank=1 wire=float32 token=t port=5001 optimizer=sgd params=100 lr=5e-1 "
         "momentum=0 average=1"
