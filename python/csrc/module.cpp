@@ -37,19 +37,21 @@ struct PyHandle {
   Handle h;
 };
 
-// Validates a CPU, C-contiguous float32/int32 array; returns its data pointer, size and type.
+// Validates a CPU, C-contiguous float32/float64/int32 array; returns its data pointer, size and type.
 void* check_array(const nb::ndarray<>& a, size_t* count, DType* dt) {
   if (a.device_type() != nb::device::cpu::value)
     throw InvalidArgument("gradswitch: allreduce needs a CPU tensor (got device type " +
                           std::to_string(a.device_type()) + "); copy it to the CPU first");
   if (a.dtype() == nb::dtype<float>())
     *dt = DType::kFloat32;
+  else if (a.dtype() == nb::dtype<double>())
+    *dt = DType::kFloat64;
   else if (a.dtype() == nb::dtype<int32_t>())
     *dt = DType::kInt32;
   else
-    throw UnsupportedType("gradswitch: allreduce supports float32 and int32 arrays only (got dtype code " +
-                          std::to_string(a.dtype().code) + " with " + std::to_string(a.dtype().bits) +
-                          " bits)");
+    throw UnsupportedType(
+        "gradswitch: allreduce supports float32, float64 and int32 arrays only (got dtype code " +
+        std::to_string(a.dtype().code) + " with " + std::to_string(a.dtype().bits) + " bits)");
   int64_t expect = 1;
   for (size_t i = a.ndim(); a.size() > 0 && i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expect)

@@ -11,9 +11,9 @@ import numpy as np
 
 from . import _core
 
-WIRES = ("float32", "fixed32", "float16", "bfloat16", "int32")
-_NUMPY_DTYPES = (np.dtype(np.float32), np.dtype(np.int32))
-_TORCH_DTYPES = ("torch.float32", "torch.int32")
+WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
+_NUMPY_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32))
+_TORCH_DTYPES = ("torch.float32", "torch.float64", "torch.int32")
 
 # ---------------------------------------------------------------------------------------------
 # Optimization in the switch (docs/optimizer.md): the optimizer= dict of connect().
@@ -174,7 +174,9 @@ def _native_view(x: Any) -> Any:
     """Checks x and returns an object sharing its memory that the native module accepts."""
     if isinstance(x, np.ndarray):
         if x.dtype not in _NUMPY_DTYPES:
-            raise TypeError(f"gradswitch: allreduce supports float32 and int32 arrays, got dtype {x.dtype}")
+            raise TypeError(
+                f"gradswitch: allreduce supports float32, float64 and int32 arrays, got dtype {x.dtype}"
+            )
         if not x.flags.c_contiguous:
             raise ValueError(
                 "gradswitch: allreduce works in place on a C-contiguous array; this one is not "
@@ -185,7 +187,9 @@ def _native_view(x: Any) -> Any:
         return x
     if _is_torch_tensor(x):
         if str(x.dtype) not in _TORCH_DTYPES:
-            raise TypeError(f"gradswitch: allreduce supports float32 and int32 tensors, got {x.dtype}")
+            raise TypeError(
+                f"gradswitch: allreduce supports float32, float64 and int32 tensors, got {x.dtype}"
+            )
         if x.device.type != "cpu":
             raise ValueError(f"gradswitch: allreduce needs a CPU tensor, got one on {x.device}")
         if not x.is_contiguous():
@@ -272,8 +276,10 @@ class Group:
     def allreduce(self, x: Any) -> Any:
         """Sums x over all ranks, in place; returns x.
 
-        x: a C-contiguous numpy array or CPU torch tensor of float32 or int32. Float tensors travel in
-        the job's wire format; int32 tensors always travel as int32 (exact, wrapping).
+        x: a C-contiguous numpy array or CPU torch tensor of float32, float64 or int32. Float tensors
+        travel in the job's wire format (a float64 tensor on a 32- or 16-bit float wire is rounded to
+        float32 first: use wire="float64" for double-precision sums); int32 tensors always travel as
+        int32 (exact, wrapping).
         """
         # Queued like allreduce_async so that an interrupted wait (Ctrl-C) leaves the tensor
         # referenced until the background thread is done with it.
@@ -385,8 +391,9 @@ def connect(
 ) -> Group:
     """Joins `job` as `rank` of `world_size` at the switch `switch` ("host:port" of its control port).
 
-    Blocks until every rank joined (at most `join_timeout` seconds). `wire` is how float32 tensors
-    travel: float32, fixed32 (exact, order-independent sums), float16 or bfloat16. An allreduce fails
+    Blocks until every rank joined (at most `join_timeout` seconds). `wire` is how float tensors
+    travel: float32, fixed32 (exact, order-independent sums), float16, bfloat16 or float64 (double
+    precision sums, twice float32's bytes). An allreduce fails
     with GradswitchTimeout after `timeout` seconds without progress. `drop_rate`/`seed` drop a fraction
     of this worker's outgoing data packets (loss testing); `shuffle_seed` (test hook) permutes the
     order of each window's first packets.

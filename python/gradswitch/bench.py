@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-WIRES = ("float32", "fixed32", "float16", "bfloat16", "int32")
+WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
 
 
 def _parse_size(text: str) -> int:
@@ -84,8 +84,8 @@ def _tensor(n: int, rank: int, dtype) -> np.ndarray:
 def _worker(args, rank: int, results) -> None:
     import gradswitch
 
-    dtype = np.int32 if args.wire == "int32" else np.float32
-    n = max(1, args.size // 4)
+    dtype = {"int32": np.int32, "float64": np.float64}.get(args.wire, np.float32)
+    n = max(1, args.size // np.dtype(dtype).itemsize)
     try:
         with gradswitch.connect(
             args.switch,

@@ -7,12 +7,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "worker/options.h"
+
 namespace gradswitch::worker {
 
-// The chunks of an allreduce of `count` elements travelling as `elem` (a gs_elem_type).
+// The chunks of an allreduce of `count` elements of type `dtype` in memory, travelling as `elem`
+// (a gs_elem_type).
 struct Chunking {
   uint8_t elem = 0;
   size_t elem_bytes = 0;
+  DType dtype = DType::kFloat32;
   uint32_t per = 0;  // elements of a full chunk
   size_t count = 0;
   size_t chunks = 0;
@@ -25,21 +29,23 @@ struct Chunking {
 };
 
 // `payload_bytes` is the largest payload a packet carries; a chunk holds at most 65535 elements
-// (the header's count field). count must be >= 1.
-Chunking make_chunking(size_t count, uint8_t elem, uint32_t payload_bytes);
+// (the header's count field). count must be >= 1. An int32 tensor travels as int32; a float32 or
+// float64 tensor as any float wire type (float64 on a 32- or 16-bit float wire is rounded to
+// float32 first; float32 on the float64 wire is widened and its sum rounded once at the end).
+Chunking make_chunking(size_t count, uint8_t elem, uint32_t payload_bytes, DType dtype = DType::kFloat32);
 
-// Encodes chunk `c` of the tensor at `base` (float32, or int32 for the int32 wire) into
-// `payload`. fixed32 quantises with the scale 2^scale (value = integer * 2^-scale). Returns the
-// payload's length in bytes.
-size_t encode_chunk(const Chunking& ch, const void* base, size_t c, int scale, uint8_t* payload);
+// Encodes chunk `c` of the tensor at `src` into `payload`. fixed32 quantises with the scale
+// 2^scale (value = integer * 2^-scale). Returns the payload's length in bytes.
+size_t encode_chunk(const Chunking& ch, const void* src, size_t c, int scale, uint8_t* payload);
 
-// Writes a chunk's payload (the summed elements) back into the tensor, converted from the wire
-// type; fixed32 payloads were quantised with 2^scale.
-void decode_chunk(const Chunking& ch, const uint8_t* payload, size_t c, int scale, void* base);
+// Writes a chunk's payload (the summed elements) into the tensor at `dst`, converted from the
+// wire type; fixed32 payloads were quantised with 2^scale.
+void decode_chunk(const Chunking& ch, const uint8_t* payload, size_t c, int scale, void* dst);
 
 // Adds this rank's chunk `c` to a partial sum arriving on the wire: out = in + own, in the wire
 // type (the ring's per-hop aggregation). int32/fixed32 add exactly (wrapping); float32 adds in
 // fp32; float16/bfloat16 widen, add in fp32 and round once per hop. `in` and `out` may not overlap.
+// float32 and int32 tensors only (UnsupportedType for float64, here and in encode_sum/decode_sum).
 void accumulate_chunk(const Chunking& ch, const void* base, size_t c, int scale, const uint8_t* in,
                       uint8_t* out);
 
@@ -52,6 +58,6 @@ void decode_sum(const Chunking& ch, const uint8_t* payload, size_t c, void* base
 // fixed32: the block exponent of every chunk of `src` (docs/protocol.md section 5) into `*exps`.
 // Throws InvalidArgument naming the first element that fixed32 cannot carry (non-finite or
 // >= 2^127 in magnitude), before anything is sent.
-void block_exponents(const Chunking& ch, const float* src, std::vector<int8_t>* exps);
+void block_exponents(const Chunking& ch, const void* src, std::vector<int8_t>* exps);
 
 }  // namespace gradswitch::worker

@@ -40,8 +40,9 @@ uint8_t parse_wire(const std::string& name) {
   if (name == "fixed32") return GS_ELEM_FIXED32;
   if (name == "float16") return GS_ELEM_FLOAT16;
   if (name == "bfloat16") return GS_ELEM_BFLOAT16;
+  if (name == "float64") return GS_ELEM_FLOAT64;
   throw InvalidArgument("gradswitch: unknown wire '" + name +
-                        "' (expected float32, fixed32, float16, bfloat16 or int32)");
+                        "' (expected float32, fixed32, float16, bfloat16, float64 or int32)");
 }
 
 // ---------------------------------------------------------------- Handle
@@ -150,8 +151,15 @@ Group::~Group() {
   }
 }
 
-Handle Group::allreduce_async(void* data, size_t count, DType dtype) {
-  return enqueue(Op{data, count, dtype, nullptr, nullptr});
+Handle Group::allreduce_async(const void* src, void* dst, size_t count, DType dtype, uint8_t wire) {
+  if (wire != 0 && (gs_elem_size(wire) == 0 || (dtype == DType::kInt32) != (wire == GS_ELEM_INT32)))
+    throw InvalidArgument("gradswitch: wire " + std::string(gs_elem_name(wire)) + " (" +
+                          std::to_string(wire) + ") cannot carry a" +
+                          (dtype == DType::kInt32 ? "n int32" : " float") + " tensor");
+  Op op{dst, count, dtype, nullptr, nullptr};
+  op.src = src;
+  op.wire = wire;
+  return enqueue(std::move(op));
 }
 
 Handle Group::enqueue(Op op) {
@@ -289,7 +297,7 @@ void Group::thread_main() {
       if (op.fn)
         op.fn();
       else
-        run_allreduce(op.data, op.count, op.dtype);
+        run_allreduce(op);
     } catch (...) {
       err = std::current_exception();
     }
@@ -335,31 +343,39 @@ std::string Group::describe_job() const {
 
 // ---------------------------------------------------------------- allreduce
 
-void Group::run_allreduce(void* data, size_t count, DType dtype) {
+void Group::run_allreduce(const Op& req) {
+  const size_t count = req.count;
+  const DType dtype = req.dtype;
   if (fatal_) std::rethrow_exception(fatal_);
   if (cancel_.load(std::memory_order_relaxed))
     throw Error("gradswitch: allreduce cancelled: the group of " + describe_job() + " was closed");
-  const uint8_t elem = dtype == DType::kInt32 ? static_cast<uint8_t>(GS_ELEM_INT32) : wire_;
-  if (dtype == DType::kFloat32 && wire_ == GS_ELEM_INT32)
+  const uint8_t elem =
+      dtype == DType::kInt32 ? static_cast<uint8_t>(GS_ELEM_INT32) : (req.wire ? req.wire : wire_);
+  if (dtype != DType::kInt32 && elem == GS_ELEM_INT32)
     throw InvalidArgument("gradswitch: " + describe_job() +
                           " uses wire int32, which carries only int32 tensors; connect with wire='float32', "
-                          "'fixed32', 'float16' or 'bfloat16' to reduce float32 tensors");
-  if (!join_.optimizer.empty() && (dtype != DType::kFloat32 || count != join_.params))
-    throw InvalidArgument("gradswitch: " + describe_job() + " is an optimizer job (" + join_.optimizer +
-                          "): an allreduce takes the float32 gradient of exactly params=" +
-                          std::to_string(join_.params) + " elements, got " + std::to_string(count) +
-                          (dtype == DType::kInt32 ? " int32" : " float32") + " elements");
+                          "'fixed32', 'float16', 'bfloat16' or 'float64' to reduce float tensors");
+  const char* type_name = dtype == DType::kInt32     ? " int32"
+                          : dtype == DType::kFloat64 ? " float64"
+                                                     : " float32";
+  if (!join_.optimizer.empty() &&
+      (dtype != DType::kFloat32 || elem != GS_ELEM_FLOAT32 || count != join_.params))
+    throw InvalidArgument(
+        "gradswitch: " + describe_job() + " is an optimizer job (" + join_.optimizer +
+        "): an allreduce takes the float32 gradient of exactly params=" + std::to_string(join_.params) +
+        " elements on the float32 wire, got " + std::to_string(count) + type_name + " elements");
   if (count == 0) return;  // nothing to do; consumes no sequence number (every rank does the same)
   if (count > 0xFFFFFFFFull)
     throw InvalidArgument(
         "gradswitch: an allreduce holds at most 2^32-1 elements (offsets are 32-bit), got " +
         std::to_string(count));
   AllreduceOp op;
-  op.base = static_cast<uint8_t*>(data);
-  op.ch = make_chunking(count, elem, join_.payload_bytes);
+  op.src = static_cast<const uint8_t*>(req.src);
+  op.base = static_cast<uint8_t*>(req.data);
+  op.ch = make_chunking(count, elem, join_.payload_bytes, dtype);
   // fixed32: every chunk's block exponent, and the range check, before anything is sent.
   if (elem == GS_ELEM_FIXED32) {
-    block_exponents(op.ch, static_cast<const float*>(data), &exps_);
+    block_exponents(op.ch, req.src, &exps_);
     op.exps = &exps_;
   }
   op.seq = seq_++;

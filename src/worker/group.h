@@ -68,8 +68,15 @@ class Group {
 
   // Sums `count` elements at `data` over all ranks, in place. The memory must stay valid and
   // untouched until the handle completes.
-  Handle allreduce_async(void* data, size_t count, DType dtype);
+  Handle allreduce_async(void* data, size_t count, DType dtype) {
+    return allreduce_async(data, data, count, dtype);
+  }
   void allreduce(void* data, size_t count, DType dtype) { allreduce_async(data, count, dtype).wait(); }
+  // The same, reading `src` and writing the sum into `dst` (`src` is never written; `dst` may be
+  // `src`, or nullptr to discard the sum). `wire` (a gs_elem_type; 0 = the group's wire) is how a
+  // float tensor travels in this call: a caller that knows every rank makes the same choice (an MPI
+  // library: each MPI datatype as its own type) may differ from the wire agreed at JOIN.
+  Handle allreduce_async(const void* src, void* dst, size_t count, DType dtype, uint8_t wire = 0);
 
   // ---- Optimizer jobs (Options::optimizer). Each call is queued on the background thread behind
   // the operations queued before it, so it runs between two allreduces, as the protocol requires.
@@ -104,17 +111,19 @@ class Group {
 
  private:
   struct Op {
-    void* data;
+    void* data;  // where the sum goes (nullptr: discarded)
     size_t count;
     DType dtype;
     std::shared_ptr<Handle::State> state;
-    std::function<void()> fn;  // a control-plane operation instead of an allreduce
+    std::function<void()> fn;   // a control-plane operation instead of an allreduce
+    const void* src = nullptr;  // what is summed
+    uint8_t wire = 0;           // 0: the group's wire
   };
   Handle enqueue(Op op);
   void require_optimizer(const char* what) const;
   double control_timeout(size_t bytes) const;
   void thread_main();
-  void run_allreduce(void* data, size_t count, DType dtype);
+  void run_allreduce(const Op& op);
   std::string describe_job() const;
 
   Options opt_;

@@ -8,14 +8,16 @@
 
 namespace gradswitch::worker {
 
-enum class DType : uint8_t { kFloat32, kInt32 };
+// A tensor's element type in memory.
+enum class DType : uint8_t { kFloat32, kInt32, kFloat64 };
 
 struct Options {
   std::string switch_addr = "127.0.0.1:7700";  // control plane host:port
   std::string job = "default";
   unsigned rank = 0;
   unsigned world = 1;
-  std::string wire = "float32";  // int32 | float32 | fixed32 | float16 | bfloat16
+  std::string wire =
+      "float32";  // how float tensors travel: float32 | fixed32 | float16 | bfloat16 | float64 | int32
   std::string token = "gradswitch";
   double timeout_s = 30.0;          // an allreduce fails after this long without progress
   double join_timeout_s = 120.0;    // JOIN waits this long for the other ranks (the switch has its own)

@@ -25,9 +25,13 @@ struct PathContext {
 };
 
 // One allreduce: the tensor (overwritten with the sum chunk by chunk), its chunks, and for
-// fixed32 this rank's block exponent of every chunk.
+// fixed32 this rank's block exponent of every chunk. The switch path also sums out of place: it
+// then reads `src` and writes the sum into `base`, or keeps no sum when `base` is nullptr (an MPI
+// reduction's non-root ranks).
 struct AllreduceOp {
   uint8_t* base = nullptr;
+  const uint8_t* src = nullptr;  // nullptr: `base`
+  const uint8_t* input() const { return src ? src : base; }
   Chunking ch;
   const std::vector<int8_t>* exps = nullptr;
   uint32_t seq = 0;

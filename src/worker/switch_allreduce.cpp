@@ -94,7 +94,7 @@ void SwitchAllreduce::prepare_chunk(Run& run, unsigned slot, size_t c, int8_t ag
     r.scale = static_cast<int8_t>(scale);
     next_exp = c + run.W < op.ch.chunks ? (*op.exps)[c + run.W] : static_cast<int8_t>(GS_EXP_NONE);
   }
-  size_t len = encode_chunk(op.ch, op.base, c, scale, window_.payload(slot));
+  size_t len = encode_chunk(op.ch, op.input(), c, scale, window_.payload(slot));
   uint8_t v = window_.claim_version(slot);
   if (c + 1 == op.ch.chunks) v |= GS_FLAG_LAST;  // lets the switch catch ranks whose lengths differ
   window_.seal(
@@ -164,7 +164,7 @@ void SwitchAllreduce::receive(Run& run, const uint8_t* p, uint32_t len, int64_t 
   if (r.bootstrap) {
     next_chunk = r.chunk;  // the exponent round's result carries the agreed exponent of this chunk
   } else {
-    decode_chunk(op.ch, p + GS_HEADER_BYTES, r.chunk, r.scale, op.base);
+    if (op.base) decode_chunk(op.ch, p + GS_HEADER_BYTES, r.chunk, r.scale, op.base);
     next_chunk = r.chunk + run.W;
   }
   if (next_chunk < op.ch.chunks) {

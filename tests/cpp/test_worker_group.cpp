@@ -83,6 +83,7 @@ class FakeSwitch {
       r.next_exp = GS_EXP_NONE;
       r.acc_f.assign(h.count, 0.0f);
       r.acc_i.assign(h.count, 0);
+      r.acc_d.assign(h.count, 0.0);
     }
     if (r.seen & (1ull << h.rank)) {
       if (r.complete) {
@@ -126,6 +127,12 @@ class FakeSwitch {
           r.acc_f[i] += bf16_to_f32_scalar(v);
           break;
         }
+        case GS_ELEM_FLOAT64: {
+          double v;
+          std::memcpy(&v, pl + 8 * i, 8);
+          r.acc_d[i] += v;
+          break;
+        }
       }
     }
     r.seen |= 1ull << h.rank;
@@ -159,6 +166,9 @@ class FakeSwitch {
           std::memcpy(out + 2 * i, &v, 2);
           break;
         }
+        case GS_ELEM_FLOAT64:
+          std::memcpy(out + 8 * i, &r.acc_d[i], 8);
+          break;
       }
     }
     for (unsigned k = 0; k < world_; ++k) {
@@ -201,6 +211,7 @@ class FakeSwitch {
     uint64_t seen = 0;
     std::vector<float> acc_f;
     std::vector<int32_t> acc_i;
+    std::vector<double> acc_d;
     std::vector<uint8_t> result;
   };
   void push(unsigned rank, std::vector<uint8_t> pkt) {
@@ -340,6 +351,62 @@ TEST(float_wires) {
     for (unsigned r = 1; r < 4; ++r) CHECK(d[r] == d[0]);
     if (wire == "fixed32") CHECK(g[0]->stats().bootstrap_rounds == 32);
   }
+}
+
+TEST(float64_tensors_on_every_float_wire) {
+  // 2^30 + k/1024: exact in float64, not representable in float32; the sum of 4 is exact in float64.
+  size_t n = 20011;
+  std::vector<std::vector<double>> base(4, std::vector<double>(n));
+  std::vector<double> want(n, 0.0);
+  for (unsigned r = 0; r < 4; ++r)
+    for (size_t i = 0; i < n; ++i) {
+      base[r][i] = 0x1p30 + static_cast<double>((i * 7 + r * 13) % 1024) / 1024 - (i % 3 ? 0 : 0x1p31);
+      want[i] += base[r][i];
+    }
+  for (std::string wire : {"float64", "float32", "fixed32", "bfloat16"}) {
+    FakeSwitch sw(4, 16, 1440);
+    auto g = make_groups(sw, 4, wire);
+    auto d = base;
+    CHECK(all_ok(run_all(g, d, DType::kFloat64)));
+    double worst = 0;
+    for (unsigned r = 0; r < 4; ++r)
+      for (size_t i = 0; i < n; ++i)
+        worst = std::max(worst, std::fabs(d[r][i] - want[i]) / std::fabs(want[i]));
+    // float64: exact. fixed32: 30 bits less log2(4). float32 / bfloat16: one rounding of each input
+    // to float32 (2^-24) and the float wire's own roundings.
+    double tol = wire == "float64" ? 0 : wire == "fixed32" ? 0x1p-27 : wire == "float32" ? 0x1p-21 : 1e-2;
+    if (worst > tol) std::fprintf(stderr, "  float64 on wire %s: worst rel error %g\n", wire.c_str(), worst);
+    CHECK(worst <= tol);
+    for (unsigned r = 1; r < 4; ++r) CHECK(d[r] == d[0]);
+  }
+}
+
+TEST(out_of_place_discarded_sums_and_a_wire_per_call) {
+  FakeSwitch sw(2, 8, 1440);
+  auto g = make_groups(sw, 2, "float32");
+  size_t n = 3000;
+  std::vector<std::vector<float>> src(2, std::vector<float>(n));
+  for (unsigned r = 0; r < 2; ++r)
+    for (size_t i = 0; i < n; ++i) src[r][i] = 16777216.0f + 2.0f * static_cast<float>(r + i % 5);
+  auto keep = src;
+  std::vector<float> dst(n, -1.0f);
+  // Rank 0 keeps the sum out of place; rank 1 discards it (an MPI_Reduce at a non-root). The
+  // float64 wire (per call, on a job joined as float32) sums 2^24 + odd exactly; rounded once.
+  Handle h0 = g[0]->allreduce_async(src[0].data(), dst.data(), n, DType::kFloat32, GS_ELEM_FLOAT64);
+  Handle h1 = g[1]->allreduce_async(src[1].data(), nullptr, n, DType::kFloat32, GS_ELEM_FLOAT64);
+  h0.wait();
+  h1.wait();
+  CHECK(src == keep);
+  bool ok = true;
+  for (size_t i = 0; i < n; ++i) ok &= dst[i] == static_cast<float>(2 * 16777216.0 + 2.0 * (i % 5) * 2 + 2.0);
+  CHECK(ok);
+  bool threw = false;
+  try {
+    g[0]->allreduce_async(src[0].data(), dst.data(), n, DType::kInt32, GS_ELEM_FLOAT32);
+  } catch (const InvalidArgument&) {
+    threw = true;
+  }
+  CHECK(threw);
 }
 
 TEST(fixed32_exact_and_order_independent) {

@@ -70,6 +70,54 @@ TEST(codec_roundtrip_every_wire) {
   CHECK(iout == isrc);
 }
 
+TEST(codec_float64_tensors_on_every_float_wire) {
+  // Multiples of 1/8 below 8 are exact in every wire type; one value needs float64's precision.
+  std::vector<double> src(500);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = std::ldexp(static_cast<double>(static_cast<int>(i % 97) - 48), -3);
+  for (uint8_t elem :
+       {GS_ELEM_FLOAT64, GS_ELEM_FLOAT32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16, GS_ELEM_FIXED32}) {
+    Chunking ch = make_chunking(src.size(), elem, 1440, DType::kFloat64);
+    CHECK_EQ(ch.per, 1440u / gs_elem_size(elem));
+    std::vector<int8_t> exps;
+    if (elem == GS_ELEM_FIXED32) block_exponents(ch, src.data(), &exps);
+    std::vector<double> out(src.size(), -1.0);
+    std::vector<uint8_t> payload(1440 + 4);
+    for (size_t c = 0; c < ch.chunks; ++c) {
+      int scale = elem == GS_ELEM_FIXED32 ? 30 - exps[c] : 0;
+      CHECK_EQ(encode_chunk(ch, src.data(), c, scale, payload.data()), ch.size(c) * ch.elem_bytes);
+      // A received datagram may start 4 bytes off an 8-byte boundary: decoding copes.
+      std::memmove(payload.data() + 4, payload.data(), ch.size(c) * ch.elem_bytes);
+      decode_chunk(ch, payload.data() + 4, c, scale, out.data());
+    }
+    CHECK(out == src);
+  }
+  // On the float64 wire a double travels bit for bit; fixed32 from doubles keeps 30 bits.
+  std::vector<double> fine = {1.0 + 0x1p-40, -3.0, 0.3};
+  Chunking f64 = make_chunking(fine.size(), GS_ELEM_FLOAT64, 1440, DType::kFloat64);
+  std::vector<uint8_t> payload(1440);
+  encode_chunk(f64, fine.data(), 0, 0, payload.data());
+  CHECK(std::memcmp(payload.data(), fine.data(), 24) == 0);
+  Chunking fx = make_chunking(fine.size(), GS_ELEM_FIXED32, 1440, DType::kFloat64);
+  std::vector<int8_t> exps;
+  block_exponents(fx, fine.data(), &exps);
+  CHECK_EQ(static_cast<int>(exps[0]), 2);  // 3 < 2^2
+  std::vector<double> back(3);
+  encode_chunk(fx, fine.data(), 0, 28, payload.data());
+  decode_chunk(fx, payload.data(), 0, 28, back.data());
+  CHECK(back[1] == -3.0 && std::fabs(back[2] - 0.3) <= 0x1p-29 && back[2] != static_cast<double>(0.3f));
+  // A float32 tensor on the float64 wire: widened exactly, and back.
+  std::vector<float> f32 = {0.1f, -2.5f, 3e38f};
+  Chunking wide = make_chunking(f32.size(), GS_ELEM_FLOAT64, 1440, DType::kFloat32);
+  encode_chunk(wide, f32.data(), 0, 0, payload.data());
+  double d1;
+  std::memcpy(&d1, payload.data(), 8);
+  CHECK(d1 == static_cast<double>(0.1f));
+  std::vector<float> f32_back(3);
+  decode_chunk(wide, payload.data(), 0, 0, f32_back.data());
+  CHECK(f32_back == f32);
+}
+
 TEST(block_exponents_and_rejection) {
   std::vector<float> v(720, 0.0f);
   v[5] = 3.0f;    // chunk 0: max 3 < 2^2
@@ -89,6 +137,16 @@ TEST(block_exponents_and_rejection) {
     msg = ex.what();
   }
   CHECK(msg.find("element 777") != std::string::npos);
+  std::vector<double> d(1000, 0.0);
+  d[999] = 1e300;  // finite, but beyond what fixed32 carries
+  Chunking dch = make_chunking(d.size(), GS_ELEM_FIXED32, 1440, DType::kFloat64);
+  msg.clear();
+  try {
+    block_exponents(dch, d.data(), &e);
+  } catch (const InvalidArgument& ex) {
+    msg = ex.what();
+  }
+  CHECK(msg.find("element 999") != std::string::npos);
 }
 
 TEST(codec_accumulate_per_wire) {

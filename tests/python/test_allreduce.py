@@ -60,6 +60,11 @@ def _input(kind: str, rank: int, size: int) -> np.ndarray:
         return np.ldexp(k.astype(np.float32), e.astype(np.int32)).astype(np.float32)
     if kind == "normal":
         return np.random.default_rng(1000 + rank).standard_normal(size).astype(np.float32)
+    if kind == "exact64":  # float64: 2^30 + k * 2^-20 (exact float64 sums, far beyond float32's precision)
+        k = ((i * 7919 + rank * 104729) % 2049) - 1024
+        return 2.0**30 + np.ldexp(k.astype(np.float64), -20) * (1 + (i % 3))
+    if kind == "normal64":
+        return np.random.default_rng(2000 + rank).standard_normal(size) * 1e3
     raise ValueError(kind)
 
 
@@ -82,7 +87,8 @@ def abs_sum(kind: str, world: int, size: int) -> np.ndarray:
 # Per-element bound for inexact inputs: rtol * sum_r |x_r| + atol.
 # float16/bfloat16: each input and the result are rounded once (2^-11 / 2^-8 relative each).
 # fixed32: every rank rounds once at scale 2^-S, S = 30 - E - ceil(log2 N) with max |x| < 2^E.
-TOLERANCE = {"float32": 1e-6, "fixed32": 1e-6, "float16": 2e-3, "bfloat16": 2e-2}
+# float64: the arrival order changes the last bits of a double.
+TOLERANCE = {"float32": 1e-6, "fixed32": 1e-6, "float16": 2e-3, "bfloat16": 2e-2, "float64": 1e-15}
 
 
 def atol(wire: str, world: int, max_abs: float) -> float:
@@ -102,7 +108,10 @@ def check(kind: str, wire: str, world: int, x: np.ndarray) -> tuple[bool, str]:
             j = bad[0]
             return False, f"int32 mismatch at {j}: {x[j]} != {want[j]} ({bad.size} bad)"
         return True, "exact"
-    if kind == "exact" and wire in ("float32", "fixed32"):  # exact by construction
+    exact = (kind == "exact" and wire in ("float32", "fixed32", "float64")) or (
+        kind == "exact64" and wire == "float64"
+    )
+    if exact:  # by construction
         bad = np.flatnonzero(x.astype(np.float64) != want)
         if bad.size:
             j = bad[0]
@@ -274,6 +283,27 @@ def test_loss_on_both_sides_gives_exact_results(start_switch, loss):
     st = sw.stats()
     assert st["retx_answered"] > 0
     assert st.get("udp.injected_drops", st.get("drops", 0)) > 0
+
+
+def test_float64_arrays_on_every_float_wire(start_switch):
+    """float64 arrays keep double precision on the float64 wire (exact where the inputs make float64
+    sums exact), are rounded to float32 on the float32 wire, quantised from doubles on fixed32; a
+    float32 array on the float64 wire is summed exactly and rounded once."""
+    sw = start_switch()
+    world = 3
+    plan = [
+        ("f64-float64", "float64", [("exact64", 100_003), ("normal64", 50_001), ("exact", 20_011)]),
+        ("f64-float32", "float32", [("normal64", 50_001)]),
+        ("f64-fixed32", "fixed32", [("normal64", 50_001), ("exact64", 361)]),
+    ]
+    args = [(r, world, sw.address, plan, {}) for r in range(world)]
+    reports = run_workers(_plan_worker, args, deadline_s=90)
+    assert_reports(reports)
+    for key in reports[0]["digests"]:
+        assert len({rep["digests"][key] for rep in reports.values()}) == 1, f"ranks disagree on {key}"
+    # 2^30 + k 2^-20 summed in float32 would be off by up to 2^6: the float64 wire got it exactly.
+    results = [r[:6] for r in reports[0]["results"]]
+    assert ("f64-float64", "float64", "exact64", 100_003, True, "exact") in results
 
 
 def _async_worker(q, rank, world, address, use_torch):

@@ -65,7 +65,7 @@ def test_unreachable_switch_fails_fast():
 
 def test_bad_connect_arguments():
     with pytest.raises(ValueError, match="wire"):
-        gradswitch.connect("127.0.0.1:1", job="j", rank=0, world_size=1, wire="float64")
+        gradswitch.connect("127.0.0.1:1", job="j", rank=0, world_size=1, wire="float128")
     with pytest.raises(ValueError, match="rank"):
         gradswitch.connect("127.0.0.1:1", job="j", rank=2, world_size=2)
     with pytest.raises(ValueError, match="job name"):
@@ -76,9 +76,9 @@ def test_type_and_value_errors(start_switch):
     sw = start_switch()
     with gradswitch.connect(sw.address, job="solo", rank=0, world_size=1, wire="fixed32", timeout=5) as g:
         assert (g.rank, g.world_size, g.job, g.wire) == (0, 1, "solo", "fixed32")
-        with pytest.raises(TypeError, match="float32 and int32"):
-            g.allreduce(np.zeros(4, dtype=np.float64))
-        with pytest.raises(TypeError, match="float32 and int32"):
+        with pytest.raises(TypeError, match="float32, float64 and int32"):
+            g.allreduce(np.zeros(4, dtype=np.float16))
+        with pytest.raises(TypeError, match="float32, float64 and int32"):
             g.allreduce(np.zeros(4, dtype=np.int64))
         with pytest.raises(TypeError, match="numpy.ndarray or a torch.Tensor"):
             g.allreduce([1.0, 2.0])
@@ -115,8 +115,11 @@ def test_torch_type_and_value_errors(start_switch):
     torch = pytest.importorskip("torch")
     sw = start_switch()
     with gradswitch.connect(sw.address, job="solo-torch", rank=0, world_size=1, timeout=5) as g:
-        with pytest.raises(TypeError, match="float32 and int32"):
-            g.allreduce(torch.zeros(4, dtype=torch.float64))
+        with pytest.raises(TypeError, match="float32, float64 and int32"):
+            g.allreduce(torch.zeros(4, dtype=torch.float16))
+        # A world of one: the sum is the tensor, here as the float32 wire carries it (rounded once).
+        d = torch.full((5,), 0.1, dtype=torch.float64)
+        assert g.allreduce(d) is d and d.dtype == torch.float64 and d[0].item() == float(np.float32(0.1))
         with pytest.raises(ValueError, match="contiguous"):
             g.allreduce(torch.zeros(4, 4)[:, 1])
         t = torch.arange(6, dtype=torch.float32)

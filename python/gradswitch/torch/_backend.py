@@ -39,8 +39,8 @@ class Options:
 
     switch: "host:port" of the switch's control port; default $GRADSWITCH_SWITCH; ranks without one use
         rank 0's (published through the store).
-    wire: how float tensors travel: float32, fixed32, float16 or bfloat16 (default $GRADSWITCH_WIRE or
-        float32).
+    wire: how float tensors travel: float32, fixed32, float16, bfloat16 or float64 (default
+        $GRADSWITCH_WIRE or float32).
     timeout: seconds an allreduce may go without progress before it fails (default $GRADSWITCH_TIMEOUT or
         30).
     join_timeout: seconds to wait for every rank to join the job at the switch.

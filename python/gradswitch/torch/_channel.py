@@ -5,8 +5,9 @@ what torch wants: any CPU or CUDA tensor of a supported dtype, and a `torch.futu
 with the reduced tensor. Everything that reaches the Group goes through one ordered path, so every rank
 issues the same allreduces in the same order (the switch pairs chunks by position):
 
-- CPU float32/int32 contiguous tensors are reduced in place (no copy);
-- CPU float64/float16/bfloat16 (or non-contiguous) tensors go through a float32 staging buffer;
+- CPU float32/float64/int32 contiguous tensors are reduced in place (no copy; a float64 tensor keeps
+  double precision on the float64 wire, other wires round it to float32 chunk by chunk);
+- CPU float16/bfloat16 (or non-contiguous) tensors go through a float32 (float64) staging buffer;
 - CUDA tensors go through pinned host buffers in fixed-size pieces: the device-to-host copy of piece
   i+1 runs while piece i is on the network, and the host-to-device copy of piece i while piece i+1 is.
 
@@ -27,7 +28,7 @@ import torch
 from torch.futures import Future
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-NATIVE_DTYPES = (torch.float32, torch.int32)
+NATIVE_DTYPES = (torch.float32, torch.float64, torch.int32)
 SUPPORTED_DTYPES = FLOAT_DTYPES + (torch.int32,)
 DEFAULT_CUDA_PIECE_BYTES = 4 << 20
 
@@ -49,7 +50,7 @@ def dtype_error(dtype: torch.dtype) -> TypeError:
     names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
     return TypeError(
         f"gradswitch: cannot reduce a {str(dtype).replace('torch.', '')} tensor on the switch; supported "
-        f"dtypes are {names} (float64/float16/bfloat16 are summed as float32 on the switch)"
+        f"dtypes are {names} (float16/bfloat16 are summed as float32 on the switch)"
     )
 
 
@@ -171,12 +172,13 @@ class Channel:
         if t.dtype in NATIVE_DTYPES and t.is_contiguous():
             buf = t
         elif t.dtype in FLOAT_DTYPES:
-            buf = t.to(torch.float32, memory_format=torch.contiguous_format).contiguous()
+            staged = torch.float64 if t.dtype == torch.float64 else torch.float32
+            buf = t.to(staged, memory_format=torch.contiguous_format).contiguous()
             if buf.data_ptr() == t.data_ptr():
                 buf = buf.clone()
         else:  # int32, not contiguous
             buf = t.contiguous()
-        self.bytes += buf.numel() * 4
+        self.bytes += buf.numel() * buf.element_size()
         handle = self.group.allreduce_async(buf)
         return ("cpu", tensor, average, fut, (buf, handle))
 
