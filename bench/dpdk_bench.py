@@ -33,7 +33,7 @@ import test_dpdk as T  # noqa: E402
 
 BUILD = Path(os.environ.get("GRADSWITCH_BUILD", REPO / "build-dpdk"))
 JUMBO_AF_PACKET = "blocksz=12288,framesz=12288,framecnt=1024"
-PKTGEN = BUILD / "src/switch/io/dpdk/gs_dpdk_pktgen"
+PKTGEN = BUILD / "tools/dpdk/gs_dpdk_pktgen"
 
 
 def read_stats(path: Path) -> dict[str, int]:

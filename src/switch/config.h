@@ -1,8 +1,9 @@
 // The daemon's configuration: every option, its default and its help text in one place.
 //
 // The defaults are the member initialisers of SwitchConfig; `switch_options()` describes each
-// option once (name, argument, help, how to parse and how to print it), and main.cpp builds
-// getopt_long's table and `--help` from it. Also here: the log level and the monotonic clock
+// option once (name, argument, help, how to parse and how to print it, its group), and
+// command_line.cpp parses the command line and builds `--help` from it. The DPDK backend's options
+// are a group of the same table (SwitchConfig::dpdk). Also here: the log level and the monotonic clock
 // that the data threads and the control plane share (the engine's last_activity_ns is on it).
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gradswitch/wire.h"
@@ -46,6 +48,25 @@ struct SwitchConfig {
   uint64_t max_memory = 1ull << 30;  // bytes of slot memory for all jobs together
   std::string udp_gso = "on";        // on | off: UDP_SEGMENT for results sent to one worker
 
+  // The DPDK backend's own options (--backend dpdk; docs/dpdk.md).
+  struct Dpdk {
+    std::string agg_ip;               // aggregation address; "" = --control-host unless 0.0.0.0
+    unsigned agg_prefix = 24;         // prefix length given to net_tap interfaces with agg_ip
+    std::string agg_mac;              // source MAC of results; "" = the tap port's, else the first port's
+    std::string layout = "auto";      // auto | 8b | 8a | io | single (lcore_layout.h)
+    bool tap_config = true;           // assign agg_ip to net_tap interfaces
+    std::string answer_arp = "auto";  // auto | on | off: answer ARP for agg_ip (auto: without a tap)
+    std::string notify;               // IP:PORT of completion signals; "" = none
+    unsigned notify_quiet_us = 1000;  // a job's latest seq is complete after this long without results
+    unsigned mac_age_s = 300;         // MAC and neighbour ageing
+    unsigned idle_sleep_us = 0;       // sleep after 64 idle polls; 0 = pure polling
+    std::string udp_checksum = "on";  // on | off: UDP checksums of results
+    std::string stats_file;           // rewritten with every counter; "" = none
+    unsigned stats_interval_ms = 1000;
+    unsigned mbufs = 8191;      // per port pool
+    unsigned ring_size = 4096;  // entries per rte_ring, a power of two
+  } dpdk;
+
   // Largest payload of a data packet: mtu - IPv4 (20) - UDP (8) - gradswitch header (32),
   // rounded down to a multiple of 4.
   uint32_t payload_bytes() const { return (mtu - GS_IPV4_UDP_OVERHEAD - GS_HEADER_BYTES) & ~3u; }
@@ -58,10 +79,11 @@ inline constexpr unsigned kMaxThreads = 64;
 // message; `get` prints the current value (applied to SwitchConfig{} it gives the default).
 struct OptionSpec {
   const char* name;     // long option name without "--"
-  const char* metavar;  // shown in --help
+  const char* metavar;  // shown in --help; nullptr for a flag (no argument; `set` gets "")
   const char* help;
   std::function<bool(SwitchConfig&, const std::string&, std::string*)> set;
   std::function<std::string(const SwitchConfig&)> get;
+  const char* group = "";  // "" = the daemon's, "dpdk" = the DPDK backend's
 };
 
 namespace config_detail {
@@ -130,109 +152,261 @@ inline bool parse_choice(const std::string& s, std::initializer_list<const char*
   return false;
 }
 
-template <typename T>
-OptionSpec uint_option(const char* name, const char* metavar, const char* help, T SwitchConfig::*field,
-                       uint64_t lo, uint64_t hi) {
+// A field of SwitchConfig, named by a member pointer (&SwitchConfig::mtu) or, inside a group, by a
+// generic lambda returning it (`[](auto& c) -> auto& { return c.dpdk.mbufs; }`).
+template <typename Field, typename Config>
+decltype(auto) field_of(Field field, Config& c) {
+  if constexpr (std::is_member_object_pointer_v<Field>)
+    return (c.*field);
+  else
+    return field(c);
+}
+
+template <typename Field>
+OptionSpec uint_option(const char* name, const char* metavar, const char* help, Field field, uint64_t lo,
+                       uint64_t hi) {
   return {name, metavar, help,
           [=](SwitchConfig& c, const std::string& s, std::string* err) {
             uint64_t v;
             if (!parse_uint(s, lo, hi, &v, err)) return false;
-            c.*field = static_cast<T>(v);
+            auto& f = field_of(field, c);
+            f = static_cast<std::remove_reference_t<decltype(f)>>(v);
             return true;
           },
-          [=](const SwitchConfig& c) { return std::to_string(c.*field); }};
+          [=](const SwitchConfig& c) { return std::to_string(field_of(field, c)); }};
 }
 
-inline OptionSpec choice_option(const char* name, const char* metavar, const char* help,
-                                std::string SwitchConfig::*field,
-                                std::initializer_list<const char*> choices) {
+template <typename Field>
+OptionSpec choice_option(const char* name, const char* metavar, const char* help, Field field,
+                         std::initializer_list<const char*> choices) {
   std::vector<const char*> copy(choices);
   return {name, metavar, help,
           [=](SwitchConfig& c, const std::string& s, std::string* err) {
             for (const char* ch : copy)
-              if (s == ch) return (c.*field = s), true;
+              if (s == ch) return (field_of(field, c) = s), true;
             std::string list;
             for (const char* ch : copy) list += list.empty() ? ch : std::string("|") + ch;
             *err = "expected one of " + list + ", got '" + s + "'";
             return false;
           },
-          [=](const SwitchConfig& c) { return c.*field; }};
+          [=](const SwitchConfig& c) { return field_of(field, c); }};
+}
+
+// A string checked by `valid` (which explains what it expected); "" is allowed when `optional`.
+template <typename Field>
+OptionSpec text_option(const char* name, const char* metavar, const char* help, Field field, bool optional,
+                       bool (*valid)(const std::string&, std::string*)) {
+  return {name, metavar, help,
+          [=](SwitchConfig& c, const std::string& s, std::string* err) {
+            if (!(optional && s.empty()) && valid && !valid(s, err)) return false;
+            field_of(field, c) = s;
+            return true;
+          },
+          [=](const SwitchConfig& c) {
+            const std::string& v = field_of(field, c);
+            return v.empty() ? std::string("none") : v;
+          }};
+}
+
+// A flag without argument that sets a bool to `value`.
+template <typename Field>
+OptionSpec flag_option(const char* name, const char* help, Field field, bool value) {
+  return {
+      name, nullptr, help,
+      [=](SwitchConfig& c, const std::string&, std::string*) { return (field_of(field, c) = value), true; },
+      [=](const SwitchConfig& c) { return std::string(field_of(field, c) == value ? "set" : "not set"); }};
+}
+
+inline bool valid_ipv4(const std::string& s, std::string* err) {
+  in_addr a;
+  if (inet_pton(AF_INET, s.c_str(), &a) == 1) return true;
+  *err = "expected an IPv4 address like 10.0.0.100, got '" + s + "'";
+  return false;
+}
+
+// "IPv4:PORT" with a port in 1..65535.
+inline bool parse_ipv4_port(const std::string& s, uint32_t* ip_be, uint16_t* port, std::string* err) {
+  const size_t colon = s.rfind(':');
+  in_addr a;
+  uint64_t p = 0;
+  std::string why;
+  if (colon == std::string::npos || inet_pton(AF_INET, s.substr(0, colon).c_str(), &a) != 1 ||
+      !parse_uint(s.substr(colon + 1), 1, 65535, &p, &why)) {
+    *err = "expected IPv4:PORT like 10.0.0.3:9911, got '" + s + "'";
+    return false;
+  }
+  *ip_be = a.s_addr;
+  *port = static_cast<uint16_t>(p);
+  return true;
+}
+inline bool valid_ipv4_port(const std::string& s, std::string* err) {
+  uint32_t ip;
+  uint16_t port;
+  return parse_ipv4_port(s, &ip, &port, err);
+}
+
+// A MAC address as six hex pairs separated by ':' or '-'.
+inline bool parse_mac(const std::string& s, uint8_t out[6], std::string* err) {
+  unsigned b[6];
+  char sep[5];
+  int used = 0;
+  if (s.size() == 17 &&
+      std::sscanf(s.c_str(), "%2x%c%2x%c%2x%c%2x%c%2x%c%2x%n", &b[0], &sep[0], &b[1], &sep[1], &b[2], &sep[2],
+                  &b[3], &sep[3], &b[4], &sep[4], &b[5], &used) == 11 &&
+      used == 17 && s.find_first_not_of("0123456789abcdefABCDEF:-") == std::string::npos) {
+    for (int i = 0; i < 6; ++i) out[i] = static_cast<uint8_t>(b[i]);
+    return true;
+  }
+  *err = "expected a MAC address like 02:00:00:00:00:01, got '" + s + "'";
+  return false;
+}
+inline bool valid_mac(const std::string& s, std::string* err) {
+  uint8_t m[6];
+  return parse_mac(s, m, err);
 }
 
 }  // namespace config_detail
 
+// The DPDK backend's options (group "dpdk"): accepted before the `--` that starts the EAL
+// arguments and, as before, after a second `--` that ends them.
+inline std::vector<OptionSpec> dpdk_options() {
+  using namespace config_detail;
+  std::vector<OptionSpec> o = {
+      text_option(
+          "agg-ip", "ADDR", "aggregation address (none: --control-host, unless it is 0.0.0.0)",
+          [](auto& c) -> auto& { return c.dpdk.agg_ip; }, true, valid_ipv4),
+      uint_option(
+          "agg-prefix", "N", "prefix length of the aggregation address on net_tap interfaces",
+          [](auto& c) -> auto& { return c.dpdk.agg_prefix; }, 0, 32),
+      text_option(
+          "agg-mac", "MAC", "source MAC of results (none: the tap port's, else the first port's)",
+          [](auto& c) -> auto& { return c.dpdk.agg_mac; }, true, valid_mac),
+      choice_option("layout", "L", "lcore layout: auto|8b|8a|io|single (see below)",
+                    [](auto& c) -> auto& { return c.dpdk.layout; }, {"auto", "8b", "8a", "io", "single"}),
+      flag_option(
+          "no-tap-config", "do not assign the aggregation address to net_tap interfaces",
+          [](auto& c) -> auto& { return c.dpdk.tap_config; }, false),
+      choice_option("answer-arp", "M",
+                    "auto|on|off: answer ARP for the aggregation address (auto: when no net_tap port exists)",
+                    [](auto& c) -> auto& { return c.dpdk.answer_arp; }, {"auto", "on", "off"}),
+      text_option(
+          "notify", "IP:PORT", "send a completion signal (include/gradswitch/notify.h) per allreduce",
+          [](auto& c) -> auto& { return c.dpdk.notify; }, true, valid_ipv4_port),
+      uint_option(
+          "notify-quiet-us", "US", "a job's latest seq counts as complete after this long without results",
+          [](auto& c) -> auto& { return c.dpdk.notify_quiet_us; }, 1, 60'000'000),
+      uint_option(
+          "mac-age", "SECONDS", "MAC and neighbour table ageing",
+          [](auto& c) -> auto& { return c.dpdk.mac_age_s; }, 1, 86400),
+      uint_option(
+          "idle-sleep-us", "US", "sleep this long after 64 idle polls (0 = pure polling)",
+          [](auto& c) -> auto& { return c.dpdk.idle_sleep_us; }, 0, 1'000'000),
+      choice_option("udp-checksum", "on|off", "compute the UDP checksums of results",
+                    [](auto& c) -> auto& { return c.dpdk.udp_checksum; }, {"on", "off"}),
+      text_option(
+          "stats-file", "PATH", "rewrite PATH with every counter and the MAC tables",
+          [](auto& c) -> auto& { return c.dpdk.stats_file; }, true, nullptr),
+      uint_option(
+          "stats-interval-ms", "MS", "how often --stats-file is rewritten",
+          [](auto& c) -> auto& { return c.dpdk.stats_interval_ms; }, 10, 3'600'000),
+      uint_option(
+          "mbufs", "N", "mbufs per port pool", [](auto& c) -> auto& { return c.dpdk.mbufs; }, 1023, 1u << 22),
+      {"ring-size", "N", "entries per rte_ring (a power of two, 64..1048576)",
+       [](SwitchConfig& c, const std::string& s, std::string* err) {
+         uint64_t v;
+         if (!parse_uint(s, 64, 1u << 20, &v, err)) return false;
+         if (v & (v - 1)) return *err = "expected a power of two, got '" + s + "'", false;
+         c.dpdk.ring_size = static_cast<unsigned>(v);
+         return true;
+       },
+       [](const SwitchConfig& c) { return std::to_string(c.dpdk.ring_size); }},
+  };
+  for (OptionSpec& spec : o) spec.group = "dpdk";
+  return o;
+}
+
 // Every option of gradswitchd, in --help order.
 inline const std::vector<OptionSpec>& switch_options() {
   using namespace config_detail;
-  static const std::vector<OptionSpec> options = {
-      {"control-host", "ADDR", "IPv4 address to listen on (TCP control plane and UDP data ports)",
-       [](SwitchConfig& c, const std::string& s, std::string* err) {
-         in_addr a;
-         if (inet_pton(AF_INET, s.c_str(), &a) != 1) {
-           *err = "expected an IPv4 address like 0.0.0.0 or 127.0.0.1, got '" + s + "'";
-           return false;
-         }
-         c.control_host = s;
-         return true;
-       },
-       [](const SwitchConfig& c) { return c.control_host; }},
-      uint_option("control-port", "PORT", "TCP port of the control plane", &SwitchConfig::control_port, 1,
-                  65535),
-      uint_option("data-port", "PORT", "first UDP data port; data thread t listens on PORT+t",
-                  &SwitchConfig::data_port, 1, 65535),
-      uint_option("threads", "N", "data threads (slot s is served by thread s % N)", &SwitchConfig::threads,
-                  1, kMaxThreads),
-      uint_option("slots", "N", "slots per job (the workers' window)", &SwitchConfig::slots, 1, 65535),
-      uint_option("mtu", "BYTES", "IP MTU of data packets; payload = MTU - 60, rounded down to 4 bytes",
-                  &SwitchConfig::mtu, kMinMtu, GS_MAX_MTU),
-      uint_option("max-jobs", "N", "jobs alive at once", &SwitchConfig::max_jobs, 1, 256),
-      uint_option("join-timeout", "SECONDS", "time for all ranks of a job to join",
-                  &SwitchConfig::join_timeout_s, 1, 86400),
-      uint_option("idle-timeout", "SECONDS", "abort a job after this long without a packet or request",
-                  &SwitchConfig::idle_timeout_s, 1, 30 * 86400),
-      {"drop-rate", "P", "drop this fraction of received data packets (loss injection for tests)",
-       [](SwitchConfig& c, const std::string& s, std::string* err) {
-         char* end = nullptr;
-         errno = 0;
-         double v = s.empty() ? -1 : std::strtod(s.c_str(), &end);
-         if (s.empty() || errno || *end != '\0' || !(v >= 0.0 && v <= 1.0)) {
-           *err = "expected a probability between 0 and 1, got '" + s + "'";
-           return false;
-         }
-         c.drop_rate = v;
-         return true;
-       },
-       [](const SwitchConfig& c) {
-         char b[32];
-         std::snprintf(b, sizeof b, "%g", c.drop_rate);
-         return std::string(b);
-       }},
-      uint_option("seed", "N", "seed of the injected loss", &SwitchConfig::seed, 0, UINT64_MAX),
-      uint_option("batch", "N", "datagrams per recvmmsg/sendmmsg burst", &SwitchConfig::batch, 1, 1024),
-      uint_option("stats-interval", "SECONDS", "log a stats line this often (0 = never)",
-                  &SwitchConfig::stats_interval_s, 0, 86400),
-      choice_option("log-level", "LEVEL", "error|warn|info|debug", &SwitchConfig::log_level,
-                    {"error", "warn", "info", "debug"}),
-      choice_option("backend", "NAME", "data-plane I/O: udp (sockets) or dpdk (options after --)",
-                    &SwitchConfig::backend, {"udp", "dpdk"}),
-      {"max-memory", "BYTES", "slot memory for all jobs together (suffix K, M, G); beyond it JOIN fails",
-       [](SwitchConfig& c, const std::string& s, std::string* err) {
-         return parse_bytes(s, &c.max_memory, err);
-       },
-       [](const SwitchConfig& c) {
-         if (c.max_memory % (1ull << 30) == 0) return std::to_string(c.max_memory >> 30) + "G";
-         if (c.max_memory % (1ull << 20) == 0) return std::to_string(c.max_memory >> 20) + "M";
-         return std::to_string(c.max_memory);
-       }},
-      choice_option("udp-gso", "on|off",
-                    "udp backend: send a burst's results to a worker as one UDP_SEGMENT write",
-                    &SwitchConfig::udp_gso, {"on", "off"}),
-  };
+  static const std::vector<OptionSpec> options = [] {
+    std::vector<OptionSpec> o = {
+        {"control-host", "ADDR", "IPv4 address to listen on (TCP control plane and UDP data ports)",
+         [](SwitchConfig& c, const std::string& s, std::string* err) {
+           in_addr a;
+           if (inet_pton(AF_INET, s.c_str(), &a) != 1) {
+             *err = "expected an IPv4 address like 0.0.0.0 or 127.0.0.1, got '" + s + "'";
+             return false;
+           }
+           c.control_host = s;
+           return true;
+         },
+         [](const SwitchConfig& c) { return c.control_host; }},
+        uint_option("control-port", "PORT", "TCP port of the control plane", &SwitchConfig::control_port, 1,
+                    65535),
+        uint_option("data-port", "PORT", "first UDP data port; data thread t listens on PORT+t",
+                    &SwitchConfig::data_port, 1, 65535),
+        uint_option("threads", "N", "data threads (slot s is served by thread s % N)", &SwitchConfig::threads,
+                    1, kMaxThreads),
+        uint_option("slots", "N", "slots per job (the workers' window)", &SwitchConfig::slots, 1, 65535),
+        uint_option("mtu", "BYTES", "IP MTU of data packets; payload = MTU - 60, rounded down to 4 bytes",
+                    &SwitchConfig::mtu, kMinMtu, GS_MAX_MTU),
+        uint_option("max-jobs", "N", "jobs alive at once", &SwitchConfig::max_jobs, 1, 256),
+        uint_option("join-timeout", "SECONDS", "time for all ranks of a job to join",
+                    &SwitchConfig::join_timeout_s, 1, 86400),
+        uint_option("idle-timeout", "SECONDS", "abort a job after this long without a packet or request",
+                    &SwitchConfig::idle_timeout_s, 1, 30 * 86400),
+        {"drop-rate", "P", "drop this fraction of received data packets (loss injection for tests)",
+         [](SwitchConfig& c, const std::string& s, std::string* err) {
+           char* end = nullptr;
+           errno = 0;
+           double v = s.empty() ? -1 : std::strtod(s.c_str(), &end);
+           if (s.empty() || errno || *end != '\0' || !(v >= 0.0 && v <= 1.0)) {
+             *err = "expected a probability between 0 and 1, got '" + s + "'";
+             return false;
+           }
+           c.drop_rate = v;
+           return true;
+         },
+         [](const SwitchConfig& c) {
+           char b[32];
+           std::snprintf(b, sizeof b, "%g", c.drop_rate);
+           return std::string(b);
+         }},
+        uint_option("seed", "N", "seed of the injected loss", &SwitchConfig::seed, 0, UINT64_MAX),
+        uint_option("batch", "N", "datagrams per recvmmsg/sendmmsg burst", &SwitchConfig::batch, 1, 1024),
+        uint_option("stats-interval", "SECONDS", "log a stats line this often (0 = never)",
+                    &SwitchConfig::stats_interval_s, 0, 86400),
+        choice_option("log-level", "LEVEL", "error|warn|info|debug", &SwitchConfig::log_level,
+                      {"error", "warn", "info", "debug"}),
+        choice_option("backend", "NAME", "data-plane I/O: udp (sockets) or dpdk (EAL arguments after --)",
+                      &SwitchConfig::backend, {"udp", "dpdk"}),
+        {"max-memory", "BYTES", "slot memory for all jobs together (suffix K, M, G); beyond it JOIN fails",
+         [](SwitchConfig& c, const std::string& s, std::string* err) {
+           return parse_bytes(s, &c.max_memory, err);
+         },
+         [](const SwitchConfig& c) {
+           if (c.max_memory % (1ull << 30) == 0) return std::to_string(c.max_memory >> 30) + "G";
+           if (c.max_memory % (1ull << 20) == 0) return std::to_string(c.max_memory >> 20) + "M";
+           return std::to_string(c.max_memory);
+         }},
+        choice_option("udp-gso", "on|off",
+                      "udp backend: send a burst's results to a worker as one UDP_SEGMENT write",
+                      &SwitchConfig::udp_gso, {"on", "off"}),
+    };
+    for (OptionSpec& spec : dpdk_options()) o.push_back(std::move(spec));
+    return o;
+  }();
   return options;
 }
 
 // Checks that involve several options; "" when the config is usable.
 inline std::string validate_config(const SwitchConfig& c) {
+  if (c.backend != "dpdk") {
+    const SwitchConfig defaults;
+    for (const OptionSpec& o : switch_options())
+      if (std::string(o.group) == "dpdk" && o.get(c) != o.get(defaults))
+        return std::string("--") + o.name + " is an option of the DPDK backend: add --backend dpdk";
+  }
   if (c.data_port + c.threads - 1 > 65535)
     return "--data-port " + std::to_string(c.data_port) + " with --threads " + std::to_string(c.threads) +
            " needs UDP ports beyond 65535";

@@ -1,5 +1,4 @@
 // gradswitchd: options -> config -> engine, control plane, backend -> run until SIGINT/SIGTERM.
-#include <getopt.h>
 #include <signal.h>
 
 #include <atomic>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "common/kernels.h"
+#include "switch/command_line.h"
 #include "switch/config.h"
 #include "switch/control/control_plane.h"
 #include "switch/engine/engine.h"
@@ -31,68 +31,10 @@ void on_signal(int) {
   g_stop.store(true);
 }
 
-struct Args {
-  SwitchConfig config;
-  bool help = false, version = false;
-  std::vector<std::string> backend_args;  // after "--"
-};
-
-void print_help() {
-  const SwitchConfig defaults;
-  std::printf(
-      "usage: gradswitchd [options] [-- dpdk-options]\n"
-      "A software switch that sums data-parallel workers' gradients as they stream through.\n\n");
-  for (const OptionSpec& o : switch_options()) {
-    std::string flag = std::string("--") + o.name + " " + o.metavar;
-    std::printf("  %-26s %s (default %s)\n", flag.c_str(), o.help, o.get(defaults).c_str());
-  }
-  std::printf("  %-26s %s\n  %-26s %s\n", "-h, --help",
-              "this text; with --backend dpdk also the DPDK options", "-V, --version",
-              "print the version and exit");
-}
-
-bool parse_args(int argc, char** argv, Args* args, std::string* error) {
-  const auto& specs = switch_options();
-  std::vector<option> longopts;
-  for (size_t i = 0; i < specs.size(); ++i)
-    longopts.push_back({specs[i].name, required_argument, nullptr, int(1000 + i)});
-  longopts.push_back({"help", no_argument, nullptr, 'h'});
-  longopts.push_back({"version", no_argument, nullptr, 'V'});
-  longopts.push_back({nullptr, 0, nullptr, 0});
-  opterr = 0;
-  for (;;) {
-    int c = getopt_long(argc, argv, "+:hV", longopts.data(), nullptr);
-    if (c == -1) break;
-    if (c == 'h')
-      args->help = true;
-    else if (c == 'V')
-      args->version = true;
-    else if (c == ':')
-      return *error = std::string("option '") + argv[optind - 1] + "' needs a value", false;
-    else if (c == '?')
-      return *error = std::string("unknown option '") + argv[optind - 1] + "'", false;
-    else {
-      const OptionSpec& o = specs[c - 1000];
-      std::string why;
-      if (!o.set(args->config, optarg, &why))
-        return *error = std::string("bad value for --") + o.name + ": " + why, false;
-    }
-  }
-  if (optind < argc && !(optind > 1 && std::strcmp(argv[optind - 1], "--") == 0))
-    return *error = std::string("unexpected argument '") + argv[optind] + "' (DPDK options go after --)",
-           false;
-  for (int i = optind; i < argc; ++i) args->backend_args.push_back(argv[i]);
-  if (!args->backend_args.empty() && args->config.backend != "dpdk")
-    return *error = "arguments after -- are for --backend dpdk", false;
-  if (std::string v = validate_config(args->config); !v.empty()) return *error = v, false;
-  return true;
-}
-
-std::unique_ptr<Backend> make_backend(Engine& engine, ControlPlane& control, const Args& args,
-                                      std::string* error) {
-  if (args.config.backend == "udp") return make_udp_backend(engine, args.config, error);
+std::unique_ptr<Backend> make_backend(Engine& engine, const CommandLine& cl, std::string* error) {
+  if (cl.config.backend == "udp") return make_udp_backend(engine, cl.config, error);
 #ifdef GRADSWITCH_HAVE_DPDK
-  return make_dpdk_backend(engine, control, args.config, args.backend_args, error);
+  return make_dpdk_backend(engine, cl.config, cl.eal_args, error);
 #else
   *error = kNoDpdk;
   return nullptr;
@@ -102,19 +44,17 @@ std::unique_ptr<Backend> make_backend(Engine& engine, ControlPlane& control, con
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args;
+  CommandLine args;
   std::string error;
-  if (!parse_args(argc, argv, &args, &error)) {
+  if (!parse_command_line(std::vector<std::string>(argv + 1, argv + argc), &args, &error)) {
     std::fprintf(stderr, "gradswitchd: %s\nTry 'gradswitchd --help'.\n", error.c_str());
     return 2;
   }
   if (args.help) {
-    print_help();
 #ifdef GRADSWITCH_HAVE_DPDK
-    if (args.config.backend == "dpdk")
-      std::printf("\nDPDK backend (options after --):\n%s", dpdk_backend_help().c_str());
+    std::printf("%s", help_text("gradswitchd", dpdk_backend_help()).c_str());
 #else
-    if (args.config.backend == "dpdk") std::printf("\n--backend dpdk: %s\n", kNoDpdk);
+    std::printf("%s", help_text("gradswitchd", std::string("--backend dpdk: ") + kNoDpdk + "\n").c_str());
 #endif
     return 0;
   }
@@ -131,7 +71,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gradswitchd: %s\n", error.c_str());
     return 1;
   }
-  std::unique_ptr<Backend> backend = make_backend(engine, control, args, &error);
+  std::unique_ptr<Backend> backend = make_backend(engine, args, &error);
   if (!backend) {
     std::fprintf(stderr, "gradswitchd: %s\n", error.c_str());
     return 1;

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -35,6 +36,28 @@ WIRES = {"int32": 1, "float32": 2, "fixed32": 3, "float16": 4, "bfloat16": 5}
 HDR = struct.Struct(">HBBIIHHBBHIIbbH")  # wire.h gs_header, 32 bytes
 ETH_P_ALL = 0x0003
 TEST_ETHERTYPE = 0x88B5  # IEEE local experimental: the kernel ignores it
+
+
+def _notify_definition() -> tuple[struct.Struct, list[str], dict[str, int]]:
+    """The completion signal as include/gradswitch/notify.h defines it: its fields (struct gs_notify,
+    big-endian) and constants, read from the header itself so the test follows the one definition."""
+    text = (REPO / "include/gradswitch/notify.h").read_text()
+    body = re.search(r"struct gs_notify \{(.*?)\};", text, re.S).group(1)
+    codes = {"uint8_t": "B", "uint16_t": "H", "uint32_t": "I", "uint64_t": "Q"}
+    fields = re.findall(r"(uint\d+_t)\s+(\w+);", body)
+    layout = struct.Struct(">" + "".join(codes[t] for t, _ in fields))
+    consts = {k: int(v, 0) for k, v in re.findall(r"#define (GS_NOTIFY_\w+) (0x[0-9A-Fa-f]+|\d+)u", text)}
+    consts.update({k: int(v) for k, v in re.findall(r"(GS_NOTIFY_\w+) = (\d+)", text)})
+    assert layout.size == consts["GS_NOTIFY_BYTES"], (layout.format, consts)
+    return layout, [n for _, n in fields], consts
+
+
+NOTIFY_LAYOUT, NOTIFY_FIELDS, NOTIFY = _notify_definition()
+
+
+def decode_notify(datagram: bytes) -> dict[str, int]:
+    assert len(datagram) == NOTIFY_LAYOUT.size, datagram.hex()
+    return dict(zip(NOTIFY_FIELDS, NOTIFY_LAYOUT.unpack(datagram), strict=True))
 
 
 # --------------------------------------------------------------------------------------------
@@ -589,13 +612,15 @@ if pytest is not None:
         assert all(r["ok"] for r in res), res
         sigs = json.loads(listener.communicate(timeout=20)[0])
         assert sigs, "no completion signal arrived: " + sw.log_text()
-        # magic, version, reason, reserved, job_id, seq (completed through), elements, last result ns
-        decoded = [struct.unpack(">IBBHIIQQ", bytes.fromhex(s)) for s in sigs]
-        assert all(d[0] == 0x4753434E and d[1] == 1 for d in decoded), decoded
-        assert all(d[4] == res[0]["job_id"] for d in decoded), decoded
-        assert max(d[5] for d in decoded) == 2, decoded  # seq 0..2: completed through seq 2
-        last = [d for d in decoded if d[5] == 2][0]
-        assert last[6] == 5000, decoded  # elements of the last allreduce
+        decoded = [decode_notify(bytes.fromhex(s)) for s in sigs]
+        assert all(d["magic"] == NOTIFY["GS_NOTIFY_MAGIC"] for d in decoded), decoded
+        assert all(d["version"] == NOTIFY["GS_NOTIFY_VERSION"] for d in decoded), decoded
+        assert all(d["job_id"] == res[0]["job_id"] for d in decoded), decoded
+        assert max(d["seq"] for d in decoded) == 2, decoded  # seq 0..2: completed through seq 2
+        last = [d for d in decoded if d["seq"] == 2][0]
+        assert last["elements"] == 5000, decoded  # elements of the last allreduce
+        reasons = {NOTIFY["GS_NOTIFY_NEWER_SEQ"], NOTIFY["GS_NOTIFY_QUIET"]}
+        assert all(d["reason"] in reasons for d in decoded), decoded
 
     def test_loss_injection(net):
         topo, sw = net(2, extra=["--drop-rate", "0.05", "--seed", "7"])

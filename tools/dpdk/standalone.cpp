@@ -1,10 +1,11 @@
 // gs_dpdk_standalone: the DPDK backend without the TCP control plane, for benchmarks and for
 // testing the switch before/without the daemon. Jobs are created on the engine directly.
 //
-//   gs_dpdk_standalone [--threads X] [--data-port P] [--mtu M] [--drop-rate R]
+//   gs_dpdk_standalone [gradswitchd options: --threads, --data-port, --mtu, --agg-ip, ...]
 //       [--job name=N,world=W,key=K,wire=float32,slots=S,ep=IP:PORT+IP:PORT...]...
-//       -- EAL-ARGS [-- DPDK-OPTIONS]
-// Prints "job <name> id=<id> key=<key>" for each job, then runs until SIGINT/SIGTERM.
+//       -- EAL-ARGS
+// The options are the daemon's (config.h, parsed the same way). Prints "job <name> id=<id>
+// key=<key>" for each job, then runs until SIGINT/SIGTERM.
 #include <arpa/inet.h>
 #include <signal.h>
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "switch/command_line.h"
 #include "switch/config.h"
 #include "switch/engine/engine.h"
 #include "switch/io/dpdk/dpdk_backend.h"
@@ -38,34 +40,31 @@ uint8_t wire_of(const std::string& s) {
 
 int main(int argc, char** argv) {
   using namespace gradswitch;
-  SwitchConfig cfg;
-  std::vector<std::string> jobs, rest;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    auto val = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--") {
-      ++i;
+  // --job is this tool's; everything else is the daemon's command line.
+  std::vector<std::string> jobs, args;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) {
+      args.insert(args.end(), argv + i, argv + argc);
       break;
-    } else if (a == "--threads")
-      cfg.threads = std::atoi(val().c_str());
-    else if (a == "--data-port")
-      cfg.data_port = std::atoi(val().c_str());
-    else if (a == "--mtu")
-      cfg.mtu = std::atoi(val().c_str());
-    else if (a == "--drop-rate")
-      cfg.drop_rate = std::atof(val().c_str());
-    else if (a == "--job")
-      jobs.push_back(val());
-    else if (a == "--help") {
-      std::printf("%s", dpdk_backend_help().c_str());
-      return 0;
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      return 2;
     }
+    if (std::strcmp(argv[i], "--job") == 0 && i + 1 < argc)
+      jobs.push_back(argv[++i]);
+    else
+      args.push_back(argv[i]);
   }
-  for (; i < argc; ++i) rest.push_back(argv[i]);
+  CommandLine cl;
+  cl.config.backend = "dpdk";
+  std::string error;
+  if (!parse_command_line(args, &cl, &error)) {
+    std::fprintf(stderr, "gs_dpdk_standalone: %s\n", error.c_str());
+    return 2;
+  }
+  if (cl.help) {
+    std::printf("%s", help_text("gs_dpdk_standalone", dpdk_backend_help()).c_str());
+    return 0;
+  }
+  const SwitchConfig& cfg = cl.config;
+  const std::vector<std::string>& rest = cl.eal_args;
   EngineConfig ec;
   ec.threads = cfg.threads;
   ec.max_jobs = cfg.max_jobs;

@@ -1,0 +1,100 @@
+// gradswitchd's command line and --help from the option table (command_line.h).
+#include "switch/command_line.h"
+
+#include <cstring>
+
+namespace gradswitch {
+namespace {
+
+const OptionSpec* find_option(const std::string& name) {
+  for (const OptionSpec& o : switch_options())
+    if (name == o.name) return &o;
+  return nullptr;
+}
+
+}  // namespace
+
+bool parse_options(const std::vector<std::string>& args, size_t begin, const char* only_group,
+                   CommandLine* out, size_t* end, std::string* error) {
+  size_t i = begin;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (!only_group && (a == "-h" || a == "--help")) {
+      out->help = true;
+      continue;
+    }
+    if (!only_group && (a == "-V" || a == "--version")) {
+      out->version = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) {
+      *error = a.rfind("-", 0) == 0 ? "unknown option '" + a + "'"
+                                    : "unexpected argument '" + a + "' (EAL arguments go after --)";
+      return false;
+    }
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const OptionSpec* o = find_option(name);
+    if (!o || (only_group && std::strcmp(o->group, only_group) != 0)) {
+      *error = "unknown option '--" + name + "'" +
+               (only_group ? std::string(" (after the EAL arguments only DPDK options are allowed)") : "");
+      return false;
+    }
+    std::string value;
+    if (!o->metavar) {
+      if (eq != std::string::npos) return *error = "option '--" + name + "' takes no value", false;
+    } else if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return *error = "option '--" + name + "' needs a value", false;
+    }
+    std::string why;
+    if (!o->set(out->config, value, &why)) return *error = "bad value for --" + name + ": " + why, false;
+  }
+  *end = i;
+  return true;
+}
+
+bool parse_command_line(const std::vector<std::string>& args, CommandLine* out, std::string* error) {
+  size_t next = 0;
+  if (!parse_options(args, 0, nullptr, out, &next, error)) return false;
+  if (next < args.size() && out->config.backend != "dpdk")
+    return *error = "arguments after -- are for --backend dpdk (DPDK's EAL arguments)", false;
+  for (; next < args.size() && args[next] != "--"; ++next) out->eal_args.push_back(args[next]);
+  if (next < args.size() && !parse_options(args, next + 1, "dpdk", out, &next, error)) return false;
+  if (next < args.size()) return *error = "unexpected '--' after the DPDK options", false;
+  if (out->help || out->version) return true;
+  if (std::string v = validate_config(out->config); !v.empty()) return *error = v, false;
+  return true;
+}
+
+std::string help_text(const std::string& program, const std::string& extra) {
+  const SwitchConfig defaults;
+  std::string out = "usage: " + program +
+                    " [options] [--backend dpdk [DPDK options] -- EAL-ARGS]\n"
+                    "A software switch that sums data-parallel workers' gradients as they stream through.\n";
+  std::string group = "-";
+  for (const OptionSpec& o : switch_options()) {
+    if (group != o.group) {
+      group = o.group;
+      out += group.empty() ? "\nOptions:\n"
+                           : "\nDPDK backend options (--backend dpdk; also accepted after EAL-ARGS -- ):\n";
+    }
+    const std::string flag = std::string("--") + o.name + (o.metavar ? std::string(" ") + o.metavar : "");
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-26s %s (default %s)\n", flag.c_str(), o.help,
+                  o.get(defaults).c_str());
+    out += line;
+  }
+  out += "  -h, --help                 this text\n  -V, --version              print the version and exit\n";
+  if (!extra.empty()) out += "\n" + extra;
+  return out;
+}
+
+}  // namespace gradswitch
