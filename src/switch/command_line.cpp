@@ -77,7 +77,7 @@ bool parse_command_line(const std::vector<std::string>& args, CommandLine* out, 
 std::string help_text(const std::string& program, const std::string& extra) {
   const SwitchConfig defaults;
   std::string out = "usage: " + program +
-                    " [options] [--backend dpdk [DPDK options] -- EAL-ARGS]\n"
+                    " [options] [-- EAL-ARGS]\n"
                     "A software switch that sums data-parallel workers' gradients as they stream through.\n";
   std::string group = "-";
   for (const OptionSpec& o : switch_options()) {
