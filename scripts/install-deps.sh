@@ -3,17 +3,29 @@
 # network tools for the testbed, Open MPI, and the Python packages. Idempotent.
 #   scripts/install-deps.sh           everything (tests)
 #   scripts/install-deps.sh --minimal what the demo needs
+#   --print-packages                  print the Debian packages it would install, and stop
 set -euo pipefail
 minimal=0
-[ "${1:-}" = "--minimal" ] && minimal=1
+print=0
+for arg in "$@"; do
+  case "$arg" in
+    --minimal) minimal=1 ;;
+    --print-packages) print=1 ;;
+    *) echo "usage: $0 [--minimal] [--print-packages]" >&2; exit 2 ;;
+  esac
+done
 
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
-apt_packages=(build-essential cmake ninja-build pkg-config python3-dev)
-if [ $minimal -eq 0 ]; then
-  apt_packages+=(libdpdk-dev dpdk clang clang-format libclang-rt-14-dev iproute2 nftables iputils-ping iperf3 ethtool
-                 openmpi-bin libopenmpi-dev procps psmisc)
+# The packages come from the table of every program gradswitch runs (scripts/programs.tsv, which
+# tests/python/test_tools.py checks against the code): stage "build" for the demo, every row for tests.
+table="$(dirname "$0")/programs.tsv"
+mapfile -t apt_packages < <(awk -F'\t' -v all=$((1 - minimal)) \
+  '!/^#/ && NF == 4 && (all || $3 == "build") { print $2 }' "$table" | sort -u)
+if [ $print -eq 1 ]; then
+  printf '%s\n' "${apt_packages[@]}"
+  exit 0
 fi
 missing=()
 for p in "${apt_packages[@]}"; do

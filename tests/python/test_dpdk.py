@@ -17,7 +17,6 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import socket
 import struct
@@ -25,6 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from gradswitch import _tools
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[2]
@@ -283,8 +284,9 @@ def find_switch_binary() -> Path | None:
 def dpdk_unavailable_reason() -> str | None:
     if os.geteuid() != 0:
         return "needs root (network namespaces, af_xdp)"
-    if not shutil.which("ip"):
-        return "iproute2 `ip` not found"
+    missing = _tools.missing(["ip", "ethtool", "ping"])
+    if missing:
+        return f"not installed: {', '.join(missing)} (scripts/install-deps.sh installs them)"
     b = find_switch_binary()
     if b is None:
         return "gradswitchd not found: install the package (pip install .) or set GRADSWITCHD"
@@ -343,7 +345,7 @@ class Topology:
             _run("ip", "-n", ns, "link", "set", self.host_if[i], "up")
             # af_xdp hands the switch the frame as the sender's kernel left it: with checksum
             # offload on, TCP/UDP checksums would be left partial. Real NICs do not need this.
-            _run("ip", "netns", "exec", ns, "ethtool", "-K", self.host_if[i], "tx", "off", check=False)
+            _run("ip", "netns", "exec", ns, _tools.require("ethtool"), "-K", self.host_if[i], "tx", "off")
 
     def down(self) -> None:
         for ns in reversed(self.created):
@@ -351,7 +353,10 @@ class Topology:
         self.created.clear()
 
     def exec(self, i: int, *cmd: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return _run("ip", "netns", "exec", self.host_ns[i], *cmd, check=False, timeout=timeout)
+        """Runs cmd in host i's namespace; the exit code is the caller's to judge (a program that is
+        not installed is an error here, not an exit code)."""
+        prog = _tools.require(cmd[0]) if cmd[0] in _tools.programs() else cmd[0]
+        return _run("ip", "netns", "exec", self.host_ns[i], prog, *cmd[1:], check=False, timeout=timeout)
 
     def popen_helper(self, i: int, *args: str) -> subprocess.Popen:
         return subprocess.Popen(

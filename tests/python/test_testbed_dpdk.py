@@ -44,10 +44,11 @@ def dpdk_unavailable_reason() -> str | None:
     why = netns_unavailable_reason()
     if why:
         return why
-    import shutil
+    from gradswitch import _tools
 
-    if shutil.which("ethtool") is None:
-        return "`ethtool` not installed (apt-get install ethtool)"
+    missing = _tools.missing(["ethtool"])
+    if missing:
+        return f"not installed: {', '.join(missing)} (scripts/install-deps.sh installs it)"
     from gradswitch._paths import switch_binary
 
     try:

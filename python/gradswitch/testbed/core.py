@@ -31,6 +31,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .. import _tools
+
 PREFIX = "gs-"
 STATE_DIR = Path(os.environ.get("GRADSWITCH_TESTBED_STATE", "/run/gradswitch-testbed"))
 ETC_NETNS = Path("/etc/netns")
@@ -103,7 +105,7 @@ def fmt_rate(bps: int | None) -> str:
 
 
 # ----------------------------------------------------------------------------------------- helpers
-REQUIRED_TOOLS = ("ip", "tc", "nft")
+REQUIRED_TOOLS = ("ip", "bridge", "tc", "nft")
 
 
 def check_environment(need_ethtool: bool = False) -> None:
@@ -113,13 +115,11 @@ def check_environment(need_ethtool: bool = False) -> None:
             "the testbed needs root (it creates network namespaces, veth links, qdiscs and nftables "
             "tables): run as root, e.g. `sudo gradswitch testbed up`"
         )
-    tools = list(REQUIRED_TOOLS) + (["ethtool"] if need_ethtool else [])
-    missing = [t for t in tools if shutil.which(t) is None]
+    missing = _tools.missing([*REQUIRED_TOOLS, *(["ethtool"] if need_ethtool else [])])
     if missing:
-        pkgs = {"ip": "iproute2", "tc": "iproute2", "nft": "nftables", "ethtool": "ethtool"}
         raise TestbedError(
-            f"missing tools: {', '.join(missing)}; install with "
-            f"`apt-get install {' '.join(sorted({pkgs[t] for t in missing}))}`"
+            f"missing tools: {', '.join(missing)}; install the packages named "
+            f"(scripts/install-deps.sh installs everything gradswitch needs)"
         )
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     if r.returncode != 0:
@@ -712,7 +712,11 @@ class Testbed:
         ns = self.netns(host)
         if isinstance(cmd, str):
             cmd = ["sh", "-c", cmd]
-        return ["ip", "netns", "exec", ns, *map(str, cmd)]
+        cmd = [str(c) for c in cmd]
+        # `ip netns exec` turns a missing program into an exit code: name its package instead.
+        if cmd and "/" not in cmd[0] and cmd[0] in _tools.programs():
+            _tools.require(cmd[0])
+        return ["ip", "netns", "exec", ns, *cmd]
 
     def env(self, extra: dict | None = None) -> dict:
         """Environment for processes in the namespaces: PYTHONPATH reaches this gradswitch package."""
