@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         "  switch   run the switch daemon (gradswitchd) in the foreground; `gradswitch switch --help`\n"
         "  bench    N local workers allreduce through a switch; prints bandwidth and packet rate\n"
         "  demo     a switch and 4 workers on loopback summing a 64 MiB tensor, checked\n"
-        "  testbed  an emulated cluster in network namespaces (root)",
+        "  testbed  an emulated cluster in network namespaces (root)\n"
+        "  mpirun   an unmodified Open MPI program, its reductions summed by the switch (docs/mpi.md)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gradswitch {__version__}")
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("switch", help="run the switch daemon", add_help=False)
     sub.add_parser("bench", help="local allreduce benchmark", add_help=False)
     sub.add_parser("demo", help="local demo with result check", add_help=False)
+    sub.add_parser("mpirun", help="run an MPI program with libgradswitch_mpi.so", add_help=False)
     try:
         from gradswitch.testbed.cli import add_parser as add_testbed_parser
     except ImportError:
@@ -44,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     # Sub-commands that own their whole argument list are dispatched before argparse sees it.
     if argv and argv[0] == "switch":
         return _switch(argv[1:])
+    if argv and argv[0] == "mpirun":
+        from gradswitch import mpirun
+
+        return mpirun.main(argv[1:])
     if argv and argv[0] in ("bench", "demo"):
         from gradswitch import bench
 
