@@ -50,6 +50,31 @@ def test_mpi(tb, system, n):
     assert r.ok and len(r.times) == 2
 
 
+@pytest.mark.parametrize("system,n", [("mpi_allreduce_gs", 3), ("mpi_reduce_gs", 2)])
+def test_mpi_baseline_program_through_the_library(tb, system, n):
+    """The same mpi4py program with libgradswitch_mpi.so: every rank still checks its exact sum, and
+    the library's and the switch's counters show each reduction went through the switch."""
+    pytest.importorskip("mpi4py")
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    from gradswitch._paths import mpi_library
+    from gradswitch.baselines import run
+
+    try:
+        mpi_library()
+    except FileNotFoundError as e:  # Open MPI is here, so the build should have made it
+        pytest.fail(str(e))
+    # 100 KB is below the library's default threshold: take every size.
+    r = run(system, tb, NBYTES, iters=2, workers=n, timeout=60, library_env={"GRADSWITCH_MPI_MIN_BYTES": "0"})
+    print(r.summary(), r.extra)
+    assert r.ok and len(r.times) == 2
+    ranks = n + (system == "mpi_reduce_gs")  # the host is rank 0 of MPI_Reduce
+    c = r.extra["gradswitch_mpi"]
+    calls = "allreduce" if system == "mpi_allreduce_gs" else "reduce"
+    assert c[calls] == ranks * 3 and c["mpi_fallback"] == 0 and c["jobs"] == ranks, c
+    assert r.extra["switch"]["jobs_started"] == 1 and r.extra["switch"]["completed"] >= 3 * (NBYTES // 1440)
+
+
 def test_wrong_sum_is_detected():
     from gradswitch.baselines.common import check, expected_sum
 

@@ -5,7 +5,7 @@ import json
 import sys
 
 from ..testbed import Testbed, TestbedError
-from .runner import SYSTEMS, BaselineError, run
+from .runner import ALL_SYSTEMS, SYSTEMS, BaselineError, run
 
 
 def _size(s: str) -> int:
@@ -16,7 +16,9 @@ def _size(s: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--system", default=",".join(SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)} (default all)"
+        "--system",
+        default=",".join(SYSTEMS),
+        help=f"comma list of {', '.join(ALL_SYSTEMS)} (default {','.join(SYSTEMS)})",
     )
     p.add_argument("-n", "--workers", type=int, default=4)
     p.add_argument("--nbytes", type=_size, default=_size("4M"), help="gradient bytes (float32), e.g. 64M")

@@ -1,7 +1,9 @@
 """Run a baseline on a testbed: `run(system, tb, nbytes, iters)` -> Result (sums verified by every rank).
 
 Systems: hostagg (aggregator on `host`), gloo (torch.distributed ring), mpi_allreduce (MPI_Allreduce),
-mpi_reduce_bcast (MPI_Reduce to `host` + MPI_Bcast, paper 000 Case 3).
+mpi_reduce_bcast (MPI_Reduce to `host` + MPI_Bcast, paper 000 Case 3), mpi_reduce (MPI_Reduce to
+`host` alone, paper 000 Fig. 13). Each mpi_* system with the suffix `_gs` is the same unmodified
+program with libgradswitch_mpi.so preloaded and gradswitchd on the testbed's switch (docs/mpi.md).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from ..testbed import Testbed, TestbedError
 from .common import Result, combine, fail_text, parse_results, python, wait_all
 
 SYSTEMS = ("hostagg", "gloo", "mpi_allreduce", "mpi_reduce_bcast")
-ALL_SYSTEMS = ("gradswitch",) + SYSTEMS  # gradswitch itself: gradswitch_sys.run_gradswitch
+MPI_MODES = ("allreduce", "reduce_bcast", "reduce")
+# gradswitch itself (gradswitch_sys.run_gradswitch), and MPI programs with and without the MPI library
+ALL_SYSTEMS = ("gradswitch",) + SYSTEMS + ("mpi_reduce",) + tuple(f"mpi_{m}_gs" for m in MPI_MODES)
 
 
 class BaselineError(RuntimeError):
@@ -225,11 +229,33 @@ def run_mpi(
     warmup: int = 1,
     mode: str = "allreduce",
     timeout: float = 180,
+    library: bool = False,
+    library_env: dict[str, str] | None = None,
 ) -> Result:
+    """The MPI program in `mode`; with `library`, preloading libgradswitch_mpi.so with gradswitchd on the
+    switch (1 thread) and `library_env` (e.g. {"GRADSWITCH_MPI_WIRE": "fixed32"}) exported to the ranks.
+    Result.extra then holds the library's counters summed over ranks and the switch's STATS deltas."""
+    if mode not in MPI_MODES:
+        raise BaselineError(f"unknown MPI mode {mode!r}: one of {', '.join(MPI_MODES)}")
     n = _workers(tb, workers)
-    hosts = (["host"] if mode == "reduce_bcast" else []) + [f"w{r}" for r in range(n)]
+    hosts = (["host"] if mode != "allreduce" else []) + [f"w{r}" for r in range(n)]
     d = tempfile.mkdtemp(prefix="gs-mpi-")
+    daemon = None
     try:
+        exports: list[str] = []
+        if library:
+            from .._paths import mpi_library
+            from .gradswitch_sys import SwitchDaemon
+
+            daemon = SwitchDaemon(tb).start()
+            before = daemon.stats()
+            env = {
+                "LD_PRELOAD": mpi_library(),
+                "GRADSWITCH_SWITCH": daemon.address,
+                "GRADSWITCH_MPI_STATS": os.path.join(d, "gsmpi"),
+                **(library_env or {}),
+            }
+            exports = [x for k, v in env.items() for x in ("-x", f"{k}={v}")]
         agent = os.path.join(d, "netns-rsh")
         with open(agent, "w") as f:
             f.write(_RSH.replace("{name}", tb.name))
@@ -238,6 +264,7 @@ def run_mpi(
             tb,
             hosts,
             [
+                *exports,
                 python(),
                 "-m",
                 "gradswitch.baselines.mpi",
@@ -277,14 +304,28 @@ def run_mpi(
             raise BaselineError(
                 f"mpirun ({mode}) failed rc={rc}:\n{se.strip()[-3000:]}\n{so.strip()[-1000:]}"
             )
-        rs = []
+        rs, counters = [], {}
         for f in sorted(os.listdir(d)):
-            if f.startswith("rank") and f.endswith(".json"):
+            if f.endswith(".json") and f.startswith(("rank", "gsmpi.")):
                 with open(os.path.join(d, f)) as fh:
-                    rs.append(json.load(fh))
+                    r = json.load(fh)
+                if f.startswith("rank"):
+                    rs.append(r)
+                else:  # the library's counters of one rank
+                    for k, v in r.items():
+                        if k != "rank":
+                            counters[k] = counters.get(k, 0) + v
+        extra = {}
+        if daemon is not None:
+            after = daemon.stats()
+            extra["gradswitch_mpi"] = counters
+            keys = ("completed", "pkts_in", "jobs_started")
+            extra["switch"] = {k: after[k] - before.get(k, 0) for k in keys}
     finally:
+        if daemon is not None:
+            daemon.stop()
         shutil.rmtree(d, ignore_errors=True)
-    return combine(f"mpi_{mode}", n, nbytes, iters, rs, len(hosts))
+    return combine(f"mpi_{mode}" + ("_gs" if library else ""), n, nbytes, iters, rs, len(hosts), extra)
 
 
 def run(
@@ -297,8 +338,10 @@ def run(
         return run_hostagg(tb, nbytes, iters, workers, warmup, **kw)
     if system == "gloo":
         return run_gloo(tb, nbytes, iters, workers, warmup, **kw)
-    if system in ("mpi_allreduce", "mpi_reduce_bcast"):
-        return run_mpi(tb, nbytes, iters, workers, warmup, mode=system[4:], **kw)
+    if system.startswith("mpi_"):
+        library = system.endswith("_gs")
+        mode = system[4:-3] if library else system[4:]
+        return run_mpi(tb, nbytes, iters, workers, warmup, mode=mode, library=library, **kw)
     if system == "gradswitch":
         from .gradswitch_sys import run_gradswitch
 
@@ -308,6 +351,7 @@ def run(
 
 __all__ = [
     "ALL_SYSTEMS",
+    "MPI_MODES",
     "SYSTEMS",
     "BaselineError",
     "Result",
