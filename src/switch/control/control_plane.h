@@ -5,6 +5,11 @@
 // sockets, line framing, and the job life cycle. Pending joins live here; the engine job is
 // created once every rank has joined and destroyed once every rank's connection is gone.
 // Errors answer only the connection that caused them; no input can stop the loop.
+//
+// The class is defined in four files along its seams: server.cpp (poll loop, connections,
+// framing, dispatch, output), jobs.cpp (join, start, leave, aborts and events, timers),
+// queries.cpp (STATUS, STATS, JOBS) and optimizer_requests.cpp (PARAMS, SETLR, STATE_*);
+// control_state.h holds the records they share.
 #pragma once
 
 #include <atomic>

@@ -1,0 +1,360 @@
+// The job life cycle: JOIN (a pending job waits for its ranks), the start, LEAVE and closed
+// connections, aborts and their EVENT lines, the join and idle timeouts, and shutdown.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <random>
+
+#include "switch/control/control_plane.h"
+#include "switch/control/control_state.h"
+
+namespace gradswitch {
+
+using namespace control;
+
+namespace {
+constexpr uint64_t kTimerPeriodNs = 100'000'000;
+}  // namespace
+
+size_t ControlPlane::reserved_memory() const {
+  size_t m = 0;
+  for (auto& [n, p] : pending_) m += p->memory;
+  for (auto& [id, j] : live_) m += j->memory;
+  return m;
+}
+
+void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
+  using Role = Conn::Role;
+  if (c.role == Role::kJoined)
+    return reply_error(c, kErrState,
+                       "this connection already joined job '" + c.job_name + "' as rank " +
+                           std::to_string(c.rank) + " (one JOIN per connection)");
+  if (c.role == Role::kLeft)
+    return reply_error(
+        c, kErrState,
+        "this connection already left job '" + c.job_name + "' (one JOIN per connection; open a new one)");
+  if (shutting_down_) return reply_error(c, kErrState, "the switch is shutting down");
+  Error err;
+  auto j = parse_join(r, &err);
+  if (!j) return reply_error(c, err.code, err.message);
+
+  for (auto& [id, live] : live_)
+    if (live->spec.name == j->job && !live->aborted)
+      return reply_error(
+          c, kErrConflict,
+          "job '" + j->job + "' is already running with all " + std::to_string(live->spec.world) + " ranks");
+
+  auto it = pending_.find(j->job);
+  if (it != pending_.end()) {
+    PendingJob& p = *it->second;
+    if (p.token != j->token) {
+      // Not provably a member of this job: refuse it alone, the waiting ranks are unaffected.
+      GS_LOG_WARN("job '%s': refused JOIN of rank %u from %s: different token", j->job.c_str(), j->rank,
+                  c.peer.c_str());
+      return reply_error(c, kErrConflict, "job '" + j->job + "' exists with a different token");
+    }
+    std::string differs = join_conflict(p, *j);
+    if (!differs.empty()) {
+      // A member of the job disagrees with the ranks already waiting: the job cannot start, so every
+      // waiting rank learns it now rather than at the join timeout.
+      const std::string why = "job '" + j->job + "': rank " + std::to_string(j->rank) + " (" + c.peer +
+                              ") joined with " + differs + "; the job is cancelled for every rank";
+      GS_LOG_WARN("refused JOIN: %s", why.c_str());
+      fail_pending(p, {kErrConflict, why});
+      return reply_error(c, kErrConflict, why);
+    }
+  } else {
+    JobSpec spec;
+    spec.world = j->world;
+    spec.wire = j->wire;
+    spec.slots = static_cast<uint16_t>(config_.slots);
+    spec.payload_bytes = config_.payload_bytes();
+    const size_t slot_bytes = Engine::job_memory_bytes(spec);
+    const size_t opt_bytes = j->optimizer ? optimizer_memory_bytes(*j->optimizer, spec.payload_bytes / 4) : 0;
+    const size_t need = slot_bytes + opt_bytes;
+    if (live_.size() + pending_.size() >= config_.max_jobs)
+      return reply_error(
+          c, kErrNoResources,
+          "job table full: " + std::to_string(config_.max_jobs) + " jobs running or joining (--max-jobs)");
+    if (reserved_memory() + need > config_.max_memory) {
+      std::string what = j->optimizer
+                             ? "memory: job needs " + std::to_string(need) + " bytes (slots " +
+                                   std::to_string(slot_bytes) + " + optimizer " + std::to_string(opt_bytes) +
+                                   " for " + std::to_string(j->optimizer->params) + " parameters, " +
+                                   optimizer_algo_name(j->optimizer->algo) + ")"
+                             : "slot memory: job needs " + std::to_string(need) + " bytes";
+      return reply_error(
+          c, kErrNoResources,
+          "not enough " + what + ", " +
+              std::to_string(config_.max_memory - std::min<size_t>(reserved_memory(), config_.max_memory)) +
+              " of " + std::to_string(config_.max_memory) + " left (--max-memory)");
+    }
+    auto p = std::make_unique<PendingJob>();
+    p->name = j->job;
+    p->token = j->token;
+    p->world = j->world;
+    p->wire = j->wire;
+    p->memory = need;
+    if (j->optimizer) p->optimizer = std::make_shared<const OptimizerSpec>(*j->optimizer);
+    p->deadline_ns = now_ns + uint64_t(config_.join_timeout_s) * 1'000'000'000ull;
+    p->conn.assign(j->world, 0);
+    p->port.assign(j->world, 0);
+    it = pending_.emplace(j->job, std::move(p)).first;
+  }
+  PendingJob& p = *it->second;
+  p.conn[j->rank] = c.id;
+  p.port[j->rank] = j->port;
+  ++p.joined;
+  c.role = Role::kPending;
+  c.job_name = j->job;
+  c.rank = j->rank;
+  GS_LOG_DEBUG("job '%s': rank %u joined from %s (%u of %u)", p.name.c_str(), j->rank, c.peer.c_str(),
+               p.joined, p.world);
+  if (p.joined == p.world) start_job(p, now_ns);
+}
+
+std::string ControlPlane::join_conflict(const PendingJob& p, const JoinRequest& j) const {
+  if (p.world != j.world)
+    return "world=" + std::to_string(j.world) + " but the job has world=" + std::to_string(p.world);
+  if (p.wire != j.wire)
+    return std::string("wire=") + gs_elem_name(j.wire) + " but the job has wire=" + gs_elem_name(p.wire);
+  if (bool(p.optimizer) != j.optimizer.has_value() ||
+      (p.optimizer && !same_optimizer(*p.optimizer, *j.optimizer)))
+    return (j.optimizer ? describe_optimizer(*j.optimizer) : std::string("no optimizer")) +
+           " but the job has " +
+           (p.optimizer ? describe_optimizer(*p.optimizer) : std::string("no optimizer")) +
+           " (every rank must give the same optimizer keys)";
+  if (p.conn[j.rank] != 0) {
+    auto other = conns_.find(p.conn[j.rank]);
+    return "rank " + std::to_string(j.rank) + ", which already joined" +
+           (other != conns_.end() ? " from " + other->second->peer : std::string());
+  }
+  return {};
+}
+
+void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
+  JobSpec spec;
+  spec.name = p.name;
+  spec.world = p.world;
+  spec.wire = p.wire;
+  spec.slots = static_cast<uint16_t>(config_.slots);
+  spec.payload_bytes = config_.payload_bytes();
+  spec.optimizer = p.optimizer;
+  std::random_device rd;
+  do spec.key = rd();
+  while (spec.key == 0);
+  for (uint16_t r = 0; r < p.world; ++r)
+    spec.endpoints.push_back(Endpoint{conns_.at(p.conn[r])->peer_ipv4_be, htons(p.port[r])});
+
+  std::string error;
+  uint32_t id = engine_.create_job(spec, &error);
+  if (id == 0) return fail_pending(p, {kErrNoResources, "cannot create job '" + p.name + "': " + error});
+
+  auto live = std::make_unique<LiveJob>();
+  live->id = id;
+  live->spec = spec;
+  live->token = p.token;
+  live->memory = p.memory;
+  live->conn = p.conn;
+  live->present = p.world;
+  live->start_ns = live->last_request_ns = now_ns;
+  std::string ok = "OK job_id=" + std::to_string(id) + " key=" + std::to_string(spec.key) +
+                   " slots=" + std::to_string(spec.slots) + " payload=" + std::to_string(spec.payload_bytes) +
+                   " data_port=" + std::to_string(config_.data_port) +
+                   " threads=" + std::to_string(config_.threads);
+  // Every rank's UDP address, so the workers can run the ring among themselves (docs/protocol.md
+  // section 7): on request (algorithm=ring) and as the fallback when this switch goes away.
+  ok += " peers=";
+  for (uint16_t r = 0; r < spec.world; ++r) {
+    char ip[INET_ADDRSTRLEN] = "";
+    in_addr a{};
+    a.s_addr = spec.endpoints[r].ipv4_be;
+    ::inet_ntop(AF_INET, &a, ip, sizeof ip);
+    ok += (r ? "," : "") + std::string(ip) + ":" + std::to_string(ntohs(spec.endpoints[r].port_be));
+  }
+  if (spec.optimizer) {
+    const StateHeader h = state_header_for(*spec.optimizer, spec.payload_bytes / 4, spec.optimizer->lr);
+    ok += std::string(" optimizer=") + optimizer_algo_name(spec.optimizer->algo) +
+          " params=" + std::to_string(h.params) + " chunk=" + std::to_string(h.chunk) +
+          " state_bytes=" + std::to_string(state_blob_bytes(h));
+  }
+  ok += "\n";
+  std::vector<Conn*> members;
+  for (uint16_t r = 0; r < p.world; ++r) {
+    Conn& c = *conns_.at(p.conn[r]);
+    c.role = Conn::Role::kJoined;
+    c.job_id = id;
+    members.push_back(&c);
+  }
+  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") started: world %u, wire %s, %u slots%s%s", spec.name.c_str(), id,
+              spec.world, gs_elem_name(spec.wire), spec.slots, spec.optimizer ? ", " : "",
+              spec.optimizer ? describe_optimizer(*spec.optimizer).c_str() : "");
+  ++jobs_started_;
+  LiveJob& lj = *live;
+  live_.emplace(id, std::move(live));
+  pending_.erase(p.name);  // `p` is gone from here on
+  for (auto& l : listeners_) l({JobEvent::kCreated, id, &lj.spec});
+  for (Conn* c : members) reply(*c, ok);
+  // Requests that arrived while the JOIN reply was held.
+  for (Conn* c : members) process_lines(*c, now_ns);
+}
+
+void ControlPlane::fail_pending(PendingJob& p, const Error& e) {
+  for (uint64_t cid : p.conn) {
+    auto it = conns_.find(cid);
+    if (cid == 0 || it == conns_.end()) continue;
+    Conn& c = *it->second;
+    c.role = Conn::Role::kNone;
+    c.job_name.clear();
+    reply_error(c, e.code, e.message);
+  }
+  std::string name = p.name;
+  pending_.erase(name);
+  // The connections may now process what they sent meanwhile (done at their next input or here).
+  for (auto& [id, c] : conns_)
+    if (c->role == Conn::Role::kNone && c->in.buffered()) process_lines(*c, monotonic_ns());
+}
+
+void ControlPlane::handle_leave(Conn& c, const Request& r, uint64_t now_ns) {
+  Error err;
+  if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
+  if (c.role == Conn::Role::kNone)
+    return reply_error(c, kErrState, "LEAVE without a JOIN on this connection");
+  if (c.role == Conn::Role::kLeft) return reply_error(c, kErrState, "already left job '" + c.job_name + "'");
+  reply(c, "OK\n");
+  depart(c, /*graceful=*/true, now_ns);
+}
+
+void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns) {
+  if (c.role == Conn::Role::kPending) {
+    auto it = pending_.find(c.job_name);
+    if (it != pending_.end()) {
+      PendingJob& p = *it->second;
+      if (p.conn[c.rank] == c.id) {
+        p.conn[c.rank] = 0;
+        --p.joined;
+        GS_LOG_DEBUG("job '%s': rank %u withdrew before the job started", p.name.c_str(), c.rank);
+      }
+      if (p.joined == 0) pending_.erase(it);
+    }
+    c.role = Conn::Role::kNone;
+    return;
+  }
+  if (c.role != Conn::Role::kJoined) return;
+  c.role = Conn::Role::kLeft;
+  auto it = live_.find(c.job_id);
+  if (it == live_.end()) return;
+  LiveJob& j = *it->second;
+  if (j.conn[c.rank] != c.id) return;
+  j.conn[c.rank] = 0;
+  --j.present;
+  if (!j.aborted) {
+    if (!graceful) {
+      abort_live(j, GS_ABORT_RANK_LEFT, c.rank, "rank " + std::to_string(c.rank) + " disconnected");
+    } else if (j.present > 0 && engine_.rank_left(j.id, c.rank)) {
+      // The engine aborted it: a round was waiting for the rank that left.
+      abort_live(j, GS_ABORT_RANK_LEFT, c.rank,
+                 "rank " + std::to_string(c.rank) + " left (LEAVE) while the others were in an allreduce");
+    }
+  }
+  end_job_if_empty(j);
+}
+
+void ControlPlane::abort_live(LiveJob& j, uint8_t reason, uint16_t rank, const std::string& why) {
+  if (j.aborted) return;
+  engine_.abort_job(j.id, reason, rank);  // false when a data thread aborted it first: its reason wins
+  note_abort(j, why);
+}
+
+void ControlPlane::note_abort(LiveJob& j, const std::string& why) {
+  JobStatus s;
+  if (!engine_.job_status(j.id, &s) || !s.aborted) return;
+  j.aborted = true;
+  j.abort_why = why.empty() ? abort_reason_name(s.abort_reason) : why;
+  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") aborted: %s (reason %s, rank %s)%s", j.spec.name.c_str(), j.id,
+              j.abort_why.c_str(), abort_reason_name(s.abort_reason),
+              s.abort_rank == GS_RANK_ALL ? "-" : std::to_string(s.abort_rank).c_str(),
+              s.abort_reason == GS_ABORT_MISMATCH ? mismatch_keys(s.mismatch).c_str() : "");
+  // Every rank still connected learns it at once, also those between two allreduces.
+  std::string event =
+      "EVENT aborted job_id=" + std::to_string(j.id) + " reason=" + abort_reason_name(s.abort_reason) +
+      " rank=" + (s.abort_rank == GS_RANK_ALL ? std::string("-") : std::to_string(s.abort_rank)) +
+      " left=" + ranks_text(s.left) +
+      (s.abort_reason == GS_ABORT_MISMATCH ? mismatch_keys(s.mismatch) : std::string()) + "\n";
+  for (uint64_t cid : j.conn) {
+    auto it = conns_.find(cid);
+    if (cid != 0 && it != conns_.end()) send_event(*it->second, event);
+  }
+}
+
+void ControlPlane::end_job_if_empty(LiveJob& j) {
+  if (j.present > 0) return;
+  if (!j.aborted) note_abort(j, "");  // logs an abort a data thread made since the last timer check
+  uint32_t id = j.id;
+  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") ended: %s", j.spec.name.c_str(), id,
+              j.aborted ? ("aborted (" + j.abort_why + ")").c_str() : "all ranks left");
+  for (auto& l : listeners_) l({JobEvent::kDestroyed, id, nullptr});
+  engine_.destroy_job(id);
+  live_.erase(id);
+}
+
+void ControlPlane::check_timers(uint64_t now_ns) {
+  if (now_ns < next_timer_check_ns_) return;
+  next_timer_check_ns_ = now_ns + kTimerPeriodNs;
+  for (auto& [id, c] : conns_)
+    if (c->wr_shut && now_ns >= c->drain_deadline_ns) c->dead = true;
+  // Join timeout.
+  std::vector<std::string> expired;
+  for (auto& [name, p] : pending_)
+    if (now_ns >= p->deadline_ns) expired.push_back(name);
+  for (const std::string& name : expired) {
+    auto it = pending_.find(name);
+    if (it == pending_.end() || now_ns < it->second->deadline_ns) continue;
+    PendingJob* p = it->second.get();
+    std::string missing;
+    for (uint16_t r = 0; r < p->world; ++r)
+      if (!p->conn[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    GS_LOG_INFO("job '%s': join timed out, %u of %u ranks joined (missing %s)", p->name.c_str(), p->joined,
+                p->world, missing.c_str());
+    fail_pending(*p, {kErrTimeout, "job '" + p->name + "': " + std::to_string(p->joined) + " of " +
+                                       std::to_string(p->world) + " ranks joined within " +
+                                       std::to_string(config_.join_timeout_s) + " s (missing ranks " +
+                                       missing + "; --join-timeout)"});
+  }
+  // Jobs a data thread aborted (ranks that disagree, a round waiting for a rank that left).
+  for (auto& [id, j] : live_) {
+    JobStatus s;
+    if (!j->aborted && engine_.job_status(id, &s) && s.aborted) note_abort(*j, "");
+  }
+  // Idle timeout.
+  const uint64_t idle_ns = uint64_t(config_.idle_timeout_s) * 1'000'000'000ull;
+  for (auto& [id, j] : live_) {
+    if (j->aborted) continue;
+    JobStatus s;
+    uint64_t last = std::max(j->last_request_ns, j->start_ns);
+    if (engine_.job_status(id, &s)) last = std::max(last, s.last_activity_ns);
+    if (now_ns > last && now_ns - last > idle_ns)
+      abort_live(*j, GS_ABORT_IDLE, GS_RANK_ALL,
+                 "idle for " + std::to_string(config_.idle_timeout_s) + " s (--idle-timeout)");
+  }
+  // Periodic stats.
+  if (config_.stats_interval_s > 0) {
+    if (next_stats_ns_ == 0) next_stats_ns_ = now_ns + uint64_t(config_.stats_interval_s) * 1'000'000'000ull;
+    if (now_ns >= next_stats_ns_) {
+      next_stats_ns_ = now_ns + uint64_t(config_.stats_interval_s) * 1'000'000'000ull;
+      GS_LOG_INFO("stats: %s", stats_line().c_str());
+    }
+  }
+}
+
+void ControlPlane::shutdown_jobs(uint64_t now_ns) {
+  shutting_down_ = true;
+  while (!pending_.empty())
+    fail_pending(*pending_.begin()->second, {kErrState, "the switch is shutting down"});
+  for (auto& [id, j] : live_) abort_live(*j, GS_ABORT_SHUTDOWN, GS_RANK_ALL, "the switch is shutting down");
+  for (auto& [id, c] : conns_) flush(*c);
+}
+
+}  // namespace gradswitch

@@ -1,0 +1,187 @@
+// Requests of optimizer jobs (docs/protocol.md section 1.3): PARAMS and STATE_SET (binary
+// uploads written into the job's memory as they arrive), SETLR, and STATE_GET (streamed from it).
+#include <atomic>
+#include <bit>
+#include <cstring>
+
+#include "switch/control/control_plane.h"
+#include "switch/control/control_state.h"
+
+namespace gradswitch {
+
+using namespace control;
+
+// The state blob is the switch's memory as it is: little-endian floats and counters.
+static_assert(std::endian::native == std::endian::little,
+              "the STATE_GET/STATE_SET layout assumes little-endian");
+
+Optimizer* ControlPlane::joined_optimizer(Conn& c, const std::string& verb, Error* err) {
+  if (c.role != Conn::Role::kJoined) {
+    *err = {kErrState,
+            verb + " needs a connection that has joined an optimizer job (JOIN ... optimizer=...)"};
+    return nullptr;
+  }
+  Optimizer* opt = engine_.job_optimizer(c.job_id);
+  if (!opt) {
+    *err = {kErrState,
+            "job '" + c.job_name + "' does not optimize in the switch (it was joined without optimizer=)"};
+    return nullptr;
+  }
+  return opt;
+}
+
+void ControlPlane::handle_upload(Conn& c, const Request& r) {
+  auto length = binary_length(r);
+  if (!length)
+    return close_with_error(
+        c, kErrBadRequest,
+        r.verb + (r.verb == "PARAMS" ? " needs count=<0..4294967295>" : " needs bytes=<n>") +
+            ": the length of the payload that follows is unknown; closing the connection");
+  Conn::BinaryIn b;
+  b.total = *length;
+  b.job_id = c.job_id;
+  Error err;
+  Optimizer* opt = joined_optimizer(c, r.verb, &err);
+  if (opt && c.rank != 0) {
+    err = {kErrState, r.verb + " is rank 0's (this connection is rank " + std::to_string(c.rank) + ")"};
+    opt = nullptr;
+  }
+  if (opt && r.verb == "PARAMS") {
+    auto p = parse_params(r, &err);
+    if (!p) {
+      opt = nullptr;
+    } else if (p->offset + p->count > opt->spec().params) {
+      err = {kErrBadRequest, "offset=" + std::to_string(p->offset) + " count=" + std::to_string(p->count) +
+                                 " is beyond the job's " + std::to_string(opt->spec().params) +
+                                 " parameters"};
+      opt = nullptr;
+    } else {
+      b.kind = Conn::BinaryIn::kParams;
+      b.param_offset = p->offset;
+      b.ok = "OK\n";
+    }
+  } else if (opt) {
+    auto bytes = parse_state_set(r, &err);
+    const uint32_t chunk = config_.payload_bytes() / 4;
+    b.expect = state_header_for(opt->spec(), chunk, opt->lr());
+    if (!bytes) {
+      opt = nullptr;
+    } else if (*bytes != state_blob_bytes(b.expect)) {
+      err = {kErrConflict, "STATE_SET bytes=" + std::to_string(*bytes) +
+                               " does not fit this job: its state is " +
+                               std::to_string(state_blob_bytes(b.expect)) + " bytes"};
+      opt = nullptr;
+    } else {
+      b.kind = Conn::BinaryIn::kState;
+      b.ok = "OK\n";
+    }
+  }
+  if (!opt) {
+    b.kind = Conn::BinaryIn::kDiscard;
+    b.error = err;
+  }
+  c.bin = std::move(b);
+  // process_lines() feeds it from the bytes already buffered and those still to come.
+}
+
+void ControlPlane::feed_binary(Conn& c) {
+  Conn::BinaryIn& b = *c.bin;
+  while (b.done < b.total) {
+    const size_t avail = c.in.buffered();
+    if (avail == 0) return;
+    size_t want = static_cast<size_t>(std::min<uint64_t>(avail, b.total - b.done));
+    Optimizer* opt = b.kind == Conn::BinaryIn::kDiscard ? nullptr : engine_.job_optimizer(b.job_id);
+    if (!opt && b.kind != Conn::BinaryIn::kDiscard) {  // cannot happen while joined; be safe
+      b.kind = Conn::BinaryIn::kDiscard;
+      b.error = {kErrState, "the job ended during the upload"};
+    }
+    if (b.kind == Conn::BinaryIn::kDiscard) {
+      c.in.take(nullptr, want);
+    } else if (b.kind == Conn::BinaryIn::kParams) {
+      c.in.take(reinterpret_cast<char*>(opt->params() + b.param_offset) + b.done, want);
+    } else if (b.done < kStateHeaderBytes) {
+      want = std::min<size_t>(want, kStateHeaderBytes - b.done);
+      c.in.take(reinterpret_cast<char*>(b.header) + b.done, want);
+      if (b.done + want == kStateHeaderBytes) {
+        Error err;
+        if (!decode_state_header(b.header, b.expect, &err)) {
+          b.kind = Conn::BinaryIn::kDiscard;
+          b.error = err;
+        }
+      }
+    } else {
+      const uint64_t array_bytes = b.expect.params * 4;
+      const uint64_t pos = b.done - kStateHeaderBytes;
+      const uint64_t a = pos / array_bytes;
+      char* dst;
+      uint64_t room;
+      if (a < b.expect.arrays) {
+        float* arr = a == 0 ? opt->params() : opt->state(static_cast<unsigned>(a - 1));
+        dst = reinterpret_cast<char*>(arr) + (pos - a * array_bytes);
+        room = array_bytes - (pos - a * array_bytes);
+      } else {
+        const uint64_t off = pos - b.expect.arrays * array_bytes;
+        dst = reinterpret_cast<char*>(opt->steps()) + off;
+        room = uint64_t{b.expect.chunks} * 4 - off;
+      }
+      want = static_cast<size_t>(std::min<uint64_t>(want, room));
+      c.in.take(dst, want);
+    }
+    b.done += want;
+  }
+  // Complete.
+  if (b.kind == Conn::BinaryIn::kState) {
+    float lr;
+    std::memcpy(&lr, b.header + 28, 4);
+    if (Optimizer* opt = engine_.job_optimizer(b.job_id)) opt->set_lr(lr);
+  }
+  // The data threads read what was written only after this reply reached rank 0 (a step needs its
+  // next DATA packet); the fence orders the writes before the reply's send().
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  Conn::BinaryIn done = std::move(b);
+  c.bin.reset();
+  if (done.kind == Conn::BinaryIn::kDiscard)
+    reply_error(c, done.error.code, done.error.message);
+  else
+    reply(c, done.ok);
+}
+
+void ControlPlane::handle_setlr(Conn& c, const Request& r) {
+  Error err;
+  auto lr = parse_setlr(r, &err);
+  if (!lr) return reply_error(c, err.code, err.message);
+  Optimizer* opt = joined_optimizer(c, "SETLR", &err);
+  if (!opt) return reply_error(c, err.code, err.message);
+  opt->set_lr(*lr);
+  reply(c, "OK lr=" + format_float(*lr) + "\n");
+}
+
+void ControlPlane::handle_state_get(Conn& c, const Request& r) {
+  Error err;
+  if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
+  Optimizer* opt = joined_optimizer(c, "STATE_GET", &err);
+  if (!opt) return reply_error(c, err.code, err.message);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const StateHeader h = state_header_for(opt->spec(), config_.payload_bytes() / 4, opt->lr());
+  const uint64_t bytes = state_blob_bytes(h);
+  std::string line = "OK bytes=" + std::to_string(bytes) + " algo=" + optimizer_algo_name(opt->spec().algo) +
+                     " params=" + std::to_string(h.params) + " arrays=" + std::to_string(h.arrays) +
+                     " chunk=" + std::to_string(h.chunk) + " chunks=" + std::to_string(h.chunks) +
+                     " lr=" + format_float(h.lr) + "\n";
+  uint8_t header[kStateHeaderBytes];
+  encode_state_header(h, header);
+  line.append(reinterpret_cast<const char*>(header), sizeof header);
+  for (unsigned a = 0; a < h.arrays; ++a) {
+    Conn::Segment s;
+    s.borrowed = reinterpret_cast<const uint8_t*>(a == 0 ? opt->params() : opt->state(a - 1));
+    s.len = h.params * 4;
+    c.stream.push_back(std::move(s));
+  }
+  Conn::Segment steps;
+  steps.owned.assign(reinterpret_cast<const char*>(opt->steps()), size_t{h.chunks} * 4);
+  steps.len = steps.owned.size();
+  c.stream.push_back(std::move(steps));
+  reply(c, line);  // sends the line, the header and then the stream as the peer reads
+}
+
+}  // namespace gradswitch

@@ -1,0 +1,317 @@
+// The control plane's server side: the listening socket, the poll() loop, connections, line
+// framing, dispatch of requests to their handlers, and output (replies, events, STATE_GET streams).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "switch/control/control_plane.h"
+#include "switch/control/control_state.h"
+
+namespace gradswitch {
+
+using namespace control;
+
+namespace {
+constexpr size_t kMaxConnections = 4096;
+constexpr size_t kMaxOutput = 1 << 20;  // a client that does not read its replies is closed
+// Per connection and poll round: bytes read (binary uploads) and written (STATE_GET), so that one
+// large transfer cannot stall the other connections.
+constexpr size_t kReadBudget = 1 << 20;
+constexpr size_t kWriteBudget = 4 << 20;
+}  // namespace
+
+ControlPlane::ControlPlane(Engine& engine, const SwitchConfig& config) : engine_(engine), config_(config) {}
+
+ControlPlane::~ControlPlane() {
+  close_all();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+bool ControlPlane::listen(std::string* error) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("control plane: socket(): ") + std::strerror(errno);
+    return false;
+  }
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(config_.control_port);
+  inet_pton(AF_INET, config_.control_host.c_str(), &a.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 128) != 0) {
+    *error = "control plane: cannot listen on TCP " + describe() + ": " + std::strerror(errno) +
+             " (another gradswitchd running? choose another --control-port)";
+    ::close(fd);
+    return false;
+  }
+  listen_fd_ = fd;
+  return true;
+}
+
+std::string ControlPlane::describe() const {
+  return config_.control_host + ":" + std::to_string(config_.control_port);
+}
+
+void ControlPlane::add_job_listener(std::function<void(const JobEvent&)> l) {
+  listeners_.push_back(std::move(l));
+}
+void ControlPlane::add_stats_source(std::function<std::string()> s) {
+  stats_sources_.push_back(std::move(s));
+}
+
+void ControlPlane::run(const std::atomic<bool>& stop) {
+  while (!stop.load(std::memory_order_relaxed)) step(100, monotonic_ns());
+  shutdown_jobs(monotonic_ns());
+}
+
+void ControlPlane::step(int timeout_ms, uint64_t now_ns) {
+  std::vector<pollfd> fds;
+  std::vector<Conn*> who;
+  fds.reserve(conns_.size() + 1);
+  fds.push_back({listen_fd_, POLLIN, 0});
+  who.push_back(nullptr);
+  for (auto& [id, c] : conns_) {
+    short ev = POLLRDHUP;
+    if (!c->eof && !c->input_paused()) ev |= POLLIN;
+    if (!c->out.empty() || !c->stream.empty()) ev |= POLLOUT;
+    fds.push_back({c->fd, ev, 0});
+    who.push_back(c.get());
+  }
+  int n = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (n > 0) {
+    for (size_t i = 1; i < fds.size(); ++i) {
+      Conn& c = *who[i];
+      if (fds[i].revents & POLLOUT) {
+        const bool streaming = !c.stream.empty();
+        flush(c);
+        // Requests that arrived while a STATE_GET stream was going out.
+        if (streaming && c.stream.empty() && c.in.buffered()) process_lines(c, now_ns);
+      }
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR | POLLRDHUP)) read_input(c, now_ns);
+    }
+    if (fds[0].revents & POLLIN) accept_all(now_ns);
+  }
+  check_timers(now_ns);
+  sweep(now_ns);
+}
+
+void ControlPlane::accept_all(uint64_t now_ns) {
+  for (;;) {
+    sockaddr_in a{};
+    socklen_t alen = sizeof a;
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&a), &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        GS_LOG_WARN("control plane: accept(): %s", std::strerror(errno));
+      return;
+    }
+    if (conns_.size() >= kMaxConnections) {
+      static const char msg[] = "ERR no_resources too many control connections\n";
+      (void)!::send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>();
+    c->id = next_conn_id_++;
+    c->fd = fd;
+    c->peer_ipv4_be = a.sin_addr.s_addr;
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+    c->peer = std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+    GS_LOG_DEBUG("control: connection from %s", c->peer.c_str());
+    conns_.emplace(c->id, std::move(c));
+  }
+}
+
+void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
+  if (c.dead) return;
+  char buf[65536];
+  size_t budget = kReadBudget;
+  while (!c.eof && budget > 0) {  // the rest of a large upload waits for the next poll round
+    ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n > 0) budget -= std::min(budget, static_cast<size_t>(n));
+    if (n > 0 && c.closing) continue;  // draining before the close
+    if (n > 0) {
+      c.in.append(buf, static_cast<size_t>(n));
+      process_lines(c, now_ns);
+      if (c.input_paused()) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    c.eof = true;  // closed or reset
+  }
+  // A peer that closed its side is gone, but its complete lines (e.g. a final LEAVE) count.
+  if (c.eof) {
+    process_lines(c, now_ns);
+    c.dead = true;
+  }
+}
+
+void ControlPlane::process_lines(Conn& c, uint64_t now_ns) {
+  std::string line;
+  while (!c.dead && !c.closing && c.role != Conn::Role::kPending && c.stream.empty()) {
+    if (c.bin) {
+      feed_binary(c);
+      if (c.bin) return;  // waits for more payload
+      continue;
+    }
+    auto next = c.in.next(&line);
+    if (next == LineFramer::Next::kNone) return;
+    if (next == LineFramer::Next::kTooLong)
+      return close_with_error(c, kErrTooLong,
+                              "line over " + std::to_string(kMaxLineBytes) +
+                                  " bytes (terminator included); closing the connection");
+    handle_line(c, line, now_ns);
+  }
+}
+
+void ControlPlane::close_with_error(Conn& c, const char* code, const std::string& message) {
+  c.closing = true;
+  c.in = LineFramer();
+  c.bin.reset();
+  reply_error(c, code, message);
+}
+
+void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns) {
+  Error err;
+  auto req = parse_request(line, &err);
+  if (!req) {
+    // A binary request whose line is malformed: the length of what follows is unknown.
+    std::string_view verb(line);
+    verb.remove_prefix(std::min(verb.find_first_not_of(' '), verb.size()));
+    verb = verb.substr(0, verb.find(' '));
+    if (verb == "PARAMS" || verb == "STATE_SET")
+      return close_with_error(c, err.code,
+                              err.message +
+                                  "; the length of the payload that follows is unknown: "
+                                  "closing the connection");
+    return reply_error(c, err.code, err.message);
+  }
+  if (c.role == Conn::Role::kJoined) {
+    auto it = live_.find(c.job_id);
+    if (it != live_.end()) it->second->last_request_ns = now_ns;
+  }
+  const std::string& v = req->verb;
+  if (v == "JOIN") return handle_join(c, *req, now_ns);
+  if (v == "LEAVE") return handle_leave(c, *req, now_ns);
+  if (v == "STATUS") return handle_status(c, *req, now_ns);
+  if (v == "STATS") return handle_stats(c, *req);
+  if (v == "JOBS") return handle_jobs(c, *req);
+  if (v == "PING") {
+    if (!parse_no_args(*req, &err)) return reply_error(c, err.code, err.message);
+    return reply(c, "OK\n");
+  }
+  if (v == "PARAMS" || v == "STATE_SET") return handle_upload(c, *req);
+  if (v == "SETLR") return handle_setlr(c, *req);
+  if (v == "STATE_GET") return handle_state_get(c, *req);
+  reply_error(c, kErrBadRequest,
+              "unknown verb '" + v +
+                  "' (expected JOIN, LEAVE, STATUS, STATS, JOBS, PING, PARAMS, SETLR, STATE_GET or "
+                  "STATE_SET)");
+}
+
+void ControlPlane::send_event(Conn& c, const std::string& line) {
+  if (!c.stream.empty()) {  // a STATE_GET payload is going out: the event follows it
+    c.deferred_events += line;
+    return;
+  }
+  reply(c, line);
+}
+
+void ControlPlane::close_all() {
+  for (auto& [id, c] : conns_) c->dead = true;
+  sweep(monotonic_ns());
+  for (auto& [id, j] : live_) {
+    for (auto& l : listeners_) l({JobEvent::kDestroyed, id, nullptr});
+    engine_.destroy_job(id);
+  }
+  live_.clear();
+  pending_.clear();
+}
+
+void ControlPlane::reply(Conn& c, const std::string& line) {
+  if (c.dead) return;
+  c.out += line;
+  flush(c);
+}
+
+void ControlPlane::reply_error(Conn& c, const char* code, const std::string& message) {
+  GS_LOG_DEBUG("control: %s: ERR %s %s", c.peer.c_str(), code, message.c_str());
+  reply(c, format_error({code, message}));
+}
+
+void ControlPlane::flush(Conn& c) {
+  size_t budget = kWriteBudget;
+  while (!c.dead && budget > 0) {
+    Conn::Segment* seg = nullptr;
+    const uint8_t* data;
+    size_t len;
+    if (!c.out.empty()) {
+      data = reinterpret_cast<const uint8_t*>(c.out.data());
+      len = c.out.size();
+    } else if (!c.stream.empty()) {
+      seg = &c.stream.front();
+      if (seg->sent == seg->len) {
+        c.stream.pop_front();
+        if (c.stream.empty()) c.out.swap(c.deferred_events);  // c.out is empty here
+        continue;
+      }
+      data = seg->data() + seg->sent;
+      len = seg->len - seg->sent;
+    } else {
+      break;
+    }
+    ssize_t n = ::send(c.fd, data, std::min(len, budget), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      budget -= static_cast<size_t>(n);
+      if (seg)
+        seg->sent += static_cast<size_t>(n);
+      else
+        c.out.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    c.dead = true;  // broken pipe or reset
+  }
+  if (c.out.size() > kMaxOutput) {
+    GS_LOG_WARN("control: %s does not read its replies; closing it", c.peer.c_str());
+    c.dead = true;
+  }
+  if (c.closing && c.out.empty() && !c.wr_shut && !c.dead) {
+    // Closing with unread input would reset the connection and could destroy the error reply
+    // before the client reads it: send FIN, then discard input until EOF or a deadline.
+    ::shutdown(c.fd, SHUT_WR);
+    c.wr_shut = true;
+    c.drain_deadline_ns = monotonic_ns() + 2'000'000'000ull;
+  }
+}
+
+void ControlPlane::sweep(uint64_t now_ns) {
+  std::vector<uint64_t> gone;
+  for (auto& [id, c] : conns_)
+    if (c->dead) gone.push_back(id);
+  for (uint64_t id : gone) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) continue;
+    Conn& c = *it->second;
+    depart(c, /*graceful=*/false, now_ns);
+    GS_LOG_DEBUG("control: %s closed", c.peer.c_str());
+    ::close(c.fd);
+    conns_.erase(it);
+  }
+}
+
+}  // namespace gradswitch
