@@ -68,7 +68,7 @@ Result ingest(uint8_t elem_type, unsigned workers, double seconds, size_t ring) 
   spec.slots = slots;
   spec.payload_bytes = payload;
   spec.key = 42;
-  spec.wire = elem_type == GS_ELEM_INT32 ? GS_ELEM_FLOAT32 : elem_type;
+  spec.wire = elem_type == GS_ELEM_INT32 ? static_cast<uint8_t>(GS_ELEM_FLOAT32) : elem_type;
   spec.endpoints.resize(workers);
   std::string err;
   const uint32_t id = engine.create_job(spec, &err);

@@ -10,7 +10,7 @@ fuzz_seconds=${GRADSWITCH_FUZZ_SECONDS:-60}
 bash scripts/install-deps.sh
 
 echo "==> C++ build and tests"
-cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSWITCH_WERROR=ON >/dev/null
 ninja -C build/test -j"$jobs"
 ctest --test-dir build/test --output-on-failure
 

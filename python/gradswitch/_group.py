@@ -170,12 +170,30 @@ def _is_torch_tensor(x: Any) -> bool:
     return any(c.__name__ == "Tensor" and c.__module__.startswith("torch") for c in type(x).__mro__)
 
 
+def _why_not(dtype: str) -> str:
+    """Why a dtype that the torch backend takes is refused here (the two APIs differ only there)."""
+    if dtype in ("float16", "bfloat16"):
+        return (
+            f". Group.allreduce reduces the array's own memory in place, and the worker reads float32, "
+            f"float64 or int32 memory: convert with x.astype(np.float32) / x.float() and back (the torch "
+            f"process group does that copy for {dtype} tensors, and the float16/bfloat16 wires halve the "
+            f"bytes on the network whatever the tensor's dtype)"
+        )
+    if dtype == "int64":
+        return (
+            ". int64 has no wire type (the switch sums int32 exactly); the torch process group runs int64 "
+            "SUM through its internal gloo group"
+        )
+    return ""
+
+
 def _native_view(x: Any) -> Any:
     """Checks x and returns an object sharing its memory that the native module accepts."""
     if isinstance(x, np.ndarray):
         if x.dtype not in _NUMPY_DTYPES:
             raise TypeError(
-                f"gradswitch: allreduce supports float32, float64 and int32 arrays, got dtype {x.dtype}"
+                "gradswitch: allreduce supports float32, float64 and int32 arrays, got dtype "
+                f"{x.dtype}{_why_not(str(x.dtype))}"
             )
         if not x.flags.c_contiguous:
             raise ValueError(
@@ -188,7 +206,8 @@ def _native_view(x: Any) -> Any:
     if _is_torch_tensor(x):
         if str(x.dtype) not in _TORCH_DTYPES:
             raise TypeError(
-                f"gradswitch: allreduce supports float32, float64 and int32 tensors, got {x.dtype}"
+                "gradswitch: allreduce supports float32, float64 and int32 tensors, got "
+                f"{x.dtype}{_why_not(str(x.dtype).replace('torch.', ''))}"
             )
         if x.device.type != "cpu":
             raise ValueError(f"gradswitch: allreduce needs a CPU tensor, got one on {x.device}")
@@ -372,6 +391,26 @@ def _float32_copy(x: Any, what: str) -> np.ndarray:
     return arr
 
 
+MAX_WORLD = 64  # GS_MAX_WORLD: a slot's contributor bitmap is one 64-bit word
+
+
+def _int_arg(name: str, value: Any, lo: int, hi: int, span: str | None = None) -> int:
+    """An integer argument of connect() within [lo, hi], or a TypeError/ValueError in our words."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"gradswitch: {name} must be an integer, got {value!r} ({type(value).__name__})")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"gradswitch: {name} must be in {span or f'{lo}..{hi}'}, got {int(value)}")
+    return int(value)
+
+
+def _seconds_arg(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"gradswitch: {name} must be a number of seconds, got {value!r}")
+    if not (math.isfinite(float(value)) and float(value) > 0):
+        raise ValueError(f"gradswitch: {name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
 def connect(
     switch: str = "127.0.0.1:7700",
     job: str = "default",
@@ -411,6 +450,20 @@ def connect(
         raise ValueError(f"gradswitch: unknown wire {wire!r}; expected one of {', '.join(WIRES)}")
     if not isinstance(switch, str):
         raise TypeError("gradswitch: switch must be a 'host:port' string")
+    for name, value in (("job", job), ("token", token)):
+        if not isinstance(value, str):
+            raise TypeError(f"gradswitch: {name} must be a string, got {type(value).__name__}")
+    world_size = _int_arg("world_size", world_size, 1, MAX_WORLD)
+    rank = _int_arg("rank", rank, 0, world_size - 1, f"0..world_size-1 = 0..{world_size - 1}")
+    seed = _int_arg("seed", seed, 0, 2**64 - 1)
+    shuffle_seed = _int_arg("shuffle_seed", shuffle_seed, 0, 2**64 - 1)
+    timeout = _seconds_arg("timeout", timeout)
+    join_timeout = _seconds_arg("join_timeout", join_timeout)
+    connect_timeout = _seconds_arg("connect_timeout", connect_timeout)
+    if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float, np.floating, np.integer)):
+        raise TypeError(f"gradswitch: drop_rate must be a number in [0, 1), got {drop_rate!r}")
+    if not 0.0 <= float(drop_rate) < 1.0:
+        raise ValueError(f"gradswitch: drop_rate must be in [0, 1), got {drop_rate!r}")
     algo, keys, n_params, initial = "", [], 0, None
     if optimizer is not None:
         if wire != "float32":
@@ -437,16 +490,16 @@ def connect(
     native = _core.Group(
         switch,
         job,
-        int(rank),
-        int(world_size),
+        rank,
+        world_size,
         wire=wire,
-        timeout=float(timeout),
+        timeout=timeout,
         drop_rate=float(drop_rate),
-        seed=int(seed),
+        seed=seed,
         token=token,
-        join_timeout=float(join_timeout),
-        connect_timeout=float(connect_timeout),
-        shuffle_seed=int(shuffle_seed),
+        join_timeout=join_timeout,
+        connect_timeout=connect_timeout,
+        shuffle_seed=shuffle_seed,
         optimizer=algo,
         params=n_params,
         optimizer_keys=keys,

@@ -31,42 +31,72 @@ def _parse_size(text: str) -> int:
     t = text.strip().upper()
     num = t.rstrip("KMGB")
     unit = t[len(num) :]
-    if unit not in units or not num:
-        raise argparse.ArgumentTypeError(f"size {text!r}: use a number with an optional K, M or G suffix")
-    return int(float(num) * units[unit])
+    try:
+        value = float(num) * units[unit]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: use a number of bytes with an optional K, M or G suffix (binary: 1K = 1024)"
+        ) from None
+    if not value >= 1 or value != int(value):
+        raise argparse.ArgumentTypeError(f"size {text!r}: a whole number of bytes >= 1 is needed")
+    return int(value)
+
+
+def human_bytes(n: int) -> str:
+    """1000 -> '1000 B', 1536 -> '1.5 KiB', 64 << 20 -> '64 MiB'."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"
+
+
+def _bounded(kind, lo, hi=None, what=""):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            noun = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{text}: {what or f'must be in {lo}..{hi}'}")
+        return v
+
+    return parse
 
 
 def add_arguments(p: argparse.ArgumentParser, *, demo: bool) -> None:
-    p.add_argument("--workers", "-n", type=int, default=4, help="worker processes (default: 4)")
+    p.add_argument("--workers", "-n", type=_bounded(int, 1, 64), default=4, help="worker processes")
     p.add_argument(
         "--size",
         type=_parse_size,
-        default=_parse_size("64M" if demo else "16M"),
-        help="tensor size in bytes, e.g. 4M, 1G (default: %s)" % ("64M" if demo else "16M"),
+        default="64M" if demo else "16M",  # argparse applies `type` to a string default
+        help="tensor size in bytes, e.g. 1000, 4M, 1G (binary units; a whole number of elements)",
     )
-    p.add_argument("--iters", type=int, default=3 if demo else 10, help="timed allreduces per worker")
-    p.add_argument("--warmup", type=int, default=1, help="untimed allreduces first (default: 1)")
-    p.add_argument(
-        "--wire", choices=WIRES, default="float32", help="element encoding on the wire (default: float32)"
-    )
+    p.add_argument("--iters", type=_bounded(int, 1, what="at least 1"), default=3 if demo else 10,
+                   help="timed allreduces per worker")
+    p.add_argument("--warmup", type=_bounded(int, 0, what="0 or more"), default=1,
+                   help="untimed allreduces first")
+    p.add_argument("--wire", choices=WIRES, default="float32", help="element encoding on the wire")
     p.add_argument(
         "--switch",
         default=None,
-        help="host:port of a running switch; default: start one on loopback for the run",
+        help="host:port of a running switch (default: start one on loopback for the run)",
     )
-    p.add_argument(
-        "--threads", type=int, default=1, help="switch data threads when starting one (default: 1)"
-    )
+    p.add_argument("--threads", type=_bounded(int, 1, 64), default=1,
+                   help="switch data threads when starting one")
     p.add_argument(
         "--drop-rate",
-        type=float,
+        type=_bounded(float, 0.0, 0.99, "a fraction in [0, 0.99]"),
         default=0.0,
-        help="injected loss, on the switch (when started here) and on every worker (default: 0)",
+        help="injected loss, on the switch (when started here) and on every worker",
     )
-    p.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds without progress before a worker fails"
-    )
-    p.add_argument("--job", default="bench", help="job name (default: bench)")
+    p.add_argument("--timeout", type=_bounded(float, 0.001, what="more than 0 s"), default=30.0,
+                   help="seconds without progress before a worker fails")
+    p.add_argument("--job", default="bench", help="job name")
+
+
+def element_dtype(wire: str):
+    return {"int32": np.int32, "float64": np.float64}.get(wire, np.float32)
 
 
 def _expected(n: int, world: int, dtype) -> np.ndarray:
@@ -84,8 +114,8 @@ def _tensor(n: int, rank: int, dtype) -> np.ndarray:
 def _worker(args, rank: int, results) -> None:
     import gradswitch
 
-    dtype = {"int32": np.int32, "float64": np.float64}.get(args.wire, np.float32)
-    n = max(1, args.size // np.dtype(dtype).itemsize)
+    dtype = element_dtype(args.wire)
+    n = args.size // np.dtype(dtype).itemsize
     try:
         with gradswitch.connect(
             args.switch,
@@ -132,7 +162,8 @@ def run(args, *, out=sys.stdout) -> int:
         results = ctx.Queue()
         procs = [ctx.Process(target=_worker, args=(args, r, results)) for r in range(args.workers)]
         print(
-            f"{args.workers} workers x {args.iters} allreduces of {args.size / 2**20:.1f} MiB, wire {args.wire}",  # noqa: E501
+            f"{args.workers} workers x {args.iters} allreduces of {human_bytes(args.size)} "
+            f"({args.size // np.dtype(element_dtype(args.wire)).itemsize} elements), wire {args.wire}",
             file=out,
             flush=True,
         )
@@ -186,7 +217,21 @@ def main(argv: list[str] | None = None, *, demo: bool = False) -> int:
     p = argparse.ArgumentParser(
         prog="gradswitch demo" if demo else "gradswitch bench",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     add_arguments(p, demo=demo)
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    item = np.dtype(element_dtype(args.wire)).itemsize
+    if args.size % item:
+        p.error(
+            f"--size {args.size}: not a whole number of {args.wire} elements ({item} bytes each); "
+            f"try --size {max(item, args.size // item * item)}"
+        )
+    return run(args)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module's text as written, and every option's default (an option without one says why)."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)

@@ -11,8 +11,9 @@ def _switch(argv: list[str]) -> int:
     from gradswitch._paths import switch_binary
 
     binary = switch_binary()
-    # The daemon owns its options (and their --help); run it in the foreground in our place.
-    os.execv(binary, [binary, *argv])
+    # The daemon owns its options (and their --help); run it in the foreground in our place, named
+    # as the user called it (its usage line and hints use argv[0]).
+    os.execv(binary, ["gradswitch switch", *argv])
     return 127  # not reached
 
 

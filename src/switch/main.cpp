@@ -41,20 +41,28 @@ std::unique_ptr<Backend> make_backend(Engine& engine, const CommandLine& cl, std
 #endif
 }
 
+// How the user ran us, for usage lines: `gradswitch switch` execs the daemon with that argv[0].
+std::string program_name(const char* argv0) {
+  std::string p = argv0 && *argv0 ? argv0 : "gradswitchd";
+  if (p.find(' ') != std::string::npos) return p;
+  return p.substr(p.rfind('/') + 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CommandLine args;
   std::string error;
+  const std::string program = program_name(argv[0]);
   if (!parse_command_line(std::vector<std::string>(argv + 1, argv + argc), &args, &error)) {
-    std::fprintf(stderr, "gradswitchd: %s\nTry 'gradswitchd --help'.\n", error.c_str());
+    std::fprintf(stderr, "gradswitchd: %s\nTry '%s --help'.\n", error.c_str(), program.c_str());
     return 2;
   }
   if (args.help) {
 #ifdef GRADSWITCH_HAVE_DPDK
-    std::printf("%s", help_text("gradswitchd", dpdk_backend_help()).c_str());
+    std::printf("%s", help_text(program, dpdk_backend_help()).c_str());
 #else
-    std::printf("%s", help_text("gradswitchd", std::string("--backend dpdk: ") + kNoDpdk + "\n").c_str());
+    std::printf("%s", help_text(program, std::string("--backend dpdk: ") + kNoDpdk + "\n").c_str());
 #endif
     return 0;
   }

@@ -176,10 +176,22 @@ def _collectives_worker(rank, world, switch_addr):
     t = torch.ones(10)
     dist.all_reduce(t, group=g2)
     check(t, torch.full((10,), float(world)))
+    # ops the switch does not compute run on gloo by default (a metrics MAX must not break)...
+    m = torch.tensor([float(rank), -float(rank)])
+    dist.all_reduce(m, op=dist.ReduceOp.MAX)
+    check(m, torch.tensor([float(world - 1), 0.0]))
+    m = torch.full((3,), float(rank + 1))
+    dist.all_reduce(m, op=dist.ReduceOp.MIN)
+    check(m, torch.ones(3))
+    m = torch.full((2,), 2.0)
+    dist.all_reduce(m, op=dist.ReduceOp.PRODUCT)
+    check(m, torch.full((2,), 2.0**world))
+    # ... and are refused with other_ops="error"
+    strict = dist.new_group(backend="gradswitch", pg_options=gst.Options(switch=switch_addr, other_ops="error"))
     # clear errors
     errors = {}
     for name, call in {
-        "max": lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.MAX),
+        "max": lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.MAX, group=strict),
         "uint8": lambda: dist.all_reduce(torch.ones(4, dtype=torch.uint8)),
         "avg_int": lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.AVG),
         "int8": lambda: dist.all_reduce(torch.ones(4, dtype=torch.int8)),
@@ -205,6 +217,7 @@ def test_process_group_collectives(switch):
         "ReduceOp.MAX" in errors["max"]
         and "ReduceOp.SUM" in errors["max"]
         and "ReduceOp.AVG" in errors["max"]
+        and "other_ops='error'" in errors["max"]
     )
     assert "uint8" in errors["uint8"] and "float32" in errors["uint8"] and "int32" in errors["uint8"]
     assert "AVG" in errors["avg_int"]

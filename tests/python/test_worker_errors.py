@@ -63,6 +63,42 @@ def test_unreachable_switch_fails_fast():
     assert time.monotonic() - t0 < 3
 
 
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (dict(rank=-1), ValueError, "rank must be in 0..world_size-1 = 0..1, got -1"),
+        (dict(rank=2), ValueError, "rank must be in 0..world_size-1"),
+        (dict(rank="0"), TypeError, "rank must be an integer"),
+        (dict(rank=1.0), TypeError, "rank must be an integer"),
+        (dict(world_size=0), ValueError, "world_size must be in 1..64"),
+        (dict(world_size=65, rank=0), ValueError, "world_size must be in 1..64"),
+        (dict(timeout=0), ValueError, "timeout must be a finite number of seconds > 0"),
+        (dict(timeout=float("nan")), ValueError, "timeout must be"),
+        (dict(join_timeout="1"), TypeError, "join_timeout must be a number of seconds"),
+        (dict(drop_rate=1.0), ValueError, "drop_rate must be in [0, 1)"),
+        (dict(seed=-1), ValueError, "seed must be in"),
+        (dict(job=3), TypeError, "job must be a string"),
+    ],
+)
+def test_every_argument_error_is_in_our_words(kwargs, error, words):
+    args = dict(job="j", rank=0, world_size=2)
+    args.update(kwargs)
+    with pytest.raises(error) as info:
+        gradswitch.connect("127.0.0.1:1", **args)
+    msg = str(info.value)
+    assert words in msg and msg.startswith("gradswitch: "), msg
+    assert "incompatible function arguments" not in msg and "Invoked with" not in msg, msg
+
+
+def test_numpy_and_torch_apis_say_why_a_dtype_differs(start_switch):
+    sw = start_switch()
+    with gradswitch.connect(sw.address, job="dtypes", rank=0, world_size=1, timeout=5) as g:
+        for bad in (np.zeros(4, dtype=np.float16), np.zeros(4, dtype=np.int64)):
+            with pytest.raises(TypeError, match="torch process group") as info:
+                g.allreduce(bad)
+            assert str(bad.dtype) in str(info.value)
+
+
 def test_bad_connect_arguments():
     with pytest.raises(ValueError, match="wire"):
         gradswitch.connect("127.0.0.1:1", job="j", rank=0, world_size=1, wire="float128")

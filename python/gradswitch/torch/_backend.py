@@ -6,9 +6,10 @@
     dist.init_process_group("gradswitch", pg_options=gradswitch.torch.Options(switch="10.0.0.1:7700",
                                                                                wire="fixed32"))
 
-allreduce with SUM and AVG runs through the switch. Every other collective (broadcast, allgather,
-barrier, reduce_scatter, all_to_all, send/recv, gather, scatter, reduce, ...) runs through an internal
-gloo group built on the same store under the prefix "gradswitch-gloo/".
+allreduce with SUM and AVG runs through the switch. allreduce with other ops (MAX, MIN, PRODUCT, ...)
+and every other collective (broadcast, allgather, barrier, reduce_scatter, all_to_all, send/recv,
+gather, scatter, reduce, ...) run through an internal gloo group built on the same store under the
+prefix "gradswitch-gloo/" (Options.other_ops="error" refuses the other allreduce ops instead).
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ class Options:
         30).
     join_timeout: seconds to wait for every rank to join the job at the switch.
     connect_timeout: seconds to wait for the switch's control port to answer.
-    other_ops: what allreduce does with MIN/MAX/PRODUCT/BAND/BOR/BXOR: "error" (default) or "gloo"
-        (run through the internal gloo group).
+    other_ops: what allreduce does with MIN/MAX/PRODUCT/BAND/BOR/BXOR/PREMUL_SUM, which the switch does
+        not compute: "gloo" (default: run through the internal gloo group, as every other collective
+        is) or "error" (a ValueError, for users who want to know that a call leaves the switch).
     int64: what allreduce does with int64 tensors: "gloo" (default; exact, through the internal gloo
         group) or "error".
     job: prefix of the job name at the switch (a random suffix is added by rank 0).
@@ -58,7 +60,7 @@ class Options:
     timeout: float | None = None
     join_timeout: float = 60.0
     connect_timeout: float = 5.0
-    other_ops: str = "error"
+    other_ops: str = "gloo"
     int64: str = "gloo"
     job: str = "torch"
     cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES
@@ -101,8 +103,9 @@ def op_name(op: Any) -> str:
 def unsupported_op_error(op: Any) -> ValueError:
     return ValueError(
         f"gradswitch: allreduce with ReduceOp.{op_name(op)} is not supported; the switch supports "
-        f"ReduceOp.SUM and ReduceOp.AVG (pass pg_options=gradswitch.torch.Options(other_ops='gloo') to run "
-        f"other ops through the internal gloo group)"
+        f"ReduceOp.SUM and ReduceOp.AVG, and this process group was made with "
+        f"gradswitch.torch.Options(other_ops='error') (the default, other_ops='gloo', runs other ops through "
+        f"the internal gloo group)"
     )
 
 
