@@ -187,7 +187,8 @@ def _collectives_worker(rank, world, switch_addr):
     dist.all_reduce(m, op=dist.ReduceOp.PRODUCT)
     check(m, torch.full((2,), 2.0**world))
     # ... and are refused with other_ops="error"
-    strict = dist.new_group(backend="gradswitch", pg_options=gst.Options(switch=switch_addr, other_ops="error"))
+    strict_opts = gst.Options(switch=switch_addr, other_ops="error")
+    strict = dist.new_group(backend="gradswitch", pg_options=strict_opts)
     # clear errors
     errors = {}
     for name, call in {
