@@ -1,4 +1,4 @@
-#include "worker/control.h"
+#include "gradswitch/control.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "worker/control.h"
 #include "worker/errors.h"
 
 namespace gradswitch::worker {
@@ -64,7 +65,7 @@ Reply parse_reply(const std::string& line) {
   std::istringstream in(line);
   std::string word;
   in >> word;
-  if (word == "OK") {
+  if (word == GS_REPLY_OK) {
     r.ok = true;
     std::string tok;
     while (in >> tok) {
@@ -80,7 +81,7 @@ Reply parse_reply(const std::string& line) {
     std::getline(in, r.message);
     size_t b = r.message.find_first_not_of(' ');
     r.message = b == std::string::npos ? "" : r.message.substr(b);
-    if (word != "ERR") {
+    if (word != GS_REPLY_ERR) {
       r.code = "bad_reply";
       r.message = line;
     }
@@ -235,7 +236,7 @@ std::string ControlClient::read_line(Clock::time_point deadline, const std::stri
 }
 
 bool ControlClient::take_event(const std::string& line) {
-  if (line.rfind("EVENT ", 0) != 0) return false;
+  if (line.rfind(GS_EVENT " ", 0) != 0) return false;
   SwitchNotice n;
   std::istringstream in(line.substr(6));
   std::string kind, tok;
@@ -244,7 +245,7 @@ bool ControlClient::take_event(const std::string& line) {
     auto eq = tok.find('=');
     if (eq != std::string::npos) n.kv[tok.substr(0, eq)] = tok.substr(eq + 1);
   }
-  if (kind != "aborted") return true;  // a kind this client does not know: ignored
+  if (kind != GS_EVENT_ABORTED) return true;  // a kind this client does not know: ignored
   n.kind = SwitchNotice::Kind::kAborted;
   notices_.push_back(std::move(n));
   return true;
@@ -348,8 +349,9 @@ std::string ControlClient::request_read_payload(const std::string& line, const s
 JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned rank, const std::string& wire,
                              const std::string& token, uint16_t udp_port, double timeout_s,
                              const std::string& extra) {
-  std::string line = "JOIN job=" + job + " world=" + std::to_string(world) + " rank=" + std::to_string(rank) +
-                     " wire=" + wire + " token=" + token + " port=" + std::to_string(udp_port) + extra;
+  std::string line = GS_VERB_JOIN " " GS_KEY_JOB "=" + job + " " GS_KEY_WORLD "=" + std::to_string(world) +
+                     " " GS_KEY_RANK "=" + std::to_string(rank) + " " GS_KEY_WIRE "=" + wire +
+                     " " GS_KEY_TOKEN "=" + token + " " GS_KEY_PORT "=" + std::to_string(udp_port) + extra;
   std::string reply_line;
   try {
     reply_line = request(line, timeout_s);
@@ -378,20 +380,20 @@ JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned ra
     throw Error(what);
   }
   JoinInfo ji;
-  ji.job_id = static_cast<uint32_t>(r.get_int("job_id"));
-  ji.key = static_cast<uint32_t>(r.get_int("key"));
-  ji.slots = static_cast<uint16_t>(r.get_int("slots"));
-  ji.payload_bytes = static_cast<uint32_t>(r.get_int("payload"));
-  ji.data_port = static_cast<uint16_t>(r.get_int("data_port"));
-  ji.threads = static_cast<uint16_t>(r.get_int("threads"));
-  ji.peers = r.get("peers");
+  ji.job_id = static_cast<uint32_t>(r.get_int(GS_KEY_JOB_ID));
+  ji.key = static_cast<uint32_t>(r.get_int(GS_KEY_KEY));
+  ji.slots = static_cast<uint16_t>(r.get_int(GS_KEY_SLOTS));
+  ji.payload_bytes = static_cast<uint32_t>(r.get_int(GS_KEY_PAYLOAD));
+  ji.data_port = static_cast<uint16_t>(r.get_int(GS_KEY_DATA_PORT));
+  ji.threads = static_cast<uint16_t>(r.get_int(GS_KEY_THREADS));
+  ji.peers = r.get(GS_KEY_PEERS);
   if (ji.slots == 0 || ji.threads == 0 || ji.payload_bytes < 4)
     throw Error("gradswitch: the switch sent an unusable JOIN reply: " + reply_line);
-  ji.optimizer = r.get("optimizer");
+  ji.optimizer = r.get(GS_KEY_OPTIMIZER);
   if (!ji.optimizer.empty()) {
-    ji.params = static_cast<uint64_t>(r.get_int("params"));
-    ji.chunk = static_cast<uint32_t>(r.get_int("chunk"));
-    ji.state_bytes = static_cast<uint64_t>(r.get_int("state_bytes"));
+    ji.params = static_cast<uint64_t>(r.get_int(GS_KEY_PARAMS));
+    ji.chunk = static_cast<uint32_t>(r.get_int(GS_KEY_CHUNK));
+    ji.state_bytes = static_cast<uint64_t>(r.get_int(GS_KEY_STATE_BYTES));
   } else if (extra.find("optimizer=") != std::string::npos) {
     throw Error("gradswitch: the switch at " + endpoint_ +
                 " answered an optimizer JOIN without 'optimizer=' (" + reply_line +

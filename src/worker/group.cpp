@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "gradswitch/control.h"
 #include "gradswitch/wire.h"
 #include "worker/switch_notice.h"
 
@@ -215,9 +216,10 @@ Handle Group::upload_params_async(const float* data, size_t n) {
                             "parameters and state later");
     // Little-endian float32 is the in-memory layout on every supported host (x86-64, aarch64).
     size_t bytes = n * sizeof(float);
-    Reply r = parse_reply(control_->request_with_payload("PARAMS offset=0 count=" + std::to_string(n), data,
-                                                         bytes, control_timeout(bytes)));
-    if (!r.ok) throw_reply("PARAMS", describe_job(), r);
+    Reply r = parse_reply(control_->request_with_payload(
+        GS_VERB_PARAMS " " GS_KEY_OFFSET "=0 " GS_KEY_COUNT "=" + std::to_string(n), data, bytes,
+        control_timeout(bytes)));
+    if (!r.ok) throw_reply(GS_VERB_PARAMS, describe_job(), r);
   };
   if (!control_) throw Error("gradswitch: upload_params needs a control connection");
   return enqueue(std::move(op));
@@ -232,9 +234,10 @@ float Group::set_lr(float lr) {
   Op op{nullptr, 0, DType::kFloat32, nullptr, nullptr};
   op.fn = [this, lr, stored] {
     if (fatal_) std::rethrow_exception(fatal_);
-    Reply r = parse_reply(control_->request("SETLR lr=" + format_float32(lr), control_timeout(0)));
-    if (!r.ok) throw_reply("SETLR", describe_job(), r);
-    std::string v = r.get("lr");
+    Reply r = parse_reply(
+        control_->request(GS_VERB_SETLR " " GS_KEY_LR "=" + format_float32(lr), control_timeout(0)));
+    if (!r.ok) throw_reply(GS_VERB_SETLR, describe_job(), r);
+    std::string v = r.get(GS_KEY_LR);
     if (!v.empty()) *stored = std::strtof(v.c_str(), nullptr);
   };
   enqueue(std::move(op)).wait();
@@ -248,9 +251,9 @@ std::vector<uint8_t> Group::state_get() {
   Op op{nullptr, 0, DType::kFloat32, nullptr, nullptr};
   op.fn = [this, out] {
     // Allowed after a failed allreduce or an abort (e.g. to save what the switch holds).
-    Reply r = parse_reply(
-        control_->request_read_payload("STATE_GET", "bytes", out.get(), control_timeout(join_.state_bytes)));
-    if (!r.ok) throw_reply("STATE_GET", describe_job(), r);
+    Reply r = parse_reply(control_->request_read_payload(GS_VERB_STATE_GET, GS_KEY_BYTES, out.get(),
+                                                         control_timeout(join_.state_bytes)));
+    if (!r.ok) throw_reply(GS_VERB_STATE_GET, describe_job(), r);
     if (out->size() != join_.state_bytes)
       throw Error("gradswitch: STATE_GET of " + describe_job() + " returned " + std::to_string(out->size()) +
                   " bytes, expected state_bytes=" + std::to_string(join_.state_bytes));
@@ -268,16 +271,16 @@ void Group::state_set(const uint8_t* data, size_t n) {
     throw InvalidArgument("gradswitch: state_set got a blob of " + std::to_string(n) + " bytes, but " +
                           describe_job() + " has state_bytes=" + std::to_string(join_.state_bytes) +
                           " (a checkpoint of a job with the same optimizer, params and --mtu is needed)");
-  if (n < 8 || std::memcmp(data, "GSOPTST1", 8) != 0)
+  if (n < 8 || std::memcmp(data, GS_STATE_MAGIC, 8) != 0)
     throw InvalidArgument(
         "gradswitch: state_set: not a gradswitch optimizer checkpoint (magic GSOPTST1 missing)");
   if (!control_) throw Error("gradswitch: state_set needs a control connection");
   Op op{nullptr, 0, DType::kFloat32, nullptr, nullptr};
   op.fn = [this, data, n] {
     if (fatal_) std::rethrow_exception(fatal_);
-    Reply r = parse_reply(
-        control_->request_with_payload("STATE_SET bytes=" + std::to_string(n), data, n, control_timeout(n)));
-    if (!r.ok) throw_reply("STATE_SET", describe_job(), r);
+    Reply r = parse_reply(control_->request_with_payload(
+        GS_VERB_STATE_SET " " GS_KEY_BYTES "=" + std::to_string(n), data, n, control_timeout(n)));
+    if (!r.ok) throw_reply(GS_VERB_STATE_SET, describe_job(), r);
   };
   enqueue(std::move(op)).wait();
 }
@@ -323,7 +326,7 @@ void Group::close(bool abort) {
   if (control_ && control_->is_open()) {
     if (!abort) {
       try {
-        control_->request("LEAVE", 5.0);
+        control_->request(GS_VERB_LEAVE, 5.0);
       } catch (...) {
       }
     }

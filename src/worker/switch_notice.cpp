@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "gradswitch/control.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
 
@@ -53,9 +54,9 @@ std::string extent(bool last, long long count, long long offset, long long per_p
 
 std::string mismatch_text(const std::map<std::string, std::string>& kv, const PathContext& ctx,
                           const AllreduceOp* op) {
-  auto ranks = split_pair(kv, "mismatch_ranks"), counts = split_pair(kv, "mismatch_counts"),
-       last = split_pair(kv, "mismatch_last"), types = split_pair(kv, "mismatch_types"),
-       scales = split_pair(kv, "mismatch_scales");
+  auto ranks = split_pair(kv, GS_KEY_MISMATCH_RANKS), counts = split_pair(kv, GS_KEY_MISMATCH_COUNTS),
+       last = split_pair(kv, GS_KEY_MISMATCH_LAST), types = split_pair(kv, GS_KEY_MISMATCH_TYPES),
+       scales = split_pair(kv, GS_KEY_MISMATCH_SCALES);
   const std::string tail =
       " Every rank must make the same sequence of allreduce calls, with tensors of the same length and "
       "dtype.";
@@ -67,8 +68,8 @@ std::string mismatch_text(const std::map<std::string, std::string>& kv, const Pa
     return "the ranks' contributions to one round differ in length or type." + own + tail;
   if (number(ranks[0], 0) > number(ranks[1], 0))  // in rank order
     for (auto* v : {&ranks, &counts, &last, &types, &scales}) std::swap((*v)[0], (*v)[1]);
-  const std::string seq = kv.count("mismatch_seq") ? kv.at("mismatch_seq") : "?";
-  const long long offset = number(kv.count("mismatch_offset") ? kv.at("mismatch_offset") : "", 0);
+  const std::string seq = kv.count(GS_KEY_MISMATCH_SEQ) ? kv.at(GS_KEY_MISMATCH_SEQ) : "?";
+  const long long offset = number(kv.count(GS_KEY_MISMATCH_OFFSET) ? kv.at(GS_KEY_MISMATCH_OFFSET) : "", 0);
   const std::string a = "rank " + ranks[0], b = "rank " + ranks[1];
   std::string what;
   if (types[0] != types[1]) {
@@ -113,20 +114,11 @@ std::string abort_reason_text(uint8_t reason, uint16_t rank) {
   }
 }
 
-uint8_t abort_reason_code(const std::string& name) {
-  if (name == "rank_left") return GS_ABORT_RANK_LEFT;
-  if (name == "idle") return GS_ABORT_IDLE;
-  if (name == "shutdown") return GS_ABORT_SHUTDOWN;
-  if (name == "operator") return GS_ABORT_OPERATOR;
-  if (name == "mismatch") return GS_ABORT_MISMATCH;
-  return 0;
-}
-
 std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,
                            const PathContext& ctx, const AllreduceOp* op) {
   if (reason == GS_ABORT_MISMATCH) return mismatch_text(kv, ctx, op);
-  if (reason == GS_ABORT_RANK_LEFT && kv.count("left")) {
-    if (lists_rank(kv, "left", rank))
+  if (reason == GS_ABORT_RANK_LEFT && kv.count(GS_KEY_LEFT)) {
+    if (lists_rank(kv, GS_KEY_LEFT, rank))
       return "rank " + std::to_string(rank) +
              " left the job (it closed its group) while this rank still had allreduces to run: every rank "
              "must make the same allreduce calls before it closes";
@@ -146,8 +138,8 @@ void throw_notice(const PathContext& ctx, const ControlClient& control, const Sw
                               ": did gradswitchd stop or crash?",
                           GS_ABORT_SHUTDOWN, GS_RANK_ALL);
   auto get = [&](const char* k) { return n.kv.count(k) ? n.kv.at(k) : std::string(); };
-  const uint8_t reason = abort_reason_code(get("reason"));
-  const long long r = number(get("rank"), GS_RANK_ALL);
+  const uint8_t reason = gs_abort_reason_from_name(get(GS_KEY_REASON).c_str());
+  const long long r = number(get(GS_KEY_RANK), GS_RANK_ALL);
   const uint16_t rank = r >= 0 && r < GS_RANK_ALL ? static_cast<uint16_t>(r) : GS_RANK_ALL;
   throw_abort(reason, rank,
               "gradswitch: " + ctx.job_text + " was aborted by the switch" + when + ": " +
@@ -159,7 +151,7 @@ void throw_aborted(const PathContext& ctx, ControlClient* control, uint8_t reaso
   std::map<std::string, std::string> kv;
   if (control && reason != GS_ABORT_SHUTDOWN) {  // a stopping switch may not answer
     try {
-      Reply r = parse_reply(control->request("STATUS", 1.0));
+      Reply r = parse_reply(control->request(GS_VERB_STATUS, 1.0));
       if (r.ok) kv = r.kv;
     } catch (const Error&) {
     }

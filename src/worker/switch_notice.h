@@ -13,9 +13,6 @@
 
 namespace gradswitch::worker {
 
-// gs_abort_reason of a control-plane reason name ("rank_left", "mismatch", ...); 0 when unknown.
-uint8_t abort_reason_code(const std::string& name);
-
 // The abort explained from the switch's keys (`left`, `mismatch_*`, as EVENT and STATUS carry
 // them; may be empty). `op` is the allreduce this rank was running or about to run (may be null).
 std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gradswitch/control.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
 #include "worker/switch_notice.h"
@@ -66,21 +67,21 @@ void throw_switch_timeout(const PathContext& ctx, ControlClient* control, const 
 
   Reply r;
   try {
-    r = parse_reply(control->request("STATUS job_id=" + std::to_string(join.job_id) +
-                                         " slot=" + std::to_string(slot) +
-                                         " version=" + std::to_string(static_cast<unsigned>(stuck.version)),
+    r = parse_reply(control->request(GS_VERB_STATUS " " GS_KEY_JOB_ID "=" + std::to_string(join.job_id) +
+                                         " " GS_KEY_SLOT "=" + std::to_string(slot) + " " GS_KEY_VERSION "=" +
+                                         std::to_string(static_cast<unsigned>(stuck.version)),
                                      5.0));
   } catch (const Error& e) {
     throw TimeoutError(head + "The switch did not answer STATUS either (" + e.what() +
                        "): is gradswitchd still running at " + endpoint + "?");
   }
   if (!r.ok) throw TimeoutError(head + "STATUS failed: " + r.code + " " + r.message + ". " + check);
-  if (r.get("state") == "aborted") {
+  if (r.get(GS_KEY_STATE) == GS_STATE_ABORTED) {
     // abort_reason is a name (rank_left, ...), abort_rank a rank or "-".
-    const uint8_t reason = abort_reason_code(r.get("abort_reason"));
+    const uint8_t reason = gs_abort_reason_from_name(r.get(GS_KEY_ABORT_REASON).c_str());
     uint16_t rank = GS_RANK_ALL;
     try {
-      rank = static_cast<uint16_t>(r.get_int("abort_rank"));
+      rank = static_cast<uint16_t>(r.get_int(GS_KEY_ABORT_RANK));
     } catch (const Error&) {
     }
     std::string msg = "gradswitch: " + ctx.job_text + " was aborted by the switch during allreduce seq " +
@@ -88,11 +89,11 @@ void throw_switch_timeout(const PathContext& ctx, ControlClient* control, const 
     if (reason == GS_ABORT_SHUTDOWN) throw SwitchLostError(msg, reason, rank);
     throw AbortedError(msg, reason, rank);
   }
-  std::vector<long long> seen = parse_list(r.get("seen"));
-  std::vector<long long> rank_seq = parse_list(r.get("rank_seq"));
-  bool same_round =
-      r.get("slot_seq") == std::to_string(stuck.seq) && r.get("slot_offset") == std::to_string(stuck.offset);
-  std::string state = r.get("slot_state");
+  std::vector<long long> seen = parse_list(r.get(GS_KEY_SEEN));
+  std::vector<long long> rank_seq = parse_list(r.get(GS_KEY_RANK_SEQ));
+  bool same_round = r.get(GS_KEY_SLOT_SEQ) == std::to_string(stuck.seq) &&
+                    r.get(GS_KEY_SLOT_OFFSET) == std::to_string(stuck.offset);
+  std::string state = r.get(GS_KEY_SLOT_STATE);
   std::vector<unsigned> missing, present;
   if (same_round && (state == "open" || state == "complete")) {
     uint64_t mask = 0;
@@ -122,8 +123,8 @@ void throw_switch_timeout(const PathContext& ctx, ControlClient* control, const 
   if (!missing.empty())
     throw TimeoutError(head + "Rank(s) " + join_ranks(missing) + " have not reached allreduce seq " +
                        std::to_string(stuck.seq) + ". " + check);
-  throw TimeoutError(head + "The switch's slot holds another round (" + r.get("slot_state") + " seq " +
-                     r.get("slot_seq") + " offset " + r.get("slot_offset") +
+  throw TimeoutError(head + "The switch's slot holds another round (" + r.get(GS_KEY_SLOT_STATE) + " seq " +
+                     r.get(GS_KEY_SLOT_SEQ) + " offset " + r.get(GS_KEY_SLOT_OFFSET) +
                      "): the ranks disagree on the sequence "
                      "or sizes of their allreduce calls? " +
                      check);

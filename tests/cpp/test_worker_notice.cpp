@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "gradswitch/control.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
 #include "worker/control.h"
@@ -123,9 +124,11 @@ TEST(a_closed_connection_is_a_notice_for_good) {
 
 TEST(abort_texts_say_who_and_why) {
   Context t;
-  CHECK(abort_reason_code("rank_left") == GS_ABORT_RANK_LEFT &&
-        abort_reason_code("mismatch") == GS_ABORT_MISMATCH);
-  CHECK(abort_reason_code("bogus") == 0);
+  CHECK(gs_abort_reason_from_name("rank_left") == GS_ABORT_RANK_LEFT &&
+        gs_abort_reason_from_name("mismatch") == GS_ABORT_MISMATCH);
+  CHECK(gs_abort_reason_from_name("bogus") == 0 && gs_abort_reason_from_name("none") == 0);
+  for (uint8_t r = GS_ABORT_RANK_LEFT; r <= GS_ABORT_MISMATCH; ++r)
+    CHECK(gs_abort_reason_from_name(gs_abort_reason_name(r)) == r);
   std::map<std::string, std::string> kv{{"left", "1"}};
   CHECK(describe_abort(GS_ABORT_RANK_LEFT, 1, kv, t.ctx, nullptr).find("closed its group") !=
         std::string::npos);

@@ -90,7 +90,6 @@ struct ControlPlane::LiveJob {
 
 namespace control {
 // Texts of replies, events and log lines that several files write (queries.cpp defines them).
-const char* abort_reason_name(uint8_t reason);
 // ` mismatch_seq=.. mismatch_offset=.. mismatch_ranks=a,b ...`: the two contributions that could not
 // be summed (held, arriving).
 std::string mismatch_keys(const Mismatch& m);

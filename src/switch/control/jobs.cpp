@@ -160,27 +160,31 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
   live->conn = p.conn;
   live->present = p.world;
   live->start_ns = live->last_request_ns = now_ns;
-  std::string ok = "OK job_id=" + std::to_string(id) + " key=" + std::to_string(spec.key) +
-                   " slots=" + std::to_string(spec.slots) + " payload=" + std::to_string(spec.payload_bytes) +
-                   " data_port=" + std::to_string(config_.data_port) +
-                   " threads=" + std::to_string(config_.threads);
+  Line ok(GS_REPLY_OK);
+  ok.add(GS_KEY_JOB_ID, id)
+      .add(GS_KEY_KEY, spec.key)
+      .add(GS_KEY_SLOTS, spec.slots)
+      .add(GS_KEY_PAYLOAD, spec.payload_bytes)
+      .add(GS_KEY_DATA_PORT, config_.data_port)
+      .add(GS_KEY_THREADS, config_.threads);
   // Every rank's UDP address, so the workers can run the ring among themselves (docs/protocol.md
   // section 7): on request (algorithm=ring) and as the fallback when this switch goes away.
-  ok += " peers=";
+  std::string peers;
   for (uint16_t r = 0; r < spec.world; ++r) {
     char ip[INET_ADDRSTRLEN] = "";
     in_addr a{};
     a.s_addr = spec.endpoints[r].ipv4_be;
     ::inet_ntop(AF_INET, &a, ip, sizeof ip);
-    ok += (r ? "," : "") + std::string(ip) + ":" + std::to_string(ntohs(spec.endpoints[r].port_be));
+    peers += (r ? "," : "") + std::string(ip) + ":" + std::to_string(ntohs(spec.endpoints[r].port_be));
   }
+  ok.add(GS_KEY_PEERS, peers);
   if (spec.optimizer) {
     const StateHeader h = state_header_for(*spec.optimizer, spec.payload_bytes / 4, spec.optimizer->lr);
-    ok += std::string(" optimizer=") + optimizer_algo_name(spec.optimizer->algo) +
-          " params=" + std::to_string(h.params) + " chunk=" + std::to_string(h.chunk) +
-          " state_bytes=" + std::to_string(state_blob_bytes(h));
+    ok.add(GS_KEY_OPTIMIZER, optimizer_algo_name(spec.optimizer->algo))
+        .add(GS_KEY_PARAMS, h.params)
+        .add(GS_KEY_CHUNK, h.chunk)
+        .add(GS_KEY_STATE_BYTES, state_blob_bytes(h));
   }
-  ok += "\n";
   std::vector<Conn*> members;
   for (uint16_t r = 0; r < p.world; ++r) {
     Conn& c = *conns_.at(p.conn[r]);
@@ -196,7 +200,7 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
   live_.emplace(id, std::move(live));
   pending_.erase(p.name);  // `p` is gone from here on
   for (auto& l : listeners_) l({JobEvent::kCreated, id, &lj.spec});
-  for (Conn* c : members) reply(*c, ok);
+  for (Conn* c : members) reply(*c, ok.str());
   // Requests that arrived while the JOIN reply was held.
   for (Conn* c : members) process_lines(*c, now_ns);
 }
@@ -223,7 +227,7 @@ void ControlPlane::handle_leave(Conn& c, const Request& r, uint64_t now_ns) {
   if (c.role == Conn::Role::kNone)
     return reply_error(c, kErrState, "LEAVE without a JOIN on this connection");
   if (c.role == Conn::Role::kLeft) return reply_error(c, kErrState, "already left job '" + c.job_name + "'");
-  reply(c, "OK\n");
+  reply(c, GS_REPLY_OK "\n");
   depart(c, /*graceful=*/true, now_ns);
 }
 
@@ -272,20 +276,21 @@ void ControlPlane::note_abort(LiveJob& j, const std::string& why) {
   JobStatus s;
   if (!engine_.job_status(j.id, &s) || !s.aborted) return;
   j.aborted = true;
-  j.abort_why = why.empty() ? abort_reason_name(s.abort_reason) : why;
+  j.abort_why = why.empty() ? gs_abort_reason_name(s.abort_reason) : why;
   GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") aborted: %s (reason %s, rank %s)%s", j.spec.name.c_str(), j.id,
-              j.abort_why.c_str(), abort_reason_name(s.abort_reason),
+              j.abort_why.c_str(), gs_abort_reason_name(s.abort_reason),
               s.abort_rank == GS_RANK_ALL ? "-" : std::to_string(s.abort_rank).c_str(),
               s.abort_reason == GS_ABORT_MISMATCH ? mismatch_keys(s.mismatch).c_str() : "");
   // Every rank still connected learns it at once, also those between two allreduces.
-  std::string event =
-      "EVENT aborted job_id=" + std::to_string(j.id) + " reason=" + abort_reason_name(s.abort_reason) +
-      " rank=" + (s.abort_rank == GS_RANK_ALL ? std::string("-") : std::to_string(s.abort_rank)) +
-      " left=" + ranks_text(s.left) +
-      (s.abort_reason == GS_ABORT_MISMATCH ? mismatch_keys(s.mismatch) : std::string()) + "\n";
+  Line event(GS_EVENT " " GS_EVENT_ABORTED);
+  event.add(GS_KEY_JOB_ID, j.id)
+      .add(GS_KEY_REASON, gs_abort_reason_name(s.abort_reason))
+      .add(GS_KEY_RANK, s.abort_rank == GS_RANK_ALL ? std::string(GS_NO_RANK) : std::to_string(s.abort_rank))
+      .add(GS_KEY_LEFT, ranks_text(s.left));
+  if (s.abort_reason == GS_ABORT_MISMATCH) event.raw(mismatch_keys(s.mismatch));
   for (uint64_t cid : j.conn) {
     auto it = conns_.find(cid);
-    if (cid != 0 && it != conns_.end()) send_event(*it->second, event);
+    if (cid != 0 && it != conns_.end()) send_event(*it->second, event.str());
   }
 }
 

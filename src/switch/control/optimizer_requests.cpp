@@ -35,7 +35,7 @@ void ControlPlane::handle_upload(Conn& c, const Request& r) {
   if (!length)
     return close_with_error(
         c, kErrBadRequest,
-        r.verb + (r.verb == "PARAMS" ? " needs count=<0..4294967295>" : " needs bytes=<n>") +
+        r.verb + (r.verb == GS_VERB_PARAMS ? " needs count=<0..4294967295>" : " needs bytes=<n>") +
             ": the length of the payload that follows is unknown; closing the connection");
   Conn::BinaryIn b;
   b.total = *length;
@@ -46,7 +46,7 @@ void ControlPlane::handle_upload(Conn& c, const Request& r) {
     err = {kErrState, r.verb + " is rank 0's (this connection is rank " + std::to_string(c.rank) + ")"};
     opt = nullptr;
   }
-  if (opt && r.verb == "PARAMS") {
+  if (opt && r.verb == GS_VERB_PARAMS) {
     auto p = parse_params(r, &err);
     if (!p) {
       opt = nullptr;
@@ -58,7 +58,7 @@ void ControlPlane::handle_upload(Conn& c, const Request& r) {
     } else {
       b.kind = Conn::BinaryIn::kParams;
       b.param_offset = p->offset;
-      b.ok = "OK\n";
+      b.ok = GS_REPLY_OK "\n";
     }
   } else if (opt) {
     auto bytes = parse_state_set(r, &err);
@@ -73,7 +73,7 @@ void ControlPlane::handle_upload(Conn& c, const Request& r) {
       opt = nullptr;
     } else {
       b.kind = Conn::BinaryIn::kState;
-      b.ok = "OK\n";
+      b.ok = GS_REPLY_OK "\n";
     }
   }
   if (!opt) {
@@ -150,24 +150,29 @@ void ControlPlane::handle_setlr(Conn& c, const Request& r) {
   Error err;
   auto lr = parse_setlr(r, &err);
   if (!lr) return reply_error(c, err.code, err.message);
-  Optimizer* opt = joined_optimizer(c, "SETLR", &err);
+  Optimizer* opt = joined_optimizer(c, GS_VERB_SETLR, &err);
   if (!opt) return reply_error(c, err.code, err.message);
   opt->set_lr(*lr);
-  reply(c, "OK lr=" + format_float(*lr) + "\n");
+  reply(c, Line(GS_REPLY_OK).add(GS_KEY_LR, format_float(*lr)).str());
 }
 
 void ControlPlane::handle_state_get(Conn& c, const Request& r) {
   Error err;
   if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
-  Optimizer* opt = joined_optimizer(c, "STATE_GET", &err);
+  Optimizer* opt = joined_optimizer(c, GS_VERB_STATE_GET, &err);
   if (!opt) return reply_error(c, err.code, err.message);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const StateHeader h = state_header_for(opt->spec(), config_.payload_bytes() / 4, opt->lr());
   const uint64_t bytes = state_blob_bytes(h);
-  std::string line = "OK bytes=" + std::to_string(bytes) + " algo=" + optimizer_algo_name(opt->spec().algo) +
-                     " params=" + std::to_string(h.params) + " arrays=" + std::to_string(h.arrays) +
-                     " chunk=" + std::to_string(h.chunk) + " chunks=" + std::to_string(h.chunks) +
-                     " lr=" + format_float(h.lr) + "\n";
+  std::string line = Line(GS_REPLY_OK)
+                         .add(GS_KEY_BYTES, bytes)
+                         .add(GS_KEY_ALGO, optimizer_algo_name(opt->spec().algo))
+                         .add(GS_KEY_PARAMS, h.params)
+                         .add(GS_KEY_ARRAYS, h.arrays)
+                         .add(GS_KEY_CHUNK, h.chunk)
+                         .add(GS_KEY_CHUNKS, h.chunks)
+                         .add(GS_KEY_LR, format_float(h.lr))
+                         .str();
   uint8_t header[kStateHeaderBytes];
   encode_state_header(h, header);
   line.append(reinterpret_cast<const char*>(header), sizeof header);

@@ -203,19 +203,21 @@ static bool number_arg(const Request& r, const char* key, uint64_t lo, uint64_t 
 }
 
 // Optimizer keys of JOIN: the ones every algorithm takes, then the algorithm's own.
-static constexpr const char* kJoinKeys[] = {"job", "world", "rank", "wire", "token", "port"};
-static constexpr const char* kOptCommonKeys[] = {"optimizer", "params", "lr", "weight_decay", "average"};
+static constexpr const char* kJoinKeys[] = {GS_KEY_JOB,  GS_KEY_WORLD, GS_KEY_RANK,
+                                            GS_KEY_WIRE, GS_KEY_TOKEN, GS_KEY_PORT};
+static constexpr const char* kOptCommonKeys[] = {GS_KEY_OPTIMIZER, GS_KEY_PARAMS, GS_KEY_LR,
+                                                 GS_KEY_WEIGHT_DECAY, GS_KEY_AVERAGE};
 static std::vector<const char*> algo_keys(OptimizerAlgo a) {
   switch (a) {
     case OptimizerAlgo::kSgd:
-      return {"momentum", "dampening", "nesterov"};
+      return {GS_KEY_MOMENTUM, GS_KEY_DAMPENING, GS_KEY_NESTEROV};
     case OptimizerAlgo::kAdagrad:
-      return {"eps", "eps_mode", "lr_decay", "initial_accumulator"};
+      return {GS_KEY_EPS, GS_KEY_EPS_MODE, GS_KEY_LR_DECAY, GS_KEY_INITIAL_ACCUMULATOR};
     case OptimizerAlgo::kAdam:
     case OptimizerAlgo::kAdamW:
-      return {"beta1", "beta2", "eps", "eps_mode"};
+      return {GS_KEY_BETA1, GS_KEY_BETA2, GS_KEY_EPS, GS_KEY_EPS_MODE};
     case OptimizerAlgo::kSmorms3:
-      return {"eps"};
+      return {GS_KEY_EPS};
   }
   return {};
 }
@@ -256,7 +258,7 @@ static bool bool_arg(const Request& r, const char* key, bool* out, Error* err) {
 
 static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8_t wire, Error* err) {
   OptimizerSpec o;
-  const std::string* v = r.find("optimizer");
+  const std::string* v = r.find(GS_KEY_OPTIMIZER);
   if (!parse_optimizer_algo(*v, &o.algo)) {
     *err = {kErrBadRequest, "optimizer=" + shown(*v) + " is unknown (sgd|adagrad|adam|adamw|smorms3)"};
     return std::nullopt;
@@ -285,24 +287,25 @@ static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8
     return std::nullopt;
   }
   uint64_t n;
-  if (!number_arg(r, "params", 1, 0xFFFFFFFFull, &n, err)) return std::nullopt;
+  if (!number_arg(r, GS_KEY_PARAMS, 1, 0xFFFFFFFFull, &n, err)) return std::nullopt;
   o.params = n;
-  if (!r.find("lr")) {
+  if (!r.find(GS_KEY_LR)) {
     *err = {kErrBadRequest, "JOIN with optimizer= needs lr="};
     return std::nullopt;
   }
   const float inf = INFINITY;
-  if (!float_arg(r, "lr", 0, inf, false, &o.lr, err) ||
-      !float_arg(r, "weight_decay", 0, inf, false, &o.weight_decay, err) ||
-      !float_arg(r, "momentum", 0, inf, false, &o.momentum, err) ||
-      !float_arg(r, "dampening", -inf, inf, false, &o.dampening, err) ||
-      !float_arg(r, "beta1", 0, 1, true, &o.beta1, err) ||
-      !float_arg(r, "beta2", 0, 1, true, &o.beta2, err) || !float_arg(r, "eps", 0, inf, false, &o.eps, err) ||
-      !float_arg(r, "lr_decay", 0, inf, false, &o.lr_decay, err) ||
-      !float_arg(r, "initial_accumulator", 0, inf, false, &o.initial_accumulator, err) ||
-      !bool_arg(r, "nesterov", &o.nesterov, err) || !bool_arg(r, "average", &o.average, err))
+  if (!float_arg(r, GS_KEY_LR, 0, inf, false, &o.lr, err) ||
+      !float_arg(r, GS_KEY_WEIGHT_DECAY, 0, inf, false, &o.weight_decay, err) ||
+      !float_arg(r, GS_KEY_MOMENTUM, 0, inf, false, &o.momentum, err) ||
+      !float_arg(r, GS_KEY_DAMPENING, -inf, inf, false, &o.dampening, err) ||
+      !float_arg(r, GS_KEY_BETA1, 0, 1, true, &o.beta1, err) ||
+      !float_arg(r, GS_KEY_BETA2, 0, 1, true, &o.beta2, err) ||
+      !float_arg(r, GS_KEY_EPS, 0, inf, false, &o.eps, err) ||
+      !float_arg(r, GS_KEY_LR_DECAY, 0, inf, false, &o.lr_decay, err) ||
+      !float_arg(r, GS_KEY_INITIAL_ACCUMULATOR, 0, inf, false, &o.initial_accumulator, err) ||
+      !bool_arg(r, GS_KEY_NESTEROV, &o.nesterov, err) || !bool_arg(r, GS_KEY_AVERAGE, &o.average, err))
     return std::nullopt;
-  if (const std::string* m = r.find("eps_mode")) {
+  if (const std::string* m = r.find(GS_KEY_EPS_MODE)) {
     if (*m == "paper")
       o.eps_placement = EpsPlacement::kInsideSqrt;
     else if (*m == "torch")
@@ -335,7 +338,7 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
       return std::nullopt;
     }
   }
-  if (!r.find("optimizer"))
+  if (!r.find(GS_KEY_OPTIMIZER))
     for (const auto& [k, v] : r.args)
       if (is_optimizer_key(k)) {
         *err = {kErrBadRequest, "key '" + k + "' needs optimizer=<sgd|adagrad|adam|adamw|smorms3>"};
@@ -343,16 +346,16 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
       }
   JoinRequest j;
   const std::string* v;
-  if (!required(r, "job", &v, err)) return std::nullopt;
+  if (!required(r, GS_KEY_JOB, &v, err)) return std::nullopt;
   if (!is_valid_name(*v)) {
     *err = {kErrBadRequest, "job=" + shown(*v) + " is not a valid name ([A-Za-z0-9._:-]{1,64})"};
     return std::nullopt;
   }
   j.job = *v;
   uint64_t n;
-  if (!number_arg(r, "world", 1, GS_MAX_WORLD, &n, err)) return std::nullopt;
+  if (!number_arg(r, GS_KEY_WORLD, 1, GS_MAX_WORLD, &n, err)) return std::nullopt;
   j.world = static_cast<uint16_t>(n);
-  if (!number_arg(r, "rank", 0, UINT16_MAX, &n, err)) return std::nullopt;
+  if (!number_arg(r, GS_KEY_RANK, 0, UINT16_MAX, &n, err)) return std::nullopt;
   if (n >= j.world) {
     *err = {kErrBadRequest, "rank=" + std::to_string(n) +
                                 " is out of range for world=" + std::to_string(j.world) + " (ranks are 0.." +
@@ -360,22 +363,22 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
     return std::nullopt;
   }
   j.rank = static_cast<uint16_t>(n);
-  if (!required(r, "wire", &v, err)) return std::nullopt;
+  if (!required(r, GS_KEY_WIRE, &v, err)) return std::nullopt;
   j.wire = wire_from_name(*v);
   if (!j.wire) {
     *err = {kErrBadRequest,
             "wire=" + shown(*v) + " is unknown (int32|float32|fixed32|float16|bfloat16|float64)"};
     return std::nullopt;
   }
-  if (!required(r, "token", &v, err)) return std::nullopt;
+  if (!required(r, GS_KEY_TOKEN, &v, err)) return std::nullopt;
   if (!is_valid_name(*v)) {
     *err = {kErrBadRequest, "token is not valid ([A-Za-z0-9._:-]{1,64})"};
     return std::nullopt;
   }
   j.token = *v;
-  if (!number_arg(r, "port", 1, 65535, &n, err)) return std::nullopt;
+  if (!number_arg(r, GS_KEY_PORT, 1, 65535, &n, err)) return std::nullopt;
   j.port = static_cast<uint16_t>(n);
-  if (r.find("optimizer")) {
+  if (r.find(GS_KEY_OPTIMIZER)) {
     j.optimizer = parse_optimizer_keys(r, j.wire, err);
     if (!j.optimizer) return std::nullopt;
   }
@@ -383,22 +386,23 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
 }
 
 static std::optional<QueryRequest> parse_query(const Request& r, bool with_slot, Error* err) {
-  if (with_slot ? !check_keys(r, {"job_id", "slot", "version"}, err) : !check_keys(r, {"job_id"}, err))
+  if (with_slot ? !check_keys(r, {GS_KEY_JOB_ID, GS_KEY_SLOT, GS_KEY_VERSION}, err)
+                : !check_keys(r, {GS_KEY_JOB_ID}, err))
     return std::nullopt;
   QueryRequest q;
   uint64_t n;
-  if (r.find("job_id")) {
-    if (!number_arg(r, "job_id", 0, UINT32_MAX, &n, err)) return std::nullopt;
+  if (r.find(GS_KEY_JOB_ID)) {
+    if (!number_arg(r, GS_KEY_JOB_ID, 0, UINT32_MAX, &n, err)) return std::nullopt;
     q.job_id = static_cast<uint32_t>(n);
   }
-  if (with_slot && (r.find("slot") || r.find("version"))) {
-    if (!r.find("slot") || !r.find("version")) {
+  if (with_slot && (r.find(GS_KEY_SLOT) || r.find(GS_KEY_VERSION))) {
+    if (!r.find(GS_KEY_SLOT) || !r.find(GS_KEY_VERSION)) {
       *err = {kErrBadRequest, "slot= and version= go together"};
       return std::nullopt;
     }
-    if (!number_arg(r, "slot", 0, UINT16_MAX, &n, err)) return std::nullopt;
+    if (!number_arg(r, GS_KEY_SLOT, 0, UINT16_MAX, &n, err)) return std::nullopt;
     q.slot = static_cast<uint16_t>(n);
-    if (!number_arg(r, "version", 0, 1, &n, err)) return std::nullopt;
+    if (!number_arg(r, GS_KEY_VERSION, 0, 1, &n, err)) return std::nullopt;
     q.version = static_cast<uint8_t>(n);
   }
   return q;
@@ -485,15 +489,15 @@ std::string describe_optimizer(const OptimizerSpec& s) {
 }
 
 std::optional<uint64_t> binary_length(const Request& r) {
-  if (r.verb == "PARAMS") {
-    const std::string* c = r.find("count");
+  if (r.verb == GS_VERB_PARAMS) {
+    const std::string* c = r.find(GS_KEY_COUNT);
     if (!c) return std::nullopt;
     auto n = parse_number(*c, 0xFFFFFFFFull);
     if (!n) return std::nullopt;
     return *n * 4;
   }
-  if (r.verb == "STATE_SET") {
-    const std::string* b = r.find("bytes");
+  if (r.verb == GS_VERB_STATE_SET) {
+    const std::string* b = r.find(GS_KEY_BYTES);
     if (!b) return std::nullopt;
     return parse_number(*b, kMaxStateBytes);
   }
@@ -501,17 +505,17 @@ std::optional<uint64_t> binary_length(const Request& r) {
 }
 
 std::optional<ParamsRequest> parse_params(const Request& r, Error* err) {
-  if (!check_keys(r, {"offset", "count"}, err)) return std::nullopt;
+  if (!check_keys(r, {GS_KEY_OFFSET, GS_KEY_COUNT}, err)) return std::nullopt;
   ParamsRequest p;
-  if (!number_arg(r, "offset", 0, 0xFFFFFFFFull, &p.offset, err)) return std::nullopt;
-  if (!number_arg(r, "count", 0, 0xFFFFFFFFull, &p.count, err)) return std::nullopt;
+  if (!number_arg(r, GS_KEY_OFFSET, 0, 0xFFFFFFFFull, &p.offset, err)) return std::nullopt;
+  if (!number_arg(r, GS_KEY_COUNT, 0, 0xFFFFFFFFull, &p.count, err)) return std::nullopt;
   return p;
 }
 
 std::optional<float> parse_setlr(const Request& r, Error* err) {
-  if (!check_keys(r, {"lr"}, err)) return std::nullopt;
+  if (!check_keys(r, {GS_KEY_LR}, err)) return std::nullopt;
   const std::string* v;
-  if (!required(r, "lr", &v, err)) return std::nullopt;
+  if (!required(r, GS_KEY_LR, &v, err)) return std::nullopt;
   auto f = parse_float(*v);
   if (!f || *f < 0) {
     *err = {kErrBadRequest, "lr=" + shown(*v) + " is not a finite number >= 0"};
@@ -521,14 +525,15 @@ std::optional<float> parse_setlr(const Request& r, Error* err) {
 }
 
 std::optional<uint64_t> parse_state_set(const Request& r, Error* err) {
-  if (!check_keys(r, {"bytes"}, err)) return std::nullopt;
+  if (!check_keys(r, {GS_KEY_BYTES}, err)) return std::nullopt;
   uint64_t n;
-  if (!number_arg(r, "bytes", 0, kMaxStateBytes, &n, err)) return std::nullopt;
+  if (!number_arg(r, GS_KEY_BYTES, 0, kMaxStateBytes, &n, err)) return std::nullopt;
   return n;
 }
 
 StateHeader state_header_for(const OptimizerSpec& spec, uint32_t chunk, float lr) {
-  StateHeader h;
+  StateHeader h{};
+  std::memcpy(h.magic, GS_STATE_MAGIC, sizeof h.magic);
   h.algo = static_cast<uint8_t>(spec.algo);
   h.arrays = static_cast<uint8_t>(1 + optimizer_state_arrays(spec.algo));
   h.chunk = chunk;
@@ -539,46 +544,23 @@ StateHeader state_header_for(const OptimizerSpec& spec, uint32_t chunk, float lr
 }
 
 uint64_t state_blob_bytes(const StateHeader& h) {
-  return kStateHeaderBytes + uint64_t{h.arrays} * h.params * 4 + uint64_t{h.chunks} * 4;
+  return gs_state_blob_bytes(&h);
 }
 
-static void put_le(uint8_t* p, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-static uint64_t get_le(const uint8_t* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
-
+// The blob's header is little-endian, as the host (wire.h refuses big-endian hosts): a plain copy.
 void encode_state_header(const StateHeader& h, uint8_t out[kStateHeaderBytes]) {
-  std::memset(out, 0, kStateHeaderBytes);
-  std::memcpy(out, kStateMagic, 8);
-  out[8] = h.algo;
-  out[9] = h.arrays;
-  put_le(out + 12, h.chunk, 4);
-  put_le(out + 16, h.params, 8);
-  put_le(out + 24, h.chunks, 4);
-  uint32_t lr_bits;
-  std::memcpy(&lr_bits, &h.lr, 4);
-  put_le(out + 28, lr_bits, 4);
+  std::memcpy(out, &h, kStateHeaderBytes);
 }
 
 std::optional<StateHeader> decode_state_header(const uint8_t in[kStateHeaderBytes], const StateHeader& expect,
                                                Error* err) {
-  if (std::memcmp(in, kStateMagic, 8) != 0) {
+  if (std::memcmp(in, GS_STATE_MAGIC, 8) != 0) {
     *err = {kErrBadRequest,
             "STATE_SET data does not start with the magic GSOPTST1 (not a gradswitch checkpoint)"};
     return std::nullopt;
   }
   StateHeader h;
-  h.algo = in[8];
-  h.arrays = in[9];
-  h.chunk = static_cast<uint32_t>(get_le(in + 12, 4));
-  h.params = get_le(in + 16, 8);
-  h.chunks = static_cast<uint32_t>(get_le(in + 24, 4));
-  uint32_t lr_bits = static_cast<uint32_t>(get_le(in + 28, 4));
-  std::memcpy(&h.lr, &lr_bits, 4);
+  std::memcpy(&h, in, kStateHeaderBytes);
   auto algo_name = [](uint8_t a) {
     return a <= static_cast<uint8_t>(OptimizerAlgo::kSmorms3)
                ? std::string(optimizer_algo_name(OptimizerAlgo(a)))
@@ -594,7 +576,7 @@ std::optional<StateHeader> decode_state_header(const uint8_t in[kStateHeaderByte
   else if (h.chunk != expect.chunk || h.chunks != expect.chunks)
     diff = "chunks of " + std::to_string(h.chunk) + " elements (job: " + std::to_string(expect.chunk) +
            "; restore on a switch with the same --mtu)";
-  else if (in[10] != 0 || in[11] != 0)
+  else if (h.reserved != 0)
     diff = "non-zero reserved bytes 10-11";
   else if (!std::isfinite(h.lr) || h.lr < 0)
     diff = "an lr that is not a finite number >= 0";

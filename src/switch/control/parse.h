@@ -9,23 +9,25 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "gradswitch/control.h"
 #include "switch/engine/optimizer.h"
 
 namespace gradswitch::control {
 
-inline constexpr size_t kMaxLineBytes = 4096;  // including the '\n'
+inline constexpr size_t kMaxLineBytes = GS_CONTROL_MAX_LINE;  // including the '\n'
 
-// Error codes of `ERR <code> <message>`.
-inline constexpr const char* kErrBadRequest = "bad_request";
-inline constexpr const char* kErrTooLong = "too_long";
-inline constexpr const char* kErrConflict = "conflict";
-inline constexpr const char* kErrState = "state";
-inline constexpr const char* kErrTimeout = "timeout";
-inline constexpr const char* kErrNoResources = "no_resources";
-inline constexpr const char* kErrNotFound = "not_found";
+// Error codes of `ERR <code> <message>` (include/gradswitch/control.h).
+inline constexpr const char* kErrBadRequest = GS_ERR_BAD_REQUEST;
+inline constexpr const char* kErrTooLong = GS_ERR_TOO_LONG;
+inline constexpr const char* kErrConflict = GS_ERR_CONFLICT;
+inline constexpr const char* kErrState = GS_ERR_STATE;
+inline constexpr const char* kErrTimeout = GS_ERR_TIMEOUT;
+inline constexpr const char* kErrNoResources = GS_ERR_NO_RESOURCES;
+inline constexpr const char* kErrNotFound = GS_ERR_NOT_FOUND;
 
 struct Error {
   const char* code = kErrBadRequest;
@@ -34,6 +36,30 @@ struct Error {
 
 // "ERR <code> <message>\n" (the message is cut to one line).
 std::string format_error(const Error& e);
+
+// A reply or event line `HEAD key=value ...\n`, keys from include/gradswitch/control.h.
+class Line {
+ public:
+  explicit Line(std::string head) : text_(std::move(head)) {}
+  Line& add(const char* key, std::string_view value) {
+    (((text_ += ' ') += key) += '=') += value;
+    return *this;
+  }
+  Line& add(const char* key, const char* value) { return add(key, std::string_view(value)); }
+  Line& add(const char* key, const std::string& value) { return add(key, std::string_view(value)); }
+  template <typename Int, typename = std::enable_if_t<std::is_integral_v<Int>>>
+  Line& add(const char* key, Int value) {
+    return add(key, std::string_view(std::to_string(value)));
+  }
+  Line& raw(std::string_view more) {  // " key=value ..." already formatted
+    text_ += more;
+    return *this;
+  }
+  std::string str() const { return text_ + "\n"; }
+
+ private:
+  std::string text_;
+};
 
 // Splits a byte stream into lines of at most kMaxLineBytes (terminator included).
 class LineFramer {
@@ -113,19 +139,10 @@ bool same_optimizer(const OptimizerSpec& a, const OptimizerSpec& b);
 // "optimizer=adam params=1000 lr=0.001 beta1=0.9 ..." with every key that applies to the algorithm.
 std::string describe_optimizer(const OptimizerSpec& s);
 
-// The checkpoint blob of STATE_GET / STATE_SET: a 32-byte header, then `arrays` arrays of
-// `params` float32 (the parameters, then the algorithm's state arrays), then `chunks` uint32
-// step counters; everything little-endian.
-inline constexpr size_t kStateHeaderBytes = 32;
-inline constexpr char kStateMagic[8] = {'G', 'S', 'O', 'P', 'T', 'S', 'T', '1'};
-struct StateHeader {
-  uint8_t algo = 0;    // OptimizerAlgo
-  uint8_t arrays = 0;  // 1 + optimizer_state_arrays(algo)
-  uint32_t chunk = 0;  // elements per chunk (payload / 4)
-  uint64_t params = 0;
-  uint32_t chunks = 0;  // ceil(params / chunk)
-  float lr = 0;
-};
+// The checkpoint blob of STATE_GET / STATE_SET (its layout: gs_state_header in
+// include/gradswitch/control.h).
+inline constexpr size_t kStateHeaderBytes = GS_STATE_HEADER_BYTES;
+using StateHeader = gs_state_header;
 StateHeader state_header_for(const OptimizerSpec& spec, uint32_t chunk, float lr);
 uint64_t state_blob_bytes(const StateHeader& h);
 void encode_state_header(const StateHeader& h, uint8_t out[kStateHeaderBytes]);

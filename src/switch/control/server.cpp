@@ -115,7 +115,7 @@ void ControlPlane::accept_all(uint64_t now_ns) {
       return;
     }
     if (conns_.size() >= kMaxConnections) {
-      static const char msg[] = "ERR no_resources too many control connections\n";
+      static const char msg[] = GS_REPLY_ERR " " GS_ERR_NO_RESOURCES " too many control connections\n";
       (void)!::send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(fd);
       continue;
@@ -192,7 +192,7 @@ void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns
     std::string_view verb(line);
     verb.remove_prefix(std::min(verb.find_first_not_of(' '), verb.size()));
     verb = verb.substr(0, verb.find(' '));
-    if (verb == "PARAMS" || verb == "STATE_SET")
+    if (verb == GS_VERB_PARAMS || verb == GS_VERB_STATE_SET)
       return close_with_error(c, err.code,
                               err.message +
                                   "; the length of the payload that follows is unknown: "
@@ -204,18 +204,18 @@ void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns
     if (it != live_.end()) it->second->last_request_ns = now_ns;
   }
   const std::string& v = req->verb;
-  if (v == "JOIN") return handle_join(c, *req, now_ns);
-  if (v == "LEAVE") return handle_leave(c, *req, now_ns);
-  if (v == "STATUS") return handle_status(c, *req, now_ns);
-  if (v == "STATS") return handle_stats(c, *req);
-  if (v == "JOBS") return handle_jobs(c, *req);
-  if (v == "PING") {
+  if (v == GS_VERB_JOIN) return handle_join(c, *req, now_ns);
+  if (v == GS_VERB_LEAVE) return handle_leave(c, *req, now_ns);
+  if (v == GS_VERB_STATUS) return handle_status(c, *req, now_ns);
+  if (v == GS_VERB_STATS) return handle_stats(c, *req);
+  if (v == GS_VERB_JOBS) return handle_jobs(c, *req);
+  if (v == GS_VERB_PING) {
     if (!parse_no_args(*req, &err)) return reply_error(c, err.code, err.message);
-    return reply(c, "OK\n");
+    return reply(c, GS_REPLY_OK "\n");
   }
-  if (v == "PARAMS" || v == "STATE_SET") return handle_upload(c, *req);
-  if (v == "SETLR") return handle_setlr(c, *req);
-  if (v == "STATE_GET") return handle_state_get(c, *req);
+  if (v == GS_VERB_PARAMS || v == GS_VERB_STATE_SET) return handle_upload(c, *req);
+  if (v == GS_VERB_SETLR) return handle_setlr(c, *req);
+  if (v == GS_VERB_STATE_GET) return handle_state_get(c, *req);
   reply_error(c, kErrBadRequest,
               "unknown verb '" + v +
                   "' (expected JOIN, LEAVE, STATUS, STATS, JOBS, PING, PARAMS, SETLR, STATE_GET or "

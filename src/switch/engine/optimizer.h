@@ -13,9 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "gradswitch/control.h"
+
 namespace gradswitch {
 
-enum class OptimizerAlgo : uint8_t { kSgd, kAdagrad, kAdam, kAdamW, kSmorms3 };
+// The values are the checkpoint blob's algorithm ids (include/gradswitch/control.h).
+enum class OptimizerAlgo : uint8_t {
+  kSgd = GS_OPT_SGD,
+  kAdagrad = GS_OPT_ADAGRAD,
+  kAdam = GS_OPT_ADAM,
+  kAdamW = GS_OPT_ADAMW,
+  kSmorms3 = GS_OPT_SMORMS3
+};
 
 // Where epsilon goes in AdaGrad and Adam: paper 004 writes sqrt(h + eps); torch.optim writes
 // sqrt(h) + eps. The default follows the paper; `torch` mode matches torch.optim.
