@@ -35,6 +35,21 @@ def switch(switch_factory):
     return switch_factory()
 
 
+@pytest.fixture
+def start_switch(switch_factory):
+    """start_switch(**LocalSwitch options) -> a switch with 2 data threads unless told otherwise, run by
+    the daemon under test ($GRADSWITCHD or the installed package's, tests/python/_daemon.py)."""
+    from _daemon import daemon_binary
+
+    binary = daemon_binary()
+
+    def make(**kwargs):
+        kwargs.setdefault("threads", 2)
+        return switch_factory(binary=binary, **kwargs)
+
+    return make
+
+
 def require_or_skip(variable: str, reason: str) -> None:
     """Skips with `reason`, or fails when CI set GRADSWITCH_REQUIRE_<variable>=1."""
     if os.environ.get(f"GRADSWITCH_REQUIRE_{variable}") == "1":

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _daemon import daemon_binary
 
 import gradswitch
 
@@ -25,17 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 WORKER_TIMEOUT = 10.0  # an allreduce without progress for this long fails
 
 
-
-
-@pytest.fixture
-def start_switch(switch_factory):
-    binary = daemon_binary()
-
-    def make(**kwargs):
-        kwargs.setdefault("threads", 2)
-        return switch_factory(binary=binary, **kwargs)
-
-    return make
 
 
 # ---------------------------------------------------------------------------- inputs

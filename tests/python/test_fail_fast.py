@@ -13,22 +13,10 @@ import time
 
 import numpy as np
 import pytest
-from _daemon import daemon_binary
 
 import gradswitch
 
 TIMEOUT = 30.0  # the ranks' allreduce timeout: never what ends these tests
-
-
-@pytest.fixture
-def start_switch(switch_factory):
-    binary = daemon_binary()
-
-    def make(**kwargs):
-        kwargs.setdefault("threads", 2)
-        return switch_factory(binary=binary, **kwargs)
-
-    return make
 
 
 def run_ranks(fn, world: int, deadline_s: float = 20.0) -> list[dict]:

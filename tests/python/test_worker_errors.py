@@ -14,20 +14,9 @@ import traceback
 
 import numpy as np
 import pytest
-from test_allreduce import assert_reports, check, daemon_binary, make_input, run_workers  # noqa: F401
+from test_allreduce import assert_reports, check, make_input, run_workers
 
 import gradswitch
-
-
-@pytest.fixture
-def start_switch(switch_factory):
-    binary = daemon_binary()
-
-    def make(**kwargs):
-        kwargs.setdefault("threads", 2)
-        return switch_factory(binary=binary, **kwargs)
-
-    return make
 
 
 def test_public_api_surface():
