@@ -136,7 +136,9 @@ NB_MODULE(_core, m) {
              unsigned world, const std::string& wire, double timeout, double drop_rate, uint64_t seed,
              const std::string& token, double join_timeout, double connect_timeout, uint64_t shuffle_seed,
              double rto_initial, double rto_max, const std::string& optimizer, uint64_t params,
-             const std::vector<std::pair<std::string, std::string>>& optimizer_keys) {
+             const std::vector<std::pair<std::string, std::string>>& optimizer_keys,
+             const std::string& algorithm, const std::vector<std::string>& peers, nb::object peer_exchange,
+             unsigned ring_slots, uint32_t ring_payload, const std::string& bind_ip) {
             Options o;
             o.switch_addr = switch_addr;
             o.job = job;
@@ -155,6 +157,20 @@ NB_MODULE(_core, m) {
             o.optimizer = optimizer;
             o.params = params;
             o.optimizer_keys = optimizer_keys;
+            o.algorithm = algorithm;
+            o.peers = peers;
+            o.ring_slots = ring_slots;
+            o.ring_payload_bytes = ring_payload;
+            o.bind_ip = bind_ip;
+            if (!peer_exchange.is_none()) {
+              // Called on this thread during connect only; the caller keeps the callable alive.
+              PyObject* fn = peer_exchange.ptr();
+              o.exchange_peers = [fn](uint16_t port) {
+                nb::gil_scoped_acquire gil;
+                nb::object r = nb::borrow(fn)(port);
+                return nb::cast<std::vector<std::string>>(r);
+              };
+            }
             std::unique_ptr<Group> g;
             {
               nb::gil_scoped_release rel;
@@ -166,7 +182,9 @@ NB_MODULE(_core, m) {
           "drop_rate"_a = 0.0, "seed"_a = 0, "token"_a = "gradswitch", "join_timeout"_a = 120.0,
           "connect_timeout"_a = 5.0, "shuffle_seed"_a = 0, "rto_initial"_a = 0.004, "rto_max"_a = 0.2,
           "optimizer"_a = "", "params"_a = 0,
-          "optimizer_keys"_a = std::vector<std::pair<std::string, std::string>>())
+          "optimizer_keys"_a = std::vector<std::pair<std::string, std::string>>(), "algorithm"_a = "switch",
+          "peers"_a = std::vector<std::string>(), "peer_exchange"_a = nb::none(), "ring_slots"_a = 256,
+          "ring_payload"_a = 1440, "bind_ip"_a = "0.0.0.0")
       .def(
           "allreduce",
           [](PyGroup& self, nb::ndarray<> x) {
@@ -258,6 +276,9 @@ NB_MODULE(_core, m) {
              d["ignored"] = s.ignored;
              d["unicast_results"] = s.unicast_results;
              d["bootstrap_rounds"] = s.bootstrap_rounds;
+             d["ring_allreduces"] = s.ring_allreduces;
+             d["fallbacks"] = s.fallbacks;
+             d["fallback_held"] = s.fallback_held;
              return d;
            })
       .def_prop_ro("rank", [](PyGroup& s) { return s.get().options().rank; })
@@ -265,6 +286,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("job", [](PyGroup& s) { return s.get().options().job; })
       .def_prop_ro("wire", [](PyGroup& s) { return s.get().options().wire; })
       .def_prop_ro("job_id", [](PyGroup& s) { return s.get().join_info().job_id; })
+      .def_prop_ro("algorithm", [](PyGroup& s) { return s.get().algorithm(); })
       .def_prop_ro("slots", [](PyGroup& s) { return s.get().join_info().slots; })
       .def_prop_ro("payload_bytes", [](PyGroup& s) { return s.get().join_info().payload_bytes; })
       .def_prop_ro("closed", [](PyGroup& s) { return !s.g || s.g->closed(); });

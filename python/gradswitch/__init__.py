@@ -21,6 +21,7 @@ _LAZY = {
     "JobAborted": "._core",
     "SwitchLost": "._core",
     "WIRES": "._group",
+    "ALGORITHMS": "._group",
     "Group": "._group",
     "Handle": "._group",
     "connect": "._group",
@@ -32,7 +33,7 @@ __all__ = [*sorted(_LAZY), "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._core import GradswitchError, GradswitchTimeout, JobAborted, SwitchLost  # noqa: F401
-    from ._group import OPTIMIZERS, WIRES, Group, Handle, connect, decode_state  # noqa: F401
+    from ._group import ALGORITHMS, OPTIMIZERS, WIRES, Group, Handle, connect, decode_state  # noqa: F401
 
 
 def __getattr__(name: str):

@@ -12,6 +12,7 @@ import numpy as np
 from . import _core
 
 WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
+ALGORITHMS = ("switch", "ring", "auto")
 _NUMPY_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32))
 _TORCH_DTYPES = ("torch.float32", "torch.float64", "torch.int32")
 
@@ -245,7 +246,7 @@ class Handle:
 class Group:
     """A worker's membership in one job. Use gradswitch.connect() to make one."""
 
-    def __init__(self, native: _core.Group, switch: str) -> None:
+    def __init__(self, native: _core.Group, switch: str | None) -> None:
         self._native = native
         self._switch = switch
         self._pending: list[Handle] = []
@@ -269,8 +270,13 @@ class Group:
         return self._native.wire
 
     @property
-    def switch(self) -> str:
+    def switch(self) -> str | None:
         return self._switch
+
+    @property
+    def algorithm(self) -> str:
+        """Where allreduces run now: "switch" or "ring" (after a fallback, "ring")."""
+        return self._native.algorithm
 
     @property
     def closed(self) -> bool:
@@ -377,7 +383,7 @@ class Group:
         state = "closed" if self.closed else "open"
         return (
             f"<gradswitch.Group job={self.job!r} rank={self.rank}/{self.world_size} wire={self.wire} "
-            f"switch={self._switch} {state}>"
+            f"switch={self._switch} algorithm={self.algorithm} {state}>"
         )
 
 
@@ -412,7 +418,7 @@ def _seconds_arg(name: str, value: Any) -> float:
 
 
 def connect(
-    switch: str = "127.0.0.1:7700",
+    switch: str | None = "127.0.0.1:7700",
     job: str = "default",
     rank: int = 0,
     world_size: int = 1,
@@ -427,6 +433,10 @@ def connect(
     shuffle_seed: int = 0,
     optimizer: dict[str, Any] | None = None,
     params: Any = None,
+    algorithm: str = "switch",
+    peers: list[str] | None = None,
+    peer_exchange: Any = None,
+    bind_ip: str = "0.0.0.0",
 ) -> Group:
     """Joins `job` as `rank` of `world_size` at the switch `switch` ("host:port" of its control port).
 
@@ -436,6 +446,16 @@ def connect(
     with GradswitchTimeout after `timeout` seconds without progress. `drop_rate`/`seed` drop a fraction
     of this worker's outgoing data packets (loss testing); `shuffle_seed` (test hook) permutes the
     order of each window's first packets.
+
+    `algorithm` (docs/algorithms.md): "switch" sums in the switch; "ring" runs paper 001's pipelined
+    ring among the workers (the switch, if given, only tells every rank the others' addresses);
+    "auto" uses the switch and hands the job over to the ring when the switch cannot be reached at
+    connect or goes away later (one warning on stderr; the allreduce in flight completes with the
+    right sum; the group stays on the ring). Without a switch (switch=None, or unreachable with
+    "auto") the ring needs `peers`: "host:port" per rank, in rank order (each rank receives on its
+    own entry's port). `peer_exchange` (internal, used by the torch backend) is a callable that
+    takes this rank's UDP port and returns every rank's "host:port". `bind_ip` is the local address
+    of the data socket.
 
     Optimization in the switch (docs/optimizer.md): `optimizer=dict(algo="adam", lr=1e-3, ...)` makes
     the switch hold the fp32 parameters and the optimizer state; every rank must pass the same dict
@@ -448,8 +468,18 @@ def connect(
     """
     if wire not in WIRES:
         raise ValueError(f"gradswitch: unknown wire {wire!r}; expected one of {', '.join(WIRES)}")
-    if not isinstance(switch, str):
-        raise TypeError("gradswitch: switch must be a 'host:port' string")
+    if switch is not None and not isinstance(switch, str):
+        raise TypeError("gradswitch: switch must be a 'host:port' string (or None for the ring alone)")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"gradswitch: unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
+        )
+    if switch is None and algorithm == "switch":
+        raise ValueError("gradswitch: algorithm='switch' needs a switch address")
+    if peers is not None:
+        if isinstance(peers, str) or not all(isinstance(p, str) for p in peers):
+            raise TypeError("gradswitch: peers must be a list of 'host:port' strings, one per rank")
+        peers = list(peers)
     for name, value in (("job", job), ("token", token)):
         if not isinstance(value, str):
             raise TypeError(f"gradswitch: {name} must be a string, got {type(value).__name__}")
@@ -488,7 +518,7 @@ def connect(
             "gradswitch: params= needs optimizer= (it is the switch optimizer's initial parameters)"
         )
     native = _core.Group(
-        switch,
+        switch or "",
         job,
         rank,
         world_size,
@@ -503,6 +533,10 @@ def connect(
         optimizer=algo,
         params=n_params,
         optimizer_keys=keys,
+        algorithm=algorithm,
+        peers=peers or [],
+        peer_exchange=peer_exchange,
+        bind_ip=bind_ip,
     )
     group = Group(native, switch)
     if initial is not None and group.rank == 0:

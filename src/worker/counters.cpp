@@ -16,6 +16,9 @@ Stats Counters::snapshot() const {
   s.ignored = r(ignored);
   s.unicast_results = r(unicast_results);
   s.bootstrap_rounds = r(bootstrap_rounds);
+  s.ring_allreduces = r(ring_allreduces);
+  s.fallbacks = r(fallbacks);
+  s.fallback_held = r(fallback_held);
   return s;
 }
 

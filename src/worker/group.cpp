@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "gradswitch/control.h"
 #include "gradswitch/wire.h"
+#include "worker/ring/ring_peers.h"
 #include "worker/switch_notice.h"
 
 namespace gradswitch::worker {
@@ -85,10 +87,21 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
   if (!(opt.drop_rate >= 0.0 && opt.drop_rate < 1.0))
     throw InvalidArgument("gradswitch: drop_rate must be in [0, 1)");
   if (!(opt.timeout_s > 0.0)) throw InvalidArgument("gradswitch: timeout must be > 0");
-  std::string host;
-  uint16_t port = 0;
-  split_host_port(opt.switch_addr, &host, &port);
-  auto control = std::make_unique<ControlClient>(host, port, opt.connect_timeout_s);
+  if (opt.algorithm != "switch" && opt.algorithm != "ring" && opt.algorithm != "auto")
+    throw InvalidArgument("gradswitch: algorithm must be 'switch', 'ring' or 'auto', got '" + opt.algorithm +
+                          "'");
+  if (opt.switch_addr.empty() && opt.algorithm == "switch")
+    throw InvalidArgument("gradswitch: algorithm='switch' needs a switch address");
+  if (!opt.optimizer.empty() && opt.algorithm != "switch")
+    throw InvalidArgument(
+        "gradswitch: an optimizer job runs its optimizer in the switch: it needs algorithm='switch'");
+  if (opt.ring_slots < 1 || opt.ring_slots > 65535 || opt.ring_payload_bytes < 64 ||
+      opt.ring_payload_bytes > GS_MAX_PAYLOAD_BYTES)
+    throw InvalidArgument("gradswitch: ring_slots must be in 1..65535 and ring_payload_bytes in 64.." +
+                          std::to_string(GS_MAX_PAYLOAD_BYTES));
+  // An explicit ring: this rank receives on its own entry's port, also when a switch is used.
+  std::vector<RingPeer> given;
+  if (!opt.peers.empty()) given = resolve_peers(opt.peers, opt.world);
   bool gso = opt.gso;
   if (const char* e = std::getenv("GRADSWITCH_GSO")) gso = std::string(e) == "1";
   bool gro = opt.gro;
@@ -118,15 +131,55 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
   } else if (!opt.optimizer_keys.empty() || opt.params != 0) {
     throw InvalidArgument("gradswitch: optimizer keys and params need an optimizer (Options::optimizer)");
   }
-  auto transport = make_udp_transport(opt.bind_ip, opt.sockbuf_bytes, gso, gro);
-  JoinInfo ji = control->join(opt.job, opt.world, opt.rank, opt.wire, opt.token, transport->local_port(),
-                              opt.join_timeout_s, extra);
-  uint32_t ip = control->peer_ipv4_be();
-  return std::make_unique<Group>(opt, std::move(transport), std::move(control), ji, ip);
+  auto transport =
+      make_udp_transport(opt.bind_ip, opt.sockbuf_bytes, gso, gro, given.empty() ? 0 : given[opt.rank].port);
+  std::unique_ptr<ControlClient> control;
+  std::string unreachable;  // why the switch could not be reached (algorithm auto)
+  if (!opt.switch_addr.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    split_host_port(opt.switch_addr, &host, &port);
+    try {
+      control = std::make_unique<ControlClient>(host, port, opt.connect_timeout_s);
+    } catch (const InvalidArgument&) {
+      throw;
+    } catch (const Error& e) {
+      if (opt.algorithm != "auto") throw;
+      unreachable = e.what();
+    }
+  }
+  if (control) {
+    JoinInfo ji = control->join(opt.job, opt.world, opt.rank, opt.wire, opt.token, transport->local_port(),
+                                opt.join_timeout_s, extra);
+    uint32_t ip = control->peer_ipv4_be();
+    return std::make_unique<Group>(opt, std::move(transport), std::move(control), ji, ip, given);
+  }
+  // No switch: the ring alone, on addresses the application gives.
+  if (given.empty() && opt.exchange_peers)
+    given = resolve_peers(opt.exchange_peers(transport->local_port()), opt.world);
+  if (given.empty())
+    throw Error(
+        unreachable.empty()
+            ? "gradswitch: the ring without a switch needs every rank's address: pass peers= (host:port "
+              "per rank) or run under torch.distributed (the store exchanges them)"
+            : unreachable +
+                  " With algorithm='auto' the ring could take over, but it needs every rank's "
+                  "address: pass peers= (host:port per rank) or use the torch backend.");
+  JoinInfo ji;
+  ring_identity(opt.job, opt.token, opt.world, &ji.job_id, &ji.key);
+  ji.slots = static_cast<uint16_t>(opt.ring_slots);
+  ji.payload_bytes = opt.ring_payload_bytes;
+  auto g = std::make_unique<Group>(opt, std::move(transport), nullptr, ji, 0, given);
+  if (!unreachable.empty()) {
+    g->warn(unreachable + " algorithm='auto': rank " + std::to_string(opt.rank) +
+            " runs its allreduces on the ring among the workers instead.");
+    Counters::bump(g->counters_.fallbacks);
+  }
+  return g;
 }
 
 Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::unique_ptr<ControlClient> control,
-             const JoinInfo& join, uint32_t switch_ipv4_be)
+             const JoinInfo& join, uint32_t switch_ipv4_be, std::vector<RingPeer> ring_peers)
     : opt_(opt),
       transport_(std::move(transport)),
       control_(std::move(control)),
@@ -141,8 +194,43 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
   ctx_.counters = &counters_;
   ctx_.cancel = &cancel_;
   ctx_.job_text = describe_job();
-  switch_path_ = std::make_unique<SwitchAllreduce>(ctx_, control_.get());
+  if (control_ || join_.data_port != 0)
+    switch_path_ = std::make_unique<SwitchAllreduce>(ctx_, control_.get());
+  ring_cfg_.peers = ring_peers.empty() ? parse_join_peers(join_.peers, opt_.world) : std::move(ring_peers);
+  ring_cfg_.job_id = join_.job_id;
+  ring_cfg_.key = join_.key;
+  ring_cfg_.slots = join_.slots;
+  ring_cfg_.payload_bytes = join_.payload_bytes;
+  if (opt_.algorithm == "ring" || !switch_path_) {
+    if (ring_cfg_.peers.empty())
+      throw Error("gradswitch: " + describe_job() +
+                  " cannot run the ring: no peer addresses (the switch at " + opt_.switch_addr +
+                  " did not send peers=; pass peers= instead)");
+    start_ring("");
+  }
   thread_ = std::thread([this] { thread_main(); });
+}
+
+void Group::warn(const std::string& what) const {
+  const std::string prefix = "gradswitch: ";  // error texts carry it already
+  const char* text =
+      what.compare(0, prefix.size(), prefix) == 0 ? what.c_str() + prefix.size() : what.c_str();
+  std::fprintf(stderr, "gradswitch: warning: %s\n", text);
+  std::fflush(stderr);
+}
+
+void Group::start_ring(const std::string& why) {
+  // The ring does not wait on the control connection: a switch that goes away (its connection
+  // then stays readable) must not wake every wait of a ring that no longer needs it.
+  transport_->watch_fd(-1);
+  if (!why.empty()) {
+    warn(why);
+    Counters::bump(counters_.fallbacks);
+    if (control_) control_->close();
+  }
+  switch_path_.reset();
+  ring_path_ = std::make_unique<RingAllreduce>(ctx_, ring_cfg_);
+  ring_active_.store(true);
 }
 
 Group::~Group() {
@@ -170,6 +258,7 @@ Handle Group::enqueue(Op op) {
     std::lock_guard<std::mutex> lk(qmu_);
     if (stopping_) throw Error("gradswitch: the group of job '" + opt_.job + "' is closed");
     queue_.push_back(std::move(op));
+    if (ring_active_.load()) transport_->wake();  // the thread may be serving the ring
   }
   qcv_.notify_one();
   return Handle(st);
@@ -290,8 +379,8 @@ void Group::thread_main() {
     Op op;
     {
       std::unique_lock<std::mutex> lk(qmu_);
-      qcv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and drained
+      wait_for_work(lk);
+      if (queue_.empty()) break;  // stopping and drained
       op = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -311,6 +400,21 @@ void Group::thread_main() {
     }
     op.state->cv.notify_all();
   }
+  // A rank that finished first still holds sums its previous rank may ask for again.
+  if (ring_path_ && !cancel_.load()) ring_path_->linger(std::min(opt_.timeout_s, 1.0));
+}
+
+void Group::wait_for_work(std::unique_lock<std::mutex>& lk) {
+  while (!stopping_ && queue_.empty()) {
+    if (!ring_path_) {
+      qcv_.wait(lk);
+      continue;
+    }
+    // Answer the neighbours' resent partials while idle; enqueue() and close() wake the transport.
+    lk.unlock();
+    ring_path_->serve(100'000'000);
+    lk.lock();
+  }
 }
 
 void Group::close(bool abort) {
@@ -322,6 +426,7 @@ void Group::close(bool abort) {
   }
   if (abort) cancel_.store(true);
   qcv_.notify_all();
+  transport_->wake();
   if (thread_.joinable()) thread_.join();
   if (control_ && control_->is_open()) {
     if (!abort) {
@@ -331,6 +436,11 @@ void Group::close(bool abort) {
       }
     }
     control_->close();  // without LEAVE: the switch aborts the job (rank left)
+  }
+  {
+    // The UDP port is free again at once (a ring of fixed ports may be set up anew right away).
+    std::lock_guard<std::mutex> lk(qmu_);
+    transport_.reset();
   }
   closed_.store(true);
 }
@@ -384,10 +494,31 @@ void Group::run_allreduce(const Op& req) {
   op.seq = seq_++;
   Counters::bump(counters_.allreduces);
   try {
-    // The switch may have ended the job while this rank was between allreduces.
-    if (control_)
-      if (SwitchNotice n = control_->poll_notice()) throw_notice(ctx_, *control_, n, op, /*started=*/false);
-    switch_path_->run(op);
+    if (!ring_path_) {
+      done_.assign(op.ch.chunks, 0);
+      op.done = &done_;
+      try {
+        // The switch may have ended the job while this rank was between allreduces.
+        if (control_)
+          if (SwitchNotice n = control_->poll_notice())
+            throw_notice(ctx_, *control_, n, op, /*started=*/false);
+        switch_path_->run(op);
+        return;
+      } catch (const SwitchLostError& e) {
+        if (opt_.algorithm != "auto" || ring_cfg_.peers.empty() || !RingAllreduce::carries(op.ch)) throw;
+        size_t held = std::count(done_.begin(), done_.end(), 1);
+        Counters::bump(counters_.fallback_held, held);
+        start_ring(std::string(e.what()) + " algorithm='auto': " + describe_job() +
+                   " continues on the ring among the workers from allreduce seq " + std::to_string(op.seq) +
+                   " on (" + std::to_string(held) + " of its " + std::to_string(op.ch.chunks) +
+                   " chunks were already summed by the switch); this group does not go back to the switch.");
+      }
+      Counters::bump(counters_.ring_allreduces);
+      ring_path_->run(op, &done_);  // the chunks the switch finished here count as held sums
+      return;
+    }
+    Counters::bump(counters_.ring_allreduces);
+    ring_path_->run(op);
   } catch (...) {
     fatal_ = std::current_exception();
     throw;

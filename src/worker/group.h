@@ -1,9 +1,11 @@
-// A worker's membership in one gradswitch job: allreduce through the switch.
+// A worker's membership in one gradswitch job: allreduce through the switch, or on the ring
+// among the workers (docs/algorithms.md).
 //
 // Group::connect joins the job over TCP (blocks until every rank joined), then each
 // allreduce streams the tensor through the job's slot pool (docs/protocol.md, worker
-// algorithm). Operations run in order on the group's own background thread; allreduce()
-// is allreduce_async().wait().
+// algorithm), or along the ring (section 7). With algorithm "auto" a switch that cannot be
+// reached at connect, or that goes away later, hands the job over to the ring. Operations run in
+// order on the group's own background thread; allreduce() is allreduce_async().wait().
 #pragma once
 
 #include <atomic>
@@ -25,6 +27,7 @@
 #include "worker/errors.h"
 #include "worker/options.h"
 #include "worker/path.h"
+#include "worker/ring/ring_allreduce.h"
 #include "worker/switch_allreduce.h"
 #include "worker/transport.h"
 
@@ -59,9 +62,10 @@ class Group {
   // background thread. Throws Error / TimeoutError / InvalidArgument.
   static std::unique_ptr<Group> connect(const Options& opt);
   // For tests: a group over a given transport with a known JoinInfo (no control connection;
-  // a timeout then reports without STATUS).
+  // a timeout then reports without STATUS). A JoinInfo with data_port 0 means no switch: the
+  // ring alone. `ring_peers` (else the JoinInfo's peers=) are the ring's addresses.
   Group(const Options& opt, std::unique_ptr<Transport> transport, std::unique_ptr<ControlClient> control,
-        const JoinInfo& join, uint32_t switch_ipv4_be);
+        const JoinInfo& join, uint32_t switch_ipv4_be, std::vector<RingPeer> ring_peers = {});
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -108,6 +112,8 @@ class Group {
   const JoinInfo& join_info() const { return join_; }
   uint8_t wire_elem_type() const { return wire_; }
   uint32_t next_seq() const { return seq_; }  // racy when operations are queued
+  // "switch" or "ring": where allreduces run now (a fallback changes it once).
+  std::string algorithm() const { return ring_active_.load() ? "ring" : "switch"; }
 
  private:
   struct Op {
@@ -124,6 +130,12 @@ class Group {
   double control_timeout(size_t bytes) const;
   void thread_main();
   void run_allreduce(const Op& op);
+  // One line on stderr: the job goes on, but the user should know.
+  void warn(const std::string& what) const;
+  // Switches this group to the ring for good (the switch is gone, or never was).
+  void start_ring(const std::string& why);
+  // Between operations: serve the ring until an operation is queued or the group stops.
+  void wait_for_work(std::unique_lock<std::mutex>& lk);
   std::string describe_job() const;
 
   Options opt_;
@@ -135,7 +147,11 @@ class Group {
 
   // Data-plane state (background thread only).
   PathContext ctx_;
-  std::unique_ptr<SwitchAllreduce> switch_path_;
+  std::unique_ptr<SwitchAllreduce> switch_path_;  // null without a switch
+  std::unique_ptr<RingAllreduce> ring_path_;      // once the ring runs
+  RingConfig ring_cfg_;                           // peers empty: no ring possible
+  std::atomic<bool> ring_active_{false};          // read by enqueue() to wake the serving thread
+  std::vector<uint8_t> done_;  // per chunk of the running allreduce: its sum is in the tensor
   uint32_t seq_ = 0;
   std::vector<int8_t> exps_;  // fixed32: this rank's block exponent per chunk
   std::exception_ptr fatal_;  // set after a timeout or abort: the group is unusable

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,7 +13,7 @@ namespace gradswitch::worker {
 enum class DType : uint8_t { kFloat32, kInt32, kFloat64 };
 
 struct Options {
-  std::string switch_addr = "127.0.0.1:7700";  // control plane host:port
+  std::string switch_addr = "127.0.0.1:7700";  // control plane host:port; "" = no switch (ring only)
   std::string job = "default";
   unsigned rank = 0;
   unsigned world = 1;
@@ -31,6 +32,18 @@ struct Options {
   std::string bind_ip = "0.0.0.0";  // local UDP address
   bool gso = true;                  // UDP_SEGMENT for runs of DATA packets (env GRADSWITCH_GSO=1|0 overrides)
   bool gro = true;                  // UDP_GRO for result trains (env GRADSWITCH_GRO=1|0 overrides)
+
+  // How allreduce runs (docs/algorithms.md): "switch" (aggregation in the switch), "ring" (paper
+  // 001's pipelined ring among the workers; peers from the switch's JOIN reply, or below), "auto"
+  // (the switch; the ring when the switch cannot be reached at connect or goes away later).
+  std::string algorithm = "switch";
+  // The ring's addresses without a switch: "host:port" per rank (this rank binds to its entry's
+  // port), or `exchange_peers`, called once with this rank's UDP port after binding, returning
+  // every rank's "host:port" in rank order (the torch store does this).
+  std::vector<std::string> peers;
+  std::function<std::vector<std::string>(uint16_t)> exchange_peers;
+  unsigned ring_slots = 256;           // the ring's window without a switch (the switch's JOIN sets it)
+  uint32_t ring_payload_bytes = 1440;  // bytes per packet without a switch (likewise)
 
   // Optimization in the switch (docs/optimizer.md, docs/protocol.md section 1.3). `optimizer` is
   // the algorithm (sgd, adagrad, adam, adamw, smorms3; "" = a plain allreduce job), `params` the

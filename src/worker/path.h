@@ -35,6 +35,9 @@ struct AllreduceOp {
   Chunking ch;
   const std::vector<int8_t>* exps = nullptr;
   uint32_t seq = 0;
+  // Per chunk, set once the chunk's sum is in the tensor (null: not tracked). What the ring needs
+  // to finish an allreduce the switch left half done.
+  std::vector<uint8_t>* done = nullptr;
 };
 
 }  // namespace gradswitch::worker

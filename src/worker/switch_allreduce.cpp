@@ -165,6 +165,7 @@ void SwitchAllreduce::receive(Run& run, const uint8_t* p, uint32_t len, int64_t 
     next_chunk = r.chunk;  // the exponent round's result carries the agreed exponent of this chunk
   } else {
     if (op.base) decode_chunk(op.ch, p + GS_HEADER_BYTES, r.chunk, r.scale, op.base);
+    if (op.done) (*op.done)[r.chunk] = 1;
     next_chunk = r.chunk + run.W;
   }
   if (next_chunk < op.ch.chunks) {

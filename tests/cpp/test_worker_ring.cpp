@@ -142,7 +142,8 @@ struct Rank {
   void allreduce(void* data, size_t count, uint8_t elem, const std::vector<uint8_t>* done = nullptr) {
     AllreduceOp op;
     op.base = static_cast<uint8_t*>(data);
-    op.ch = make_chunking(count, elem, ring->config().payload_bytes);
+    op.ch = make_chunking(count, elem, ring->config().payload_bytes,
+                          elem == GS_ELEM_INT32 ? DType::kInt32 : DType::kFloat32);
     if (elem == GS_ELEM_FIXED32) {
       block_exponents(op.ch, static_cast<const float*>(data), &exps);
       op.exps = &exps;
@@ -400,7 +401,7 @@ TEST(dead_rank_times_out_naming_it) {
   // Rank 0's first round (root 0) needs ranks 1 and 2; rank 1's first round (slot 1, root 1)
   // waits for rank 2.
   CHECK(err[0].find("ranks 1, 2 alive") != std::string::npos);
-  CHECK(err[1].find("ranks 2 alive") != std::string::npos);
+  CHECK(err[1].find("is rank 2 alive") != std::string::npos);
 }
 
 TEST(single_rank_rounds_like_the_switch) {

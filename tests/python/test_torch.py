@@ -487,3 +487,39 @@ def test_package_exports():
     with pytest.raises(TypeError, match="unknown option"):
         gst.Options.coerce({"swich": "x"})
     assert gradswitch.WIRES
+
+
+# ---------------------------------------------------------------------------- the ring (docs/algorithms.md)
+
+
+def _ring_worker(rank, world, switch_addr, algorithm):
+    import gradswitch.torch as gst
+
+    os.environ.pop("GRADSWITCH_SWITCH", None)
+    dist.init_process_group(
+        "gradswitch", pg_options=gst.Options(switch=switch_addr, algorithm=algorithm, timeout=20)
+    )
+    pg = gst.gradswitch_group()
+    model = torch.nn.Linear(64, 8)
+    torch.manual_seed(0)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    for _ in range(3):
+        ddp(torch.randn(16, 64) + rank).sum().backward()
+    t = torch.arange(100_000, dtype=torch.float32) * (rank + 1)
+    dist.all_reduce(t)
+    ok = torch.equal(t, torch.arange(100_000, dtype=torch.float32) * sum(range(1, world + 1)))
+    grads = [p.grad.clone() for p in model.parameters()]
+    out = {"ok": ok, "algorithm": pg.group.algorithm, "grads": grads, "stats": pg.group.stats()}
+    dist.destroy_process_group()
+    return out
+
+
+def test_process_group_on_the_ring_when_the_switch_is_down():
+    """algorithm="auto" with nothing at the switch address: the ring takes over at start, its
+    addresses exchanged through the torch store; DDP and all_reduce give the same sums everywhere."""
+    results = run_workers(_ring_worker, f"127.0.0.1:{_free_port()}", "auto")
+    for r in results:
+        assert r["ok"] and r["algorithm"] == "ring" and r["stats"]["ring_allreduces"] >= 4
+        assert r["stats"]["fallbacks"] == 1
+    for a, b in zip(results[0]["grads"], results[1]["grads"], strict=True):
+        assert torch.equal(a, b)  # DDP averaged the same gradients on every rank

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
+import socket
 import uuid
 from dataclasses import dataclass, fields
 from typing import Any
@@ -52,6 +53,10 @@ class Options:
     int64: what allreduce does with int64 tensors: "gloo" (default; exact, through the internal gloo
         group) or "error".
     job: prefix of the job name at the switch (a random suffix is added by rank 0).
+    algorithm: "switch", "ring" (paper 001's ring among the ranks) or "auto" (the switch, and the ring
+        when the switch is unreachable or goes away); default $GRADSWITCH_ALGORITHM or "switch". The
+        ring's addresses come from the switch, or without one through the store (each rank announces
+        the address it uses towards $MASTER_ADDR).
     cuda_piece_bytes: size of the pinned-memory pieces CUDA tensors are staged through.
     """
 
@@ -63,6 +68,7 @@ class Options:
     other_ops: str = "gloo"
     int64: str = "gloo"
     job: str = "torch"
+    algorithm: str | None = None
     cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES
 
     def __post_init__(self) -> None:
@@ -70,6 +76,10 @@ class Options:
             raise ValueError("gradswitch: Options.other_ops must be 'error' or 'gloo'")
         if self.int64 not in ("error", "gloo"):
             raise ValueError("gradswitch: Options.int64 must be 'error' or 'gloo'")
+        if self.algorithm is not None and self.algorithm not in gradswitch.ALGORITHMS:
+            raise ValueError(
+                f"gradswitch: unknown algorithm {self.algorithm!r}; expected one of {gradswitch.ALGORITHMS}"
+            )
         if self.wire is not None and self.wire not in gradswitch.WIRES:
             raise ValueError(f"gradswitch: unknown wire {self.wire!r}; expected one of {gradswitch.WIRES}")
 
@@ -128,6 +138,30 @@ def agree(store: dist.Store, rank: int, options: Options, switch: str | None) ->
     return job, token, switch or root_switch
 
 
+def _local_ip(towards: str | None) -> str:
+    """This host's address on the route to `towards` (no packet is sent), for the ring's peers."""
+    host = (towards or "").rsplit(":", 1)[0] if towards and ":" in towards else towards
+    if not host or host.startswith("127.") or host == "localhost":
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def _store_exchange(store: dist.Store, job: str, rank: int, world_size: int, switch: str | None) -> Any:
+    """The ring's peer exchange through the store: each rank publishes "ip:port", reads the others'."""
+
+    def exchange(port: int) -> list[str]:
+        ip = _local_ip(os.environ.get("MASTER_ADDR") or switch)
+        store.set(f"{_KEY}{job}/peer/{rank}", f"{ip}:{port}")
+        return [store.get(f"{_KEY}{job}/peer/{r}").decode() for r in range(world_size)]
+
+    return exchange
+
+
 class FutureWork(dist.Work):
     """A Work completed by a torch Future (whose value is the list of output tensors)."""
 
@@ -184,8 +218,13 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
         switch = options.switch or os.environ.get("GRADSWITCH_SWITCH") or None
         wire = options.wire or os.environ.get("GRADSWITCH_WIRE") or "float32"
         op_timeout = options.timeout or float(os.environ.get("GRADSWITCH_TIMEOUT", "30"))
+        algorithm = options.algorithm or os.environ.get("GRADSWITCH_ALGORITHM") or "switch"
+        if algorithm not in gradswitch.ALGORITHMS:
+            raise ValueError(
+                f"gradswitch: GRADSWITCH_ALGORITHM={algorithm!r} is not one of {gradswitch.ALGORITHMS}"
+            )
         job, token, switch = agree(store, rank, options, switch)
-        if not switch:
+        if not switch and algorithm == "switch":
             raise RuntimeError(
                 "gradswitch: no switch address: set GRADSWITCH_SWITCH=host:port (at least on rank 0) or pass "
                 "pg_options=gradswitch.torch.Options(switch='host:port')"
@@ -208,6 +247,8 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
                 token=token,
                 join_timeout=options.join_timeout,
                 connect_timeout=options.connect_timeout,
+                algorithm=algorithm,
+                peer_exchange=_store_exchange(store, job, rank, world_size, switch),
             )
         except gradswitch.GradswitchError as e:
             raise RuntimeError(
@@ -217,6 +258,7 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
         self.switch = switch
         self.job = job
         self.wire = wire
+        self.algorithm = algorithm
         self.channel = Channel(group, cuda_piece_bytes=options.cuda_piece_bytes)
 
     # ------------------------------------------------------------------ identity
@@ -292,7 +334,7 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
     def __repr__(self) -> str:
         return (
             f"<ProcessGroupGradswitch rank={self.rank()}/{self.size()} job={self.job!r} wire={self.wire} "
-            f"switch={self.switch}>"
+            f"switch={self.switch} algorithm={self.group.algorithm}>"
         )
 
 

@@ -160,7 +160,7 @@ void RingAllreduce::launch(Run& run, unsigned slot, size_t c, bool bootstrap, in
     len = encode_sum(op.ch, op.base, c, window_.payload(slot));
     h.flags |= GS_FLAG_SUM;
   } else if (!bootstrap) {
-    len = encode_chunk(op.ch, op.base, c, r.scale, window_.payload(slot));
+    len = encode_chunk(op.ch, op.input(), c, r.scale, window_.payload(slot));
   }
   window_.seal(slot, h, len);
   r.state = State::kForwarded;
@@ -238,7 +238,7 @@ void RingAllreduce::on_partial(Run* run, const gs_header& h, const uint8_t* payl
   } else if (r.own_sum) {
     len = encode_sum(op.ch, op.base, r.chunk, out);
   } else {
-    accumulate_chunk(op.ch, op.base, r.chunk, r.scale, payload, out);
+    accumulate_chunk(op.ch, op.input(), r.chunk, r.scale, payload, out);
     len = static_cast<size_t>(r.count) * op.ch.elem_bytes;
   }
   gs_header oh = header(last ? GS_MSG_RING_RESULT : GS_MSG_RING_PARTIAL, s, r);
@@ -344,14 +344,22 @@ int64_t RingAllreduce::check_timers(unsigned W, int64_t now) {
   return next;
 }
 
+bool RingAllreduce::carries(const Chunking& ch) {
+  return ch.dtype != DType::kFloat64 && ch.elem != GS_ELEM_FLOAT64;
+}
+
 void RingAllreduce::run(const AllreduceOp& op, const std::vector<uint8_t>* done) {
+  if (!carries(op.ch))
+    throw UnsupportedType("gradswitch: the ring carries float32 and int32 tensors on 32- and 16-bit wires; " +
+                          ctx_.job_text +
+                          " cannot reduce float64 on it (reduce float64 tensors through the switch)");
   if (N_ == 1) {  // the sum of one rank, in the wire type's precision like the switch's
     std::vector<uint8_t> buf(cfg_.payload_bytes);
     for (size_t c = 0; c < op.ch.chunks; ++c) {
       if (done && (*done)[c]) continue;
       int s = op.exps ? scale_exponent((*op.exps)[c], 1) : 0;
-      encode_chunk(op.ch, op.base, c, s, buf.data());
-      decode_chunk(op.ch, buf.data(), c, s, op.base);
+      encode_chunk(op.ch, op.input(), c, s, buf.data());
+      if (op.base) decode_chunk(op.ch, buf.data(), c, s, op.base);
     }
     return;
   }
@@ -442,15 +450,18 @@ void RingAllreduce::fail_timeout(const Run& run) {
                          ? "the fixed32 exponent round of the chunk at element " + std::to_string(r.offset)
                          : "the chunk at element " + std::to_string(r.offset);
   std::string downstream;  // the rest of the chain: this rank's next up to the slot's last rank
-  for (unsigned p = position(slot) + 1, k = 1; p < N_; ++p, ++k)
-    downstream += (k > 1 ? ", " : "") + std::to_string((rank_ + k) % N_);
+  unsigned more = 0;
+  for (unsigned p = position(slot) + 1; p < N_; ++p, ++more)
+    downstream += (more ? ", " : "") + std::to_string((rank_ + more + 1) % N_);
   std::string wait = r.state == State::kWaiting
                          ? "this rank waits for the partial sum of " + what + " from rank " +
                                std::to_string(prev_) + ": is rank " + std::to_string(prev_) +
                                " alive, and does it make the same allreduce calls?"
                          : "this rank sent its partial sum of " + what + " to rank " + std::to_string(next_) +
-                               " and waits for the finished sum to come back: are ranks " + downstream +
-                               " alive, and do they make the same allreduce calls?";
+                               " and waits for the finished sum to come back: " +
+                               (more > 1 ? "are ranks " + downstream + " alive, and do they"
+                                         : "is rank " + downstream + " alive, and does it") +
+                               " make the same allreduce calls?";
   throw TimeoutError("gradswitch: ring allreduce timed out: " + ctx_.job_text + ", allreduce seq " +
                      std::to_string(r.seq) + " made no progress for " + secs.str() + " s; " + wait +
                      " Check also that UDP datagrams of up to " +

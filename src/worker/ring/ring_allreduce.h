@@ -38,9 +38,13 @@ class RingAllreduce {
  public:
   RingAllreduce(const PathContext& ctx, const RingConfig& cfg);
 
+  // Whether the ring can reduce these chunks (float64 travels only through the switch).
+  static bool carries(const Chunking& ch);
+
   // Runs one allreduce to completion. `done` (null, or one entry per chunk): chunks whose sum the
   // tensor already holds (an allreduce the switch left unfinished); this rank contributes that
-  // sum instead of an input, and the sum wins over any partial. Throws TimeoutError / Error.
+  // sum instead of an input, and the sum wins over any partial. Reads the input at op.input(),
+  // writes the sums to op.base (none when it is null). Throws TimeoutError / Error.
   void run(const AllreduceOp& op, const std::vector<uint8_t>* done = nullptr);
 
   // Between allreduces: answers the neighbours' resent partials of finished rounds and keeps
