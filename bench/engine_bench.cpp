@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/header.h"
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "switch/engine/engine.h"
@@ -79,9 +80,7 @@ Result ingest(uint8_t elem_type, unsigned workers, double seconds, size_t ring) 
   for (size_t i = 0; i < pkts.size(); ++i)
     for (size_t b = GS_HEADER_BYTES; b < pkts[i].size(); b += 2)
       pkts[i][b] = uint8_t(i + b), pkts[i][b + 1] = 0x3c;
-  gs_header h{};
-  h.magic = GS_MAGIC, h.version = GS_VERSION, h.type = GS_MSG_DATA, h.job_id = id, h.key = 42;
-  h.elem_type = elem_type, h.count = count;
+  gs_header h = HeaderBuilder(GS_MSG_DATA, id, 42).elems(elem_type, count).exps(0, 0);
   uint64_t packets = 0;
   uint32_t seq = 0;
   size_t next = 0;

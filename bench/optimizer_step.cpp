@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/header.h"
 #include "gradswitch/wire.h"
 #include "switch/engine/engine.h"
 #include "switch/engine/optimizer.h"
@@ -138,9 +139,7 @@ double engine_allreduce(size_t params, unsigned workers, bool adam, double secon
   for (unsigned r = 0; r < workers; ++r)
     for (size_t i = 0; i < params; ++i) grads[r][i] = 1e-3f * static_cast<float>((i * 31 + r) % 977) - 0.4f;
   std::vector<uint8_t> pkt(GS_HEADER_BYTES + payload);
-  gs_header h{};
-  h.magic = GS_MAGIC, h.version = GS_VERSION, h.type = GS_MSG_DATA, h.job_id = id, h.key = 42;
-  h.elem_type = GS_ELEM_FLOAT32;
+  gs_header h = HeaderBuilder(GS_MSG_DATA, id, 42).elems(GS_ELEM_FLOAT32, 0).exps(0, 0);
   std::vector<uint8_t> version(slots, 0);
   uint32_t seq = 0;
   std::vector<float> result(params);

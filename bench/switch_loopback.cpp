@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/header.h"
 #include "gradswitch/wire.h"
 
 using Clock = std::chrono::steady_clock;
@@ -119,11 +120,13 @@ void worker(const Options& o, int rank, int fd, const Joined& j, uint16_t echo_p
     dest[s].sin_port = htons(echo ? echo_port : j.data_port + s % j.threads);
   }
   auto encode = [&](int s) {
-    gs_header h{};
-    h.magic = GS_MAGIC, h.version = GS_VERSION, h.type = GS_MSG_DATA, h.job_id = j.job_id, h.key = j.key;
-    h.rank = rank, h.slot = s, h.flags = uses[s] & 1, h.elem_type = GS_ELEM_FLOAT32, h.count = count;
-    h.seq = uses[s], h.offset = s * count, h.next_exp = GS_EXP_NONE;
-    gs_header_encode(&h, pkts[s].data());
+    gradswitch::HeaderBuilder(GS_MSG_DATA, j.job_id, j.key)
+        .rank(rank)
+        .slot(s)
+        .flags(uses[s] & 1)
+        .elems(GS_ELEM_FLOAT32, count)
+        .round(uses[s], s * count)
+        .encode(pkts[s].data());
   };
   std::vector<mmsghdr> out(window);
   std::vector<iovec> out_iov(window);

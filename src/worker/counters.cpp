@@ -22,14 +22,4 @@ Stats Counters::snapshot() const {
   return s;
 }
 
-bool DropHook::drop() {
-  if (rate_ <= 0) return false;
-  // splitmix64
-  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1p-53 < rate_;
-}
-
 }  // namespace gradswitch::worker

@@ -1,6 +1,5 @@
-// The worker's counters (Group::stats) and the drop-injection test hook, shared by the data
-// paths (switch window, ring). Counters are written by the group's one background thread and
-// read from any thread, hence relaxed atomics without read-modify-write.
+// The worker's counters (Group::stats), shared by the data paths (switch window, ring). They are
+// written by the group's one background thread and read from any thread (common/counter.h).
 #pragma once
 
 #include <atomic>
@@ -27,24 +26,7 @@ struct Counters {
       retransmissions{0}, injected_drops{0}, ignored{0}, unicast_results{0}, bootstrap_rounds{0},
       ring_allreduces{0}, fallbacks{0}, fallback_held{0};
 
-  static void bump(std::atomic<uint64_t>& a, uint64_t n = 1) {
-    a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  }
   Stats snapshot() const;
-};
-
-// Test hook: drops a fraction of outgoing data packets with a PRNG seeded from (seed, rank), so
-// loss tests are reproducible.
-class DropHook {
- public:
-  DropHook(double rate, uint64_t seed, unsigned rank)
-      : rate_(rate), state_(seed * 0x9E3779B97F4A7C15ull + rank + 1) {}
-  // True when the next packet is to be dropped.
-  bool drop();
-
- private:
-  double rate_;
-  uint64_t state_;
 };
 
 }  // namespace gradswitch::worker

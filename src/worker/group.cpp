@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/counter.h"
 #include "gradswitch/control.h"
 #include "gradswitch/wire.h"
 #include "worker/ring/ring_peers.h"
@@ -492,7 +493,7 @@ void Group::run_allreduce(const Op& req) {
     op.exps = &exps_;
   }
   op.seq = seq_++;
-  Counters::bump(counters_.allreduces);
+  counter_add(counters_.allreduces);
   try {
     if (!ring_path_) {
       done_.assign(op.ch.chunks, 0);

@@ -6,7 +6,9 @@
 #include <random>
 #include <string>
 
+#include "common/counter.h"
 #include "common/fixed_point.h"
+#include "common/header.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
 #include "worker/switch_notice.h"
@@ -27,22 +29,13 @@ int64_t now_ns() {
 // A chunk's DATA header; `flags` is the slot version, with GS_FLAG_LAST on the tensor's last chunk.
 gs_header data_header(const PathContext& ctx, unsigned slot, uint8_t flags, uint8_t elem, uint16_t count,
                       uint32_t seq, uint32_t offset, int8_t next_exp, int8_t scale_exp) {
-  gs_header h{};
-  h.magic = GS_MAGIC;
-  h.version = GS_VERSION;
-  h.type = GS_MSG_DATA;
-  h.job_id = ctx.join->job_id;
-  h.key = ctx.join->key;
-  h.rank = static_cast<uint16_t>(ctx.opt->rank);
-  h.slot = static_cast<uint16_t>(slot);
-  h.flags = flags;
-  h.elem_type = elem;
-  h.count = count;
-  h.seq = seq;
-  h.offset = offset;
-  h.next_exp = next_exp;
-  h.scale_exp = scale_exp;
-  return h;
+  return HeaderBuilder(GS_MSG_DATA, ctx.join->job_id, ctx.join->key)
+      .rank(static_cast<uint16_t>(ctx.opt->rank))
+      .slot(static_cast<uint16_t>(slot))
+      .flags(flags)
+      .elems(elem, count)
+      .round(seq, offset)
+      .exps(next_exp, scale_exp);
 }
 
 }  // namespace
@@ -78,7 +71,7 @@ void SwitchAllreduce::prepare_bootstrap(Run& run, unsigned slot) {
                data_header(ctx_, slot, v, GS_ELEM_FIXED32, 0, op.seq, op.ch.offset(slot), (*op.exps)[slot],
                            GS_EXP_NONE),
                0);
-  Counters::bump(ctx_.counters->bootstrap_rounds);
+  counter_add(ctx_.counters->bootstrap_rounds);
 }
 
 void SwitchAllreduce::prepare_chunk(Run& run, unsigned slot, size_t c, int8_t agreed_exp) {
@@ -104,7 +97,7 @@ void SwitchAllreduce::prepare_chunk(Run& run, unsigned slot, size_t c, int8_t ag
 
 void SwitchAllreduce::send(unsigned slot) {
   if (drops_.drop()) {
-    Counters::bump(ctx_.counters->injected_drops);
+    counter_add(ctx_.counters->injected_drops);
     return;
   }
   const JoinInfo& j = *ctx_.join;
@@ -123,8 +116,8 @@ void SwitchAllreduce::flush() {
   uint64_t bytes = 0;
   for (auto& p : out_) bytes += p.len;
   ctx_.transport->send_batch(out_.data(), out_.size());
-  Counters::bump(ctx_.counters->packets_sent, out_.size());
-  Counters::bump(ctx_.counters->bytes_sent, bytes);
+  counter_add(ctx_.counters->packets_sent, out_.size());
+  counter_add(ctx_.counters->bytes_sent, bytes);
   out_.clear();
 }
 
@@ -132,19 +125,19 @@ void SwitchAllreduce::receive(Run& run, const uint8_t* p, uint32_t len, int64_t 
   Counters& k = *ctx_.counters;
   const AllreduceOp& op = *run.op;
   if (len < GS_HEADER_BYTES) {
-    Counters::bump(k.ignored);
+    counter_add(k.ignored);
     return;
   }
   gs_header h;
   gs_header_decode(p, &h);
   if (h.magic != GS_MAGIC || h.version != GS_VERSION || h.job_id != ctx_.join->job_id ||
       h.key != ctx_.join->key) {
-    Counters::bump(k.ignored);
+    counter_add(k.ignored);
     return;
   }
   if (h.type == GS_MSG_ABORT) throw_aborted(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, op);
   if (h.type != GS_MSG_RESULT || (h.rank != GS_RANK_ALL && h.rank != ctx_.opt->rank) || h.slot >= run.W) {
-    Counters::bump(k.ignored);
+    counter_add(k.ignored);
     return;
   }
   const unsigned slot = h.slot;
@@ -154,10 +147,10 @@ void SwitchAllreduce::receive(Run& run, const uint8_t* p, uint32_t len, int64_t 
       h.offset != r.hdr.offset || h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
       len < GS_HEADER_BYTES + static_cast<size_t>(h.count) * op.ch.elem_bytes ||
       (run.fixed && !r.bootstrap && h.scale_exp != r.scale)) {
-    Counters::bump(k.ignored);
+    counter_add(k.ignored);
     return;
   }
-  if (h.flags & GS_FLAG_UNICAST) Counters::bump(k.unicast_results);
+  if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
   loss_.delivered(t, now);
   run.last_progress_ns = now;
   size_t next_chunk;
@@ -181,7 +174,7 @@ int64_t SwitchAllreduce::check_timers(unsigned W, int64_t now) {
   int64_t next = loss_.scan(window_.timers(), W, now, &resend_);
   for (unsigned s : resend_) {
     window_.mark_retransmission(s);
-    Counters::bump(ctx_.counters->retransmissions);
+    counter_add(ctx_.counters->retransmissions);
     send(s);
   }
   return next;
@@ -239,8 +232,8 @@ void SwitchAllreduce::run(const AllreduceOp& op) {
       rbytes += in[i].len;
       receive(run, in[i].data, in[i].len, now);
     }
-    Counters::bump(ctx_.counters->packets_received, got);
-    Counters::bump(ctx_.counters->bytes_received, rbytes);
+    counter_add(ctx_.counters->packets_received, got);
+    counter_add(ctx_.counters->bytes_received, rbytes);
     flush();
     if (run.outstanding == 0) break;
     if (tx.more_pending() && now - last_timer_check < rto_min) {

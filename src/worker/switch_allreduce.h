@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/rng.h"
 #include "worker/control.h"
 #include "worker/loss_detector.h"
 #include "worker/path.h"
@@ -41,7 +42,7 @@ class SwitchAllreduce {
   ControlClient* control_;
   Window window_;
   LossDetector loss_;
-  DropHook drops_;
+  LossInjector drops_;  // the drop_rate test hook, seeded from (seed, rank)
   std::vector<OutPacket> out_;
   std::vector<unsigned> resend_;
 };

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/seq.h"
 #include "gradswitch/control.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
@@ -111,7 +112,7 @@ void throw_switch_timeout(const PathContext& ctx, ControlClient* control, const 
   // The switch holds no part of this round: find the ranks that have not reached this allreduce.
   for (unsigned k = 0; k < opt.world && k < rank_seq.size(); ++k) {
     long long v = rank_seq[k];
-    bool reached = v >= 0 && static_cast<int32_t>(static_cast<uint32_t>(v) - stuck.seq) >= 0;
+    bool reached = v >= 0 && seq_at_or_after(static_cast<uint32_t>(v), stuck.seq);
     if (!reached) missing.push_back(k);
   }
   bool self_missing = std::find(missing.begin(), missing.end(), opt.rank) != missing.end();

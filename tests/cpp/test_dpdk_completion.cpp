@@ -83,8 +83,8 @@ TEST(a_new_job_on_the_same_index_starts_over) {
 }
 
 TEST(seq_comparison_wraps) {
-  CHECK(seq_after(0, 0xFFFFFFFFu));
-  CHECK(!seq_after(0xFFFFFFFFu, 0));
+  CHECK(gradswitch::seq_after(0, 0xFFFFFFFFu));
+  CHECK(!gradswitch::seq_after(0xFFFFFFFFu, 0));
   Harness h(1);
   h.threads[0].record(9, 0xFFFFFFFFu, 1, 10);
   h.threads[0].record(9, 0, 2, 20);            // seq wrapped: newer

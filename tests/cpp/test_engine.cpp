@@ -3,6 +3,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/header.h"
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
@@ -31,19 +32,12 @@ struct Fixture {
                               uint16_t count, int8_t next_exp = GS_EXP_NONE, int8_t scale_exp = 0) {
     size_t bytes = size_t{count} * gs_elem_size(elem_type);
     std::vector<uint8_t> p(GS_HEADER_BYTES + bytes);
-    gs_header h{};
-    h.magic = GS_MAGIC;
-    h.version = GS_VERSION;
-    h.type = GS_MSG_DATA;
-    h.job_id = id;
-    h.key = key;
-    h.rank = rank;
-    h.slot = slot;
-    h.elem_type = elem_type;
-    h.count = count;
-    h.next_exp = next_exp;
-    h.scale_exp = scale_exp;
-    gs_header_encode(&h, p.data());
+    HeaderBuilder(GS_MSG_DATA, id, key)
+        .rank(rank)
+        .slot(slot)
+        .elems(elem_type, count)
+        .exps(next_exp, scale_exp)
+        .encode(p.data());
     if (bytes) std::memcpy(p.data() + GS_HEADER_BYTES, payload, bytes);
     return p;
   }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/header.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
 #include "switch/engine/engine.h"
@@ -65,22 +66,13 @@ struct Scenario {
 template <typename T>
 std::vector<uint8_t> data_packet(uint32_t job_id, uint32_t key, const In<T>& in) {
   std::vector<uint8_t> p(GS_HEADER_BYTES + in.values.size() * sizeof(T));
-  gs_header h{};
-  h.magic = GS_MAGIC;
-  h.version = GS_VERSION;
-  h.type = GS_MSG_DATA;
-  h.job_id = job_id;
-  h.key = key;
-  h.rank = in.rank;
-  h.slot = in.slot;
-  h.flags = in.version;
-  h.elem_type = elem_of<T>();
-  h.count = static_cast<uint16_t>(in.values.size());
-  h.seq = in.seq;
-  h.offset = in.offset;
-  h.next_exp = GS_EXP_NONE;
-  h.scale_exp = 0;
-  gs_header_encode(&h, p.data());
+  HeaderBuilder(GS_MSG_DATA, job_id, key)
+      .rank(in.rank)
+      .slot(in.slot)
+      .flags(in.version)
+      .elems(elem_of<T>(), static_cast<uint16_t>(in.values.size()))
+      .round(in.seq, in.offset)
+      .encode(p.data());
   if (!in.values.empty())
     std::memcpy(p.data() + GS_HEADER_BYTES, in.values.data(), in.values.size() * sizeof(T));
   return p;

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "common/header.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
 #include "switch/engine/engine.h"
@@ -163,10 +164,7 @@ TEST(engine_retransmission_never_applies_a_step_twice) {
   for (int i = 0; i < 4; ++i) opt->params()[i] = 10.0f;
   auto packet = [&](uint16_t rank, float g) {
     std::vector<uint8_t> p(GS_HEADER_BYTES + 16);
-    gs_header h{};
-    h.magic = GS_MAGIC, h.version = GS_VERSION, h.type = GS_MSG_DATA, h.job_id = id, h.rank = rank;
-    h.elem_type = GS_ELEM_FLOAT32, h.count = 4;
-    gs_header_encode(&h, p.data());
+    HeaderBuilder(GS_MSG_DATA, id, 0).rank(rank).elems(GS_ELEM_FLOAT32, 4).exps(0, 0).encode(p.data());
     float v[4] = {g, g, g, g};
     std::memcpy(p.data() + GS_HEADER_BYTES, v, 16);
     return p;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/header.h"
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
@@ -304,18 +305,8 @@ TEST(window_versions_and_retransmission_flag) {
   CHECK_EQ(static_cast<int>(w.claim_version(1)), 1);
   CHECK_EQ(static_cast<int>(w.claim_version(1)), 0);
   CHECK_EQ(static_cast<int>(w.claim_version(2)), 0);  // slots flip independently
-  gs_header h{};
-  h.magic = GS_MAGIC;
-  h.version = GS_VERSION;
-  h.type = GS_MSG_DATA;
-  h.slot = 2;
-  h.flags = 1;
-  h.elem_type = GS_ELEM_FLOAT32;
-  h.count = 3;
-  h.seq = 77;
-  h.offset = 1080;
-  h.next_exp = 5;
-  h.scale_exp = -2;
+  gs_header h =
+      HeaderBuilder(GS_MSG_DATA, 0, 0).slot(2).flags(1).elems(GS_ELEM_FLOAT32, 3).round(77, 1080).exps(5, -2);
   float vals[3] = {1.5f, -2.0f, 3.25f};
   std::memcpy(w.payload(2), vals, sizeof vals);
   w.seal(2, h, sizeof vals);

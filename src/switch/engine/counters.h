@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/counter.h"
+
 namespace gradswitch {
 
 enum class DropReason : uint8_t {
@@ -49,11 +51,7 @@ struct CounterValues {
 
 class Counters {
  public:
-  // Single writer: a relaxed load+store is a plain add, and readers never see torn values.
-  static void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
-    c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
-  }
-  void drop(DropReason r) { bump(drops[static_cast<size_t>(r)]); }
+  void drop(DropReason r) { counter_add(drops[static_cast<size_t>(r)]); }
   CounterValues read() const;
 
   std::atomic<uint64_t> pkts_in{0}, bytes_in{0}, pkts_out{0}, bytes_out{0};

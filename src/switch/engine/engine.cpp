@@ -7,7 +7,9 @@
 #include <new>
 #include <thread>
 
+#include "common/header.h"
 #include "common/kernels.h"
+#include "common/seq.h"
 #include "switch/engine/job.h"
 
 namespace gradswitch {
@@ -24,18 +26,6 @@ size_t result_bytes(const JobSpec& s) {
 // 16-bit elements are summed in fp32: twice the payload.
 size_t accum_bytes(const JobSpec& s) {
   return round_up(size_t{s.payload_bytes} * 2);
-}
-
-// Serial-number order (RFC 1982 style) so that seq may wrap.
-bool seq_after(uint32_t a, uint32_t b) {
-  return static_cast<int32_t>(a - b) > 0;
-}
-
-// Is round (seq, offset) newer than the round (held_seq, held_offset) a slot version holds?
-// Successive rounds of one slot version either belong to a later allreduce or to a later chunk
-// of the same one, so a stale packet (an old retransmission overtaken by the protocol) is older.
-bool round_is_newer(uint32_t seq, uint32_t offset, uint32_t held_seq, uint32_t held_offset) {
-  return seq_after(seq, held_seq) || (seq == held_seq && offset > held_offset);
 }
 
 bool is_16bit(uint8_t elem_type) {
@@ -244,20 +234,20 @@ CounterValues Engine::total_counters() const {
 }
 
 void Engine::count_sent(unsigned thread, uint32_t job_id, uint32_t packets, uint64_t bytes) {
-  Counters::bump(threads_[thread].totals.pkts_out, packets);
-  Counters::bump(threads_[thread].totals.bytes_out, bytes);
+  counter_add(threads_[thread].totals.pkts_out, packets);
+  counter_add(threads_[thread].totals.bytes_out, bytes);
   // The job may be gone by now (destroyed between ingest and send); then only totals count.
   if (Job* job = find_job(job_id)) {
-    Counters::bump(job->per_thread[thread].counters.pkts_out, packets);
-    Counters::bump(job->per_thread[thread].counters.bytes_out, bytes);
+    counter_add(job->per_thread[thread].counters.pkts_out, packets);
+    counter_add(job->per_thread[thread].counters.bytes_out, bytes);
   }
 }
 
 IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, uint64_t now_ns) {
   ThreadState& ts = threads_[thread];
   IngestResult r;
-  Counters::bump(ts.totals.pkts_in);
-  Counters::bump(ts.totals.bytes_in, len);
+  counter_add(ts.totals.pkts_in);
+  counter_add(ts.totals.bytes_in, len);
 
   JobThreadState* js = nullptr;
   auto drop = [&](DropReason why) {
@@ -279,8 +269,8 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   if (!job) return drop(DropReason::kUnknownJob);
   r.job_id = h.job_id;
   js = &job->per_thread[thread];
-  Counters::bump(js->counters.pkts_in);
-  Counters::bump(js->counters.bytes_in, len);
+  counter_add(js->counters.pkts_in);
+  counter_add(js->counters.bytes_in, len);
   const JobSpec& spec = job->spec;
   if (h.key != spec.key) return drop(DropReason::kWrongKey);
   if (h.rank >= spec.world) return drop(DropReason::kBadRank);
@@ -320,18 +310,12 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   // An ABORT with the reason, to the sender or (when this packet aborted the job) to every rank,
   // so that none of them waits for its timeout.
   auto answer_abort = [&](uint16_t dest, DropReason why, uint8_t reason, uint16_t at_fault) {
-    gs_header a{};
-    a.magic = GS_MAGIC;
-    a.version = GS_VERSION;
-    a.type = GS_MSG_ABORT;
-    a.job_id = h.job_id;
-    a.key = spec.key;
-    a.rank = at_fault;
-    a.slot = h.slot;
-    a.seq = h.seq;
-    a.offset = h.offset;
-    a.next_exp = static_cast<int8_t>(reason);
-    gs_header_encode(&a, ts.abort_packet);
+    HeaderBuilder(GS_MSG_ABORT, h.job_id, spec.key)
+        .rank(at_fault)
+        .slot(h.slot)
+        .round(h.seq, h.offset)
+        .exps(static_cast<int8_t>(reason), 0)
+        .encode(ts.abort_packet);
     drop(why);
     r.kind = IngestResult::kSend;
     r.dest_rank = dest;
@@ -353,8 +337,8 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   // 2. A retransmission of a completed round, from a worker whose result was lost: the shadow copy
   //    answers it alone, even in an aborted job (the round's sum is right; only later ones fail).
   if (same_round && state == RoundState::kComplete) {
-    Counters::bump(js->counters.retx_answered);
-    Counters::bump(ts.totals.retx_answered);
+    counter_add(js->counters.retx_answered);
+    counter_add(ts.totals.retx_answered);
     uint8_t* out = sv.result;
     const uint16_t rank_be = gs_bswap16(h.rank);
     std::memcpy(out + offsetof(gs_header, rank), &rank_be, 2);
@@ -390,8 +374,8 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   const Kernels& k = kernels();
   if (same_round) {
     if (sv.seen.load(std::memory_order_relaxed) & bit) {
-      Counters::bump(js->counters.duplicates);
-      Counters::bump(ts.totals.duplicates);
+      counter_add(js->counters.duplicates);
+      counter_add(ts.totals.duplicates);
       r.kind = IngestResult::kAbsorbed;
       return r;
     }
@@ -473,25 +457,17 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     auto* sum = reinterpret_cast<float*>(sv.result + GS_HEADER_BYTES);
     job->optimizer->step(h.offset, sv.count, sum, spec.world, sum);
   }
-  gs_header res{};
-  res.magic = GS_MAGIC;
-  res.version = GS_VERSION;
-  res.type = GS_MSG_RESULT;
-  res.job_id = h.job_id;
-  res.key = spec.key;
-  res.rank = GS_RANK_ALL;
-  res.slot = h.slot;
-  res.flags = version;
-  res.elem_type = sv.elem_type;
-  res.count = sv.count;
-  res.seq = h.seq;
-  res.offset = h.offset;
-  res.next_exp = sv.next_exp;
-  res.scale_exp = sv.scale_exp;
-  gs_header_encode(&res, sv.result);
+  HeaderBuilder(GS_MSG_RESULT, h.job_id, spec.key)
+      .rank(GS_RANK_ALL)
+      .slot(h.slot)
+      .flags(version)
+      .elems(sv.elem_type, sv.count)
+      .round(h.seq, h.offset)
+      .exps(sv.next_exp, sv.scale_exp)
+      .encode(sv.result);
   sv.state.store(RoundState::kComplete, std::memory_order_relaxed);
-  Counters::bump(js->counters.completed);
-  Counters::bump(ts.totals.completed);
+  counter_add(js->counters.completed);
+  counter_add(ts.totals.completed);
   r.kind = IngestResult::kSend;
   r.dest_rank = GS_RANK_ALL;
   r.data = sv.result;

@@ -9,7 +9,10 @@
 #include <sstream>
 #include <string>
 
+#include "common/counter.h"
 #include "common/fixed_point.h"
+#include "common/header.h"
+#include "common/seq.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
 
@@ -21,11 +24,6 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-bool newer(uint32_t seq, uint32_t offset, uint32_t than_seq, uint32_t than_offset) {
-  int32_t d = static_cast<int32_t>(seq - than_seq);
-  return d > 0 || (d == 0 && offset > than_offset);
 }
 
 std::string address_text(const RingPeer& p) {
@@ -74,27 +72,18 @@ unsigned RingAllreduce::position(unsigned slot) const {
 }
 
 gs_header RingAllreduce::header(uint8_t type, unsigned slot, const Round& r) const {
-  gs_header h{};
-  h.magic = GS_MAGIC;
-  h.version = GS_VERSION;
-  h.type = type;
-  h.job_id = cfg_.job_id;
-  h.key = cfg_.key;
-  h.rank = static_cast<uint16_t>(rank_);
-  h.slot = static_cast<uint16_t>(slot);
-  h.flags = r.version;
-  h.elem_type = r.elem;
-  h.count = r.count;
-  h.seq = r.seq;
-  h.offset = r.offset;
-  h.next_exp = r.own_exp;
-  h.scale_exp = r.scale;
-  return h;
+  return HeaderBuilder(type, cfg_.job_id, cfg_.key)
+      .rank(static_cast<uint16_t>(rank_))
+      .slot(static_cast<uint16_t>(slot))
+      .flags(r.version)
+      .elems(r.elem, r.count)
+      .round(r.seq, r.offset)
+      .exps(r.own_exp, r.scale);
 }
 
 void RingAllreduce::queue(const uint8_t* data, uint32_t len, unsigned rank, bool droppable) {
   if (droppable && drops_.drop()) {
-    Counters::bump(ctx_.counters->injected_drops);
+    counter_add(ctx_.counters->injected_drops);
     return;
   }
   out_.push_back(OutPacket{data, len, cfg_.peers[rank].port, cfg_.peers[rank].ipv4_be});
@@ -105,8 +94,8 @@ void RingAllreduce::flush() {
   uint64_t bytes = 0;
   for (auto& p : out_) bytes += p.len;
   ctx_.transport->send_batch(out_.data(), out_.size());
-  Counters::bump(ctx_.counters->packets_sent, out_.size());
-  Counters::bump(ctx_.counters->bytes_sent, bytes);
+  counter_add(ctx_.counters->packets_sent, out_.size());
+  counter_add(ctx_.counters->bytes_sent, bytes);
   out_.clear();
 }
 
@@ -206,16 +195,16 @@ void RingAllreduce::on_partial(Run* run, const gs_header& h, const uint8_t* payl
     const Shadow& sh = shadows_[2 * s + v];
     if (sh.valid && sh.seq == h.seq && sh.offset == h.offset) return answer_from_shadow(s, v);
     if ((r.state == State::kIdle || r.state == State::kDone) &&
-        (r.state == State::kIdle || newer(h.seq, h.offset, r.seq, r.offset))) {
+        (r.state == State::kIdle || round_is_newer(h.seq, h.offset, r.seq, r.offset))) {
       return stash_early(payload - GS_HEADER_BYTES,
                          GS_HEADER_BYTES + h.count * static_cast<uint32_t>(gs_elem_size(h.elem_type)));
     }
-    Counters::bump(k.ignored);
+    counter_add(k.ignored);
     return;
   }
   if (r.state == State::kDone) return answer_from_shadow(s, v);
   if (r.state == State::kForwarded || !run) {  // a duplicate: this rank's own timer covers the rest
-    Counters::bump(k.ignored);
+    counter_add(k.ignored);
     return;
   }
   const AllreduceOp& op = *run->op;
@@ -273,10 +262,10 @@ void RingAllreduce::on_result(Run* run, const gs_header& h, const uint8_t* paylo
   Counters& k = *ctx_.counters;
   if (!run || r.state != State::kForwarded || v != r.version || h.seq != r.seq || h.offset != r.offset ||
       h.count != r.count || h.elem_type != r.elem) {
-    Counters::bump(k.ignored);  // a duplicate, or an answer to an earlier resend
+    counter_add(k.ignored);  // a duplicate, or an answer to an earlier resend
     return;
   }
-  if (h.flags & GS_FLAG_UNICAST) Counters::bump(k.unicast_results);
+  if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
   const AllreduceOp& op = *run->op;
   loss_[position(s)].delivered(window_.timer(s), now);
   const bool sum = h.flags & GS_FLAG_SUM;
@@ -304,30 +293,30 @@ void RingAllreduce::on_result(Run* run, const gs_header& h, const uint8_t* paylo
 void RingAllreduce::receive(Run* run, const uint8_t* p, uint32_t len, int64_t now) {
   Counters& k = *ctx_.counters;
   if (len < GS_HEADER_BYTES) {
-    Counters::bump(k.ignored);
+    counter_add(k.ignored);
     return;
   }
   gs_header h;
   gs_header_decode(p, &h);
   if (h.magic != GS_MAGIC || h.version != GS_VERSION || h.job_id != cfg_.job_id || h.key != cfg_.key ||
       h.slot >= cfg_.slots) {
-    Counters::bump(k.ignored);
+    counter_add(k.ignored);
     return;
   }
   const size_t es = gs_elem_size(h.elem_type);
   const bool data = h.type == GS_MSG_RING_PARTIAL || h.type == GS_MSG_RING_RESULT;
   if (data && (es == 0 || len < GS_HEADER_BYTES + h.count * es || h.count * es > cfg_.payload_bytes)) {
-    Counters::bump(k.ignored);
+    counter_add(k.ignored);
     return;
   }
   if (h.type == GS_MSG_RING_PARTIAL && h.rank == prev_) return on_partial(run, h, p + GS_HEADER_BYTES, now);
   if (h.type == GS_MSG_RING_RESULT && h.rank == next_) return on_result(run, h, p + GS_HEADER_BYTES, now);
   if (h.type == GS_MSG_RING_DONE && h.rank == prev_) {
-    if (!prev_done_valid_ || static_cast<int32_t>(h.seq - prev_done_seq_) > 0) prev_done_seq_ = h.seq;
+    if (!prev_done_valid_ || seq_after(h.seq, prev_done_seq_)) prev_done_seq_ = h.seq;
     prev_done_valid_ = true;
     return;
   }
-  Counters::bump(k.ignored);  // e.g. a late answer of the switch after a fallback
+  counter_add(k.ignored);  // e.g. a late answer of the switch after a fallback
 }
 
 int64_t RingAllreduce::check_timers(unsigned W, int64_t now) {
@@ -337,7 +326,7 @@ int64_t RingAllreduce::check_timers(unsigned W, int64_t now) {
     next = std::min(next, loss_[p].scan(window_.timers(), W, now, &resend_, (rank_ + N_ - p) % N_, N_));
     for (unsigned s : resend_) {
       window_.mark_retransmission(s);
-      Counters::bump(ctx_.counters->retransmissions);
+      counter_add(ctx_.counters->retransmissions);
       queue(window_.packet(s), window_.round(s).len, next_, true);
     }
   }
@@ -391,8 +380,8 @@ void RingAllreduce::run(const AllreduceOp& op, const std::vector<uint8_t>* done)
       rbytes += in_[i].len;
       receive(&run, in_[i].data, in_[i].len, now);
     }
-    Counters::bump(ctx_.counters->packets_received, got);
-    Counters::bump(ctx_.counters->bytes_received, rbytes);
+    counter_add(ctx_.counters->packets_received, got);
+    counter_add(ctx_.counters->bytes_received, rbytes);
     flush();
     if (run.outstanding == 0) break;
     if (tx.more_pending() && now - last_timer_check < rto_min) {
@@ -415,7 +404,7 @@ void RingAllreduce::serve(int64_t timeout_ns) {
   size_t got = ctx_.transport->recv_batch(in_.data(), in_.size(), timeout_ns);
   int64_t now = now_ns();
   for (size_t i = 0; i < got; ++i) receive(nullptr, in_[i].data, in_[i].len, now);
-  Counters::bump(ctx_.counters->packets_received, got);
+  counter_add(ctx_.counters->packets_received, got);
   flush();
 }
 
@@ -423,7 +412,7 @@ bool RingAllreduce::linger(double max_s) {
   if (!have_last_seq_ || N_ == 1) return true;
   const int64_t deadline = now_ns() + static_cast<int64_t>(max_s * 1e9);
   for (;;) {
-    if (prev_done_valid_ && static_cast<int32_t>(prev_done_seq_ - last_seq_) >= 0) return true;
+    if (prev_done_valid_ && seq_at_or_after(prev_done_seq_, last_seq_)) return true;
     int64_t left = deadline - now_ns();
     if (left <= 0) return false;
     send_done(last_seq_);  // again: the next rank may be lingering for a lost one

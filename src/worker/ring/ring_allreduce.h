@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rng.h"
 #include "worker/chunk_codec.h"
 #include "worker/loss_detector.h"
 #include "worker/path.h"
@@ -107,7 +108,7 @@ class RingAllreduce {
   std::vector<Shadow> shadows_;
   std::vector<std::vector<uint8_t>> early_;  // per slot: a partial of the next allreduce
   std::vector<LossDetector> loss_;           // per position 0..N-2
-  DropHook drops_;
+  LossInjector drops_;                       // the drop_rate test hook, seeded from (seed, rank)
   std::vector<OutPacket> out_;
   std::vector<unsigned> resend_;
   std::vector<InPacket> in_;

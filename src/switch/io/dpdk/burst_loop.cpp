@@ -178,13 +178,10 @@ void DpdkSwitch::aggregate(Lcore& lc, unsigned agg, rte_mbuf** packets, unsigned
   for (unsigned i = 0; i < n; ++i) {
     rte_mbuf* m = packets[i];
     bump(lc.c.agg_in);
-    if (at.drop_threshold) {
-      at.rng ^= at.rng << 13, at.rng ^= at.rng >> 7, at.rng ^= at.rng << 17;
-      if ((at.rng >> 32) < at.drop_threshold) {
-        bump(lc.c.drop_injected);
-        rte_pktmbuf_free(m);
-        continue;
-      }
+    if (at.loss.drop()) {
+      bump(lc.c.drop_injected);
+      rte_pktmbuf_free(m);
+      continue;
     }
     uint32_t len;
     const uint8_t* datagram = datagram_of(m, &len);

@@ -13,14 +13,10 @@
 #include <functional>
 #include <vector>
 
+#include "common/seq.h"
 #include "gradswitch/notify.h"
 
 namespace gradswitch::dpdk {
-
-// Wrapping comparison of allreduce sequence numbers.
-inline bool seq_after(uint32_t a, uint32_t b) {
-  return static_cast<int32_t>(a - b) > 0;
-}
 
 class CompletionRecords {
  public:

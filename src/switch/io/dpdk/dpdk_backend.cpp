@@ -164,8 +164,7 @@ bool DpdkSwitch::init(std::string* error) {
     const std::string name = "gs_agg" + std::to_string(k);
     agg_[k].ring = rte_ring_create(name.c_str(), config_.dpdk.ring_size, rte_socket_id(), RING_F_SC_DEQ);
     if (!agg_[k].ring) return *error = "agg ring: " + std::string(rte_strerror(rte_errno)), false;
-    agg_[k].rng = (config_.seed + 0x9E3779B97F4A7C15ull * (k + 1)) | 1;
-    agg_[k].drop_threshold = static_cast<uint32_t>(std::clamp(config_.drop_rate, 0.0, 1.0) * 4294967295.0);
+    agg_[k].loss = LossInjector(config_.drop_rate, config_.seed, k);
     completion_records_.push_back(&agg_[k].completion);
   }
   if (!place_lcores(error)) return false;

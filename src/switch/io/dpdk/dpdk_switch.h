@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/counter.h"
+#include "common/rng.h"
 #include "switch/config.h"
 #include "switch/engine/engine.h"
 #include "switch/io/backend.h"
@@ -64,7 +66,7 @@ struct alignas(64) LcoreCounters {
 };
 
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
-  c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  counter_add(c, by);
 }
 
 struct TxBuffer {
@@ -88,9 +90,8 @@ struct alignas(64) Lcore {
 };
 
 struct alignas(64) AggThread {
-  rte_ring* ring = nullptr;     // from rx tasks on other lcores
-  uint64_t rng = 0;             // --drop-rate
-  uint32_t drop_threshold = 0;  // drop when (rng >> 32) < threshold
+  rte_ring* ring = nullptr;  // from rx tasks on other lcores
+  LossInjector loss;         // --drop-rate
   uint16_t ip_id = 0;
   CompletionRecords completion;
 };

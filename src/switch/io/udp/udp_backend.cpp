@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/rng.h"
+
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
@@ -49,13 +51,6 @@ struct Group {
   uint64_t sent_pkts, sent_bytes;
 };
 
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 void set_buffer(int fd, int opt, int force_opt, const char* what, bool* warned) {
   int v = kSocketBufferBytes;
   ::setsockopt(fd, SOL_SOCKET, opt, &v, sizeof v);
@@ -82,8 +77,7 @@ class UdpBackend final : public Backend {
     unsigned index = 0;
     int fd = -1;
     bool gso = false, gro = false;
-    uint64_t rng = 0;
-    uint64_t drop_threshold = 0;  // drop when rng output < threshold
+    LossInjector loss;  // --drop-rate
     size_t rx_size = 0;
     std::vector<uint8_t> rx_buf;
     std::vector<mmsghdr> rx_msgs;
@@ -161,10 +155,7 @@ bool UdpBackend::open(std::string* error) {
     t->gro = size_t(batch) * kRxGroBytes <= kMaxGroRxMemory &&
              ::setsockopt(t->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
     t->rx_size = t->gro ? kRxGroBytes : kRxPlainBytes;
-    t->rng = config_.seed ^ (0x5851f42d4c957f2dull * (i + 1));
-    t->drop_threshold = config_.drop_rate >= 1.0
-                            ? UINT64_MAX
-                            : static_cast<uint64_t>(config_.drop_rate * 18446744073709551616.0);
+    t->loss = LossInjector(config_.drop_rate, config_.seed, i);
 
     t->rx_buf.resize(size_t(batch) * t->rx_size);
     t->rx_msgs.resize(batch);
@@ -267,7 +258,7 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       size_t len = t.rx_msgs[i].msg_len;
       if (h.msg_flags & MSG_TRUNC) {
         // Longer than any valid datagram: hand the engine a length it rejects (bad_length).
-        Counters::bump(t.truncated);
+        counter_add(t.truncated);
         len = t.rx_size;
       }
       size_t seg = len;  // a GRO train is a run of datagrams of `seg` bytes (the last may be shorter)
@@ -278,16 +269,16 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
             std::memcpy(&s, CMSG_DATA(c), sizeof s);
             if (s > 0 && size_t(s) < len) {
               seg = size_t(s);
-              Counters::bump(t.gro_trains);
+              counter_add(t.gro_trains);
             }
           }
       }
       size_t off = 0;
       do {
         const size_t l = std::min(seg, len - off);
-        Counters::bump(t.rx_datagrams);
-        if (t.drop_threshold && splitmix64(t.rng) < t.drop_threshold) {
-          Counters::bump(t.injected_drops);
+        counter_add(t.rx_datagrams);
+        if (t.loss.drop()) {
+          counter_add(t.injected_drops);
         } else {
           IngestResult r = engine_.ingest(t.index, data + off, l, now);
           if (r.kind == IngestResult::kSend) queue(t, r);
@@ -312,7 +303,7 @@ void UdpBackend::queue(Thread& t, const IngestResult& r) {
   const uint16_t n_eps = all ? r.world : 1;
   if (r.len == 0 || r.len > 65507 || r.endpoints == nullptr || n_eps == 0 ||
       (!all && r.dest_rank >= r.world)) {
-    Counters::bump(t.send_errors);
+    counter_add(t.send_errors);
     return;
   }
   if (t.arena_used + r.len > t.arena.size() || t.eps_used + n_eps > t.eps.size() ||
@@ -406,7 +397,7 @@ void UdpBackend::send_msgs(Thread& t, size_t n) {
         const bool gso = t.tx_msgs[i + j].msg_hdr.msg_controllen != 0;
         g.sent_pkts += gso ? g.nseg : 1;
         g.sent_bytes += t.tx_iov[i + j].iov_len;
-        if (gso) Counters::bump(t.gso_writes);
+        if (gso) counter_add(t.gso_writes);
       }
       i += size_t(k);
       retries = 0;
@@ -435,11 +426,11 @@ void UdpBackend::send_msgs(Thread& t, size_t n) {
           ++g.sent_pkts;
           g.sent_bytes += l;
         } else {
-          Counters::bump(t.send_errors);
+          counter_add(t.send_errors);
         }
       }
     } else {
-      Counters::bump(t.send_errors);
+      counter_add(t.send_errors);
     }
     ++i;
     retries = 0;
