@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
-"""Packets/s of the DPDK switch: aggregating vs forwarding only, and DPDK vs the kernel-UDP backend.
+"""What the DPDK switch costs per packet: aggregating vs forwarding, DPDK vs the UDP backend.
 
-    sudo python3 bench/dpdk_bench.py [--sizes 64,128,192,512,1024,1518,9000] [--seconds 3]
-                                     [--udp-sizes 128,512,1518] [--json out.json]
+    sudo python3 bench/dpdk_bench.py [--sizes 64,128,256,512,1024,1518,9000] [--rate 100000]
+        [--seconds 3] [--onset-sizes 128,512,1518] [--scaling-sizes 512,1518] [--json out.json]
 
 Testbed (tests/python/test_dpdk.py's Topology): two host namespaces, each linked by a veth to a
-switch namespace. The generator (gs_dpdk_pktgen, af_xdp on host 0's veth, pinned to CPU 0) sends
-  fwd: frames of the given size to host 1's MAC (the switch forwards them, L2 only);
-  agg: gradswitch DATA packets of that frame size for both ranks of a world-2 job, closed loop
-       (a slot is reused once its result is back), i.e. a worker window of 256 slots.
-The switch runs on one lcore pinned to CPU 1 (`-l 1`, busy polling). Its packets/s are read from
-its own counters (--stats-file) over the middle of the run: `rx` = frames received from the
-generator per second, `out` = frames sent per second. The kernel-UDP backend runs on the same
-testbed with a Linux bridge in the switch namespace and gradswitchd --backend udp --threads 1
-pinned to CPU 1 (kernel softirq work is not confined to that CPU; see BENCHMARKS.md).
+switch namespace. The generator (tools/dpdk/gs_dpdk_pktgen, af_xdp on host 0's veth, CPU 0) sends
+open loop and never reads: the switch's output goes to host 1, where a holder process has joined
+a 2-rank job (both ranks) and keeps UDP sinks open that nobody reads.
+  fwd: IPv4/UDP frames to host 1 (the switch forwards them by MAC, L2 only);
+  agg: DATA packets of both ranks of the job; every round completes, and its result goes to host 1
+       as two frames (one per rank): one frame out per frame in, as for fwd.
+
+Measured (the switch, not the generator):
+  1. cycles per packet at a fixed offered rate (--rate, below the drop onset of every mode): the
+     switch lcore's busy TSC cycles (loop iterations that handled frames) per frame received, from
+     the backend's counters (STATS); for --backend udp (a Linux bridge in the switch namespace, one
+     data thread pinned to CPU 1) the data thread's CPU time per datagram, in the same TSC cycles.
+  2. the drop onset: the open-loop rate at which the switch starts to lose frames (frames the
+     generator sent that the switch did not receive or hand on), rate stepped up until >= 0.1% loss.
+  3. scaling: the generator at full speed against the switch on 1 lcore (CPU 1) and on 2 lcores
+     (layout io: ports on CPU 0, aggregation on CPU 1; CPU 0 is shared with the generator).
 9000-byte frames use net_af_packet (af_xdp on veth takes frames up to ~3.5 KB).
+Only two cores exist on the machine this was written on: every figure says so.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -31,269 +40,473 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests/python"))
 import test_dpdk as T  # noqa: E402
 
-BUILD = Path(os.environ.get("GRADSWITCH_BUILD", REPO / "build-dpdk"))
-JUMBO_AF_PACKET = "blocksz=12288,framesz=12288,framecnt=1024"
+BUILD = Path(os.environ.get("GRADSWITCH_BUILD", REPO / "build/test"))
 PKTGEN = BUILD / "tools/dpdk/gs_dpdk_pktgen"
+JUMBO_AF_PACKET = "blocksz=12288,framesz=12288,framecnt=1024"
+SINK_PORTS = (9000, 9001, 9002)  # rank 0 and rank 1 results, forwarded frames
+LOSS_ONSET = 0.001
+# The switch lcore sleeps this long after 64 empty polls: on a machine shared with other work, a
+# sleeper keeps its claim on the CPU where a spinning poller competes (and loses frames).
+IDLE_SLEEP_US = 20
 
 
-def read_stats(path: Path) -> dict[str, int]:
+# --------------------------------------------------------------------------------------------
+# Helper run inside host 1's namespace
+
+
+def holder(agg: str, job: str) -> None:
+    """job '-': binds the UDP sinks (never read) and holds; else joins both ranks of `job` (their results
+    go to the sinks), prints the JOIN reply and holds (the job lives until this process is killed)."""
+    keep = []
+    if job == "-":
+        for port in SINK_PORTS:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("0.0.0.0", port))
+            keep.append(s)
+        print("OK sinks", flush=True)
+    else:
+        for rank in (0, 1):
+            c = socket.create_connection((agg, 7700), timeout=30)
+            c.sendall(
+                f"JOIN job={job} world=2 rank={rank} wire=float32 token=b port={9000 + rank}\n".encode()
+            )
+            keep.append(c)
+        print(keep[0].makefile("r").readline().strip(), flush=True)
+        keep[1].makefile("r").readline()
+    time.sleep(3600)
+
+
+# --------------------------------------------------------------------------------------------
+# The testbed
+
+
+def stats(ns: str) -> dict[str, int]:
+    """The daemon's STATS reply (engine and backend counters), asked inside its namespace."""
+    r = T._run(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "timeout",
+        "5",
+        "bash",
+        "-c",
+        "exec 3<>/dev/tcp/127.0.0.1/7700 && echo STATS >&3 && head -n1 <&3",
+        check=False,
+    )
+    line = r.stdout.strip()
+    if not line.startswith("OK "):
+        raise RuntimeError(f"STATS failed in {ns}: {line!r} {r.stderr[-500:]}")
     out = {}
-    for line in path.read_text().splitlines():
-        k, _, v = line.partition("=")
+    for kv in line.split()[1:]:
+        k, _, v = kv.partition("=")
         if v.isdigit():
             out[k] = int(v)
     return out
 
 
-def join_job(topo: T.Topology) -> tuple[list[subprocess.Popen], int, int]:
-    holders = [topo.popen_helper(i, "join", topo.agg_ip, "7700", "bench", "2", str(i)) for i in range(2)]
-    line = holders[0].stdout.readline().strip()
-    holders[1].stdout.readline()
-    if not line.startswith("OK"):
-        raise RuntimeError("JOIN failed: " + line)
-    kv = dict(x.split("=", 1) for x in line.split()[1:])
-    return holders, int(kv["job_id"]), int(kv["key"])
+class Bed:
+    """A topology with a switch (DPDK on `lcores`, or the UDP backend behind a bridge), host 1 holding."""
+
+    def __init__(self, backend: str, size: int, tmp: Path, lcores: str = "1"):
+        self.backend, self.size, self.tmp = backend, size, tmp
+        self.jumbo = size > 1518
+        self.topo = T.Topology(2)
+        self.sw: T.DpdkSwitch | None = None
+        self.udp: subprocess.Popen | None = None
+        self.holders: list[subprocess.Popen] = []
+        self.lcores = lcores
+        self.jobs = 0
+
+    def __enter__(self):
+        try:
+            self._up()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _up(self) -> None:
+        t = self.topo
+        t.up()
+        if self.jumbo:
+            for i in range(2):
+                T._run("ip", "-n", t.sw_ns, "link", "set", t.sw_if[i], "mtu", "9000")
+                T._run("ip", "-n", t.host_ns[i], "link", "set", t.host_if[i], "mtu", "9000")
+        mtu = ["--mtu", "9000"] if self.jumbo else []
+        if self.backend == "dpdk":
+            opts = ["--idle-sleep-us", str(IDLE_SLEEP_US), "--mbufs", "4095" if self.jumbo else "16383"]
+            if self.lcores != "1":
+                opts += ["--layout", "io"]
+            self.sw = T.DpdkSwitch(
+                t,
+                self.tmp,
+                lcores=self.lcores,
+                extra=mtu,
+                vdev="af_packet" if self.jumbo else "af_xdp",
+                af_packet_args=JUMBO_AF_PACKET,
+                dpdk_opts=opts,
+            )
+            if self.jumbo:
+                self.sw.cmd[self.sw.cmd.index("--no-huge") + 1 : self.sw.cmd.index("--no-huge") + 1] = [
+                    "-m",
+                    "1024",
+                ]
+            self.sw.start()
+        else:
+            ns = t.sw_ns
+            T._run("ip", "-n", ns, "link", "add", "br0", "type", "bridge")
+            for i in range(2):
+                T._run("ip", "-n", ns, "link", "set", t.sw_if[i], "master", "br0")
+            T._run("ip", "-n", ns, "addr", "add", f"{t.agg_ip}/24", "dev", "br0")
+            T._run("ip", "-n", ns, "link", "set", "br0", "up")
+            self.log = open(self.tmp / f"udp-{t.tag}.log", "w")
+            cmd = ["ip", "netns", "exec", ns, "taskset", "-c", "1", str(T.find_switch_binary())]
+            self.udp = subprocess.Popen(
+                [*cmd, "--backend", "udp", "--threads", "1", *mtu], stdout=self.log, stderr=subprocess.STDOUT
+            )
+            for _ in range(50):
+                if t.exec(0, "ping", "-c", "1", "-W", "1", t.agg_ip).returncode == 0:
+                    break
+        self._hold("-")  # the sinks on host 1
+        t.exec(1, "ping", "-c", "1", "-W", "1", t.agg_ip)  # the switch learns host 1 (MAC, neighbour)
+
+    def _hold(self, job: str) -> tuple[subprocess.Popen, str]:
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.topo.host_ns[1], T.PY, str(Path(__file__).resolve()), "holder"]
+            + [self.topo.agg_ip, job],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = p.stdout.readline().strip()
+        if not line.startswith("OK"):
+            p.kill()
+            raise RuntimeError(f"holder on host 1: {line!r} {p.stderr.read()[-2000:] if p.stderr else ''}")
+        self.holders.append(p)
+        return p, line
+
+    def new_job(self) -> tuple[int, int]:
+        """A fresh 2-rank job, both ranks on host 1 (so that no stuck round carries over between runs)."""
+        self.jobs += 1
+        _, line = self._hold(f"bench{self.jobs}")
+        kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
+        return int(kv["job_id"]), int(kv["key"])
+
+    @property
+    def ns(self) -> str:
+        return self.topo.sw_ns
+
+    def generate(
+        self, mode: str, rate: float, seconds: float, job: tuple[int, int] = (0, 0)
+    ) -> subprocess.Popen:
+        t = self.topo
+        if mode == "agg":  # to the aggregation address: its MAC as host 0 learned it
+            t.exec(0, "ping", "-c", "1", "-W", "1", t.agg_ip)
+            r = T._run("ip", "-n", t.host_ns[0], "-j", "neigh", "show", t.agg_ip)
+            dst_mac, dst_ip = json.loads(r.stdout)[0]["lladdr"], t.agg_ip
+        else:
+            dst_mac, dst_ip = t.mac_of(1), t.ip_of(1)
+        vdev = (
+            f"--vdev=net_af_packet0,iface={t.host_if[0]},{JUMBO_AF_PACKET}"
+            if self.jumbo
+            else f"--vdev=net_af_xdp0,iface={t.host_if[0]}"
+        )
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            t.host_ns[0],
+            "taskset",
+            "-c",
+            "0",
+            str(PKTGEN),
+            "-l",
+            "0",
+            "--no-huge",
+            "--no-pci",
+            "--no-shconf",
+            "-m",
+            "512",
+            "--log-level=*:error",
+            vdev,
+            "--",
+            "--mode",
+            mode,
+            "--size",
+            str(self.size),
+            "--seconds",
+            str(seconds),
+            "--rate",
+            str(int(rate)),
+            "--dst-mac",
+            dst_mac,
+            "--src-ip",
+            t.ip_of(0),
+            "--dst-ip",
+            dst_ip,
+            "--dst-port",
+            "9002",
+            "--job-id",
+            str(job[0]),
+            "--key",
+            str(job[1]),
+            "--world",
+            "2",
+            "--seq-base",
+            str(self.jobs << 20),
+        ]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def __exit__(self, *exc):
+        for p in self.holders:
+            p.kill()
+            p.wait()
+        self.holders.clear()
+        if self.sw:
+            self.sw.stop()
+        if self.udp:
+            self.udp.terminate()
+            try:
+                self.udp.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.udp.kill()
+                self.udp.wait()
+            self.log.close()
+        self.topo.down()
 
 
-def generator(
-    topo: T.Topology,
-    mode: str,
-    size: int,
-    seconds: float,
-    job_id: int = 0,
-    key: int = 0,
-    vdev: str = "af_xdp",
-) -> subprocess.Popen:
-    v = (
-        f"--vdev=net_af_xdp0,iface={topo.host_if[0]}"
-        if vdev == "af_xdp"
-        else f"--vdev=net_af_packet0,iface={topo.host_if[0]},{JUMBO_AF_PACKET}"
-    )
-    cmd = [
-        "ip",
-        "netns",
-        "exec",
-        topo.host_ns[0],
-        "taskset",
-        "-c",
-        "0",
-        str(PKTGEN),
-        "-l",
-        "0",
-        "--no-huge",
-        "--no-pci",
-        "--no-shconf",
-        "-m",
-        "512",
-        "--log-level=*:error",
-        v,
-        "--",
-        "--mode",
-        mode,
-        "--size",
-        str(size),
-        "--seconds",
-        str(seconds),
-        "--dst-mac",
-        topo.mac_of(1),
-        "--src-ip",
-        topo.ip_of(0),
-        "--dst-ip",
-        topo.agg_ip,
-        "--job-id",
-        str(job_id),
-        "--key",
-        str(key),
-        "--world",
-        "2",
-    ]
-    if mode == "agg":
-        # results come back to the rank-0 endpoint, i.e. this port: frames go to the aggregation MAC
-        r = T._run("ip", "-n", topo.host_ns[0], "-j", "neigh", "show", topo.agg_ip)
-        cmd[cmd.index("--dst-mac") + 1] = json.loads(r.stdout)[0]["lladdr"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+# --------------------------------------------------------------------------------------------
+# Measurements
 
 
-def measure(stats_path: Path, seconds: float, gen: subprocess.Popen) -> dict:
-    time.sleep(seconds * 0.25)
-    a = read_stats(stats_path)
+def lcore_ids(st: dict[str, int]) -> list[str]:
+    return sorted({k.split(".")[1] for k in st if k.startswith("dpdk.lcore") and k.endswith(".busy_cycles")})
+
+
+def switch_cycles(a: dict[str, int], b: dict[str, int], backend: str, tsc_hz: float) -> tuple[float, dict]:
+    """The switch's cycles between two STATS replies. DPDK: each lcore's busy cycles, scaled up to the
+    frames of the iterations left out as preempted (the same cost per frame); UDP: the data thread's CPU
+    time in TSC cycles."""
+    d = lambda k: b.get(k, 0) - a.get(k, 0)  # noqa: E731
+    if backend != "dpdk":
+        return d("udp.thread0.cpu_ns") * tsc_hz / 1e9, {}
+    cycles, info = 0.0, {"preempted_iterations": 0, "busy_iterations": 0, "busy_frames": 0}
+    for lc in lcore_ids(b):
+        busy, frames, pre = (
+            d(f"dpdk.{lc}.busy_cycles"),
+            d(f"dpdk.{lc}.busy_frames"),
+            d(f"dpdk.{lc}.preempted_frames"),
+        )
+        cycles += busy * (frames + pre) / frames if frames else 0.0
+        info["preempted_iterations"] += d(f"dpdk.{lc}.preempted_iterations")
+        info["busy_iterations"] += d(f"dpdk.{lc}.busy_iterations")
+        info["busy_frames"] += frames
+    return cycles, info
+
+
+def received(st: dict[str, int], backend: str) -> int:
+    """Frames the switch took in (from the generator's port; ARP and the like are negligible)."""
+    return st["dpdk.rx_frames"] if backend == "dpdk" else st["udp.thread0.rx_datagrams"]
+
+
+def loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def run_once(bed: Bed, mode: str, rate: float, seconds: float, tsc_hz: float) -> dict:
+    """One generator run; the cost over its middle half, the loss over all of it."""
+    job = bed.new_job() if mode == "agg" else (0, 0)
+    load0 = loadavg()
+    s0 = stats(bed.ns)
+    gen = bed.generate(mode, rate, seconds, job)
+    time.sleep(0.5 + seconds * 0.25)
+    a, ta = stats(bed.ns), time.monotonic()
     time.sleep(seconds * 0.5)
-    b = read_stats(stats_path)
-    out, err = gen.communicate(timeout=seconds + 30)
-    dt = (b["time_ns"] - a["time_ns"]) / 1e9
-    rate = lambda k: (b.get(k, 0) - a.get(k, 0)) / dt if dt > 0 else 0.0  # noqa: E731
+    b, tb = stats(bed.ns), time.monotonic()
+    out, err = gen.communicate(timeout=seconds + 60)
+    time.sleep(0.4)  # the DPDK port counters are snapshots every 100 ms
+    s1 = stats(bed.ns)
+    kv = dict(x.split("=", 1) for x in out.split() if "=" in x)
+    if "sent" not in kv:
+        raise RuntimeError(f"generator failed: {out!r} {err[-1500:]!r}")
+    sent = int(kv["sent"])
+    cycles, info = switch_cycles(a, b, bed.backend, tsc_hz)
+    packets = received(b, bed.backend) - received(a, bed.backend)
+    got = received(s1, bed.backend) - received(s0, bed.backend)
+    out_key = "dpdk.tx_frames" if bed.backend == "dpdk" else "pkts_out"
+    res = {
+        "backend": bed.backend,
+        "mode": mode,
+        "size": bed.size,
+        "lcores": bed.lcores if bed.backend == "dpdk" else "thread0@cpu1",
+        "offered_pps": rate,
+        "sent_pps": float(kv["tx_pps"]),
+        "generator_skipped": int(kv.get("skipped", 0)),
+        "rx_pps": packets / (tb - ta),
+        "out_pps": (b.get(out_key, 0) - a.get(out_key, 0)) / (tb - ta),
+        "cycles_per_packet": cycles / packets if packets else float("nan"),
+        "sent": sent,
+        "received": got,
+        "loss": max(0.0, 1 - got / sent) if sent else float("nan"),
+        "engine_drops": s1.get("drops", 0) - s0.get("drops", 0),
+        "completed": s1.get("completed", 0) - s0.get("completed", 0),
+        "load_before": load0,
+        **info,
+    }
+    if info.get("busy_iterations"):
+        res["frames_per_busy_iteration"] = info["busy_frames"] / info["busy_iterations"]
+    return res
+
+
+def onset(
+    backend: str, mode: str, size: int, rates: list[float], seconds: float, tmp: Path, tsc_hz: float
+) -> dict:
+    """Steps the offered rate up until the switch loses >= LOSS_ONSET of the frames."""
+    steps = []
+    with Bed(backend, size, tmp) as bed:
+        for rate in rates:
+            r = run_once(bed, mode, rate, seconds, tsc_hz)
+            steps.append(
+                {k: r[k] for k in ("offered_pps", "sent_pps", "loss", "engine_drops", "cycles_per_packet")}
+            )
+            print(
+                f"    onset {backend} {mode} {size} B: offered {rate / 1e3:.0f} kpps sent "
+                f"{r['sent_pps'] / 1e3:.0f} kpps loss {r['loss'] * 100:.2f}%",
+                flush=True,
+            )
+            if r["loss"] >= LOSS_ONSET or r["sent_pps"] < 0.97 * rate:
+                break
+    clean = [s for s in steps if s["loss"] < LOSS_ONSET]
+    lossy = [s for s in steps if s["loss"] >= LOSS_ONSET]
     return {
-        "rx_pps": rate("port0.ipackets"),
-        "out_pps": rate("dpdk.tx_frames"),
-        "agg_in_pps": rate("dpdk.agg_in"),
-        "completed_ps": rate("engine.completed"),
-        "drops": b.get("engine.drops", 0),
-        "generator": out.strip() or err.strip()[-300:],
+        "backend": backend,
+        "mode": mode,
+        "size": size,
+        "steps": steps,
+        "last_clean_pps": clean[-1]["sent_pps"] if clean else 0.0,
+        "onset_pps": lossy[0]["sent_pps"] if lossy else None,  # None: the generator's limit came first
     }
 
 
-def set_mtu(topo: T.Topology, mtu: int) -> None:
-    for i in range(topo.hosts):
-        T._run("ip", "-n", topo.sw_ns, "link", "set", topo.sw_if[i], "mtu", str(mtu))
-        T._run("ip", "-n", topo.host_ns[i], "link", "set", topo.host_if[i], "mtu", str(mtu))
+def tsc_hz_of_machine(tmp: Path) -> float:
+    with Bed("dpdk", 512, tmp) as bed:
+        return float(stats(bed.ns)["dpdk.tsc_hz"])
 
 
-def run_dpdk(size: int, mode: str, seconds: float, tmp: Path) -> dict:
-    topo = T.Topology(2)
-    sw = None
-    holders: list[subprocess.Popen] = []
-    try:
-        topo.up()
-        jumbo = size > 1518
-        if jumbo:
-            set_mtu(topo, 9000)
-        vdev = "af_packet" if jumbo else "af_xdp"
-        extra = ["--mtu", "9000"] if jumbo else []
-        sw = T.DpdkSwitch(
-            topo,
-            tmp,
-            lcores="1",
-            extra=extra,
-            vdev=vdev,
-            af_packet_args=JUMBO_AF_PACKET,
-            dpdk_opts=["--idle-sleep-us", "0", "--mbufs", "16383"]
-            if not jumbo
-            else ["--idle-sleep-us", "0", "--mbufs", "4095"],
-        )
-        if jumbo:
-            sw.cmd.insert(sw.cmd.index("--no-huge") + 1, "-m")
-            sw.cmd.insert(sw.cmd.index("-m") + 1, "1024")
-        sw.start()
-        job_id = key = 0
-        if mode == "agg":
-            holders, job_id, key = join_job(topo)
-        else:  # the switch learns host 1's MAC
-            topo.exec(1, "ping", "-c", "1", "-W", "1", topo.agg_ip)
-        gen = generator(topo, mode, size, seconds, job_id, key, vdev)
-        res = measure(sw.stats_path, seconds, gen)
-        res.update(backend="dpdk", mode=mode, size=size, vdev=vdev)
-        return res
-    finally:
-        for h in holders:
-            h.kill()
-            h.wait()
-        if sw:
-            sw.stop()
-        topo.down()
-
-
-def run_udp(size: int, seconds: float, tmp: Path) -> dict:
-    """The kernel-UDP backend on the same testbed: a Linux bridge in place of the DPDK switch."""
-    topo = T.Topology(2)
-    proc = None
-    holders: list[subprocess.Popen] = []
-    try:
-        topo.up()
-        ns = topo.sw_ns
-        T._run("ip", "-n", ns, "link", "add", "br0", "type", "bridge")
-        for i in range(2):
-            T._run("ip", "-n", ns, "link", "set", topo.sw_if[i], "master", "br0")
-        T._run("ip", "-n", ns, "addr", "add", f"{topo.agg_ip}/24", "dev", "br0")
-        T._run("ip", "-n", ns, "link", "set", "br0", "up")
-        stats = tmp / "udp-stats.log"
-        log = open(stats, "w")
-        proc = subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "taskset",
-                "-c",
-                "1",
-                str(T.find_switch_binary()),
-                "--backend",
-                "udp",
-                "--threads",
-                "1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        time.sleep(1)
-        topo.exec(0, "ping", "-c", "1", "-W", "1", topo.agg_ip)
-        holders, job_id, key = join_job(topo)
-        gen = generator(topo, "agg", size, seconds, job_id, key)
-        out, err = gen.communicate(timeout=seconds + 30)
-        kv = dict(x.split("=", 1) for x in out.split() if "=" in x)
-        # The generator's closed loop: every round = 2 DATA in, 2 RESULT out at the switch.
-        rounds = int(kv.get("rounds", 0))
-        secs = float(kv.get("seconds", seconds))
-        return {
-            "backend": "udp",
-            "mode": "agg",
-            "size": size,
-            "rx_pps": 2 * rounds / secs,
-            "out_pps": 2 * rounds / secs,
-            "generator": out.strip() or err.strip()[-300:],
-        }
-    finally:
-        for h in holders:
-            h.kill()
-            h.wait()
-        if proc:
-            proc.terminate()
-            proc.wait(timeout=15)
-        topo.down()
+def fmt(x: float, spec: str = ".0f") -> str:
+    return "–" if x is None or x != x else format(x, spec)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="64,128,192,512,1024,1518,9000")
-    ap.add_argument("--udp-sizes", default="128,512,1518")
-    ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--json")
+    ap.add_argument(
+        "--sizes", default="64,128,256,512,1024,1518,9000", help="frame sizes for cycles per packet"
+    )
+    ap.add_argument("--rate", type=float, default=100000, help="offered frames/s for cycles per packet")
+    ap.add_argument("--seconds", type=float, default=3.0, help="generator time per measurement")
+    ap.add_argument("--onset-sizes", default="128,512,1518", help="frame sizes of the drop-onset sweep")
+    ap.add_argument("--onset-rates", default="100,150,200,250,300,350,400,500,600,800", help="kpps steps")
+    ap.add_argument("--scaling-sizes", default="512,1518", help="frame sizes of the 1 vs 2 lcore runs")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: cost,onset,scaling")
+    ap.add_argument("--json", help="write every measurement here")
     a = ap.parse_args()
     why = T.dpdk_unavailable_reason()
     if why or not PKTGEN.exists():
-        print("cannot run:", why or f"{PKTGEN} not built", file=sys.stderr)
+        print("cannot run:", why or f"{PKTGEN} not built (GRADSWITCH_BUILD={BUILD})", file=sys.stderr)
         return 1
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"gsd-bench-{os.getpid()}"
     tmp.mkdir(exist_ok=True)
-    rows = []
-    for size in [int(x) for x in a.sizes.split(",") if x]:
-        for mode in ("fwd", "agg"):
-            if mode == "agg" and size < 128:
-                continue  # 64-byte frames cannot carry a gradswitch header plus data
-            r = run_dpdk(size, mode, a.seconds, tmp)
-            rows.append(r)
-            print(json.dumps(r), flush=True)
-    for size in [int(x) for x in a.udp_sizes.split(",") if x]:
-        r = run_udp(size, a.seconds, tmp)
-        rows.append(r)
-        print(json.dumps(r), flush=True)
-    # Summary table.
-    print(f"\n{'size':>5} {'fwd Mpps':>9} {'agg Mpps':>9} {'agg/fwd':>8} {'agg Gbit/s':>10}")
-    for size in sorted({r["size"] for r in rows if r["backend"] == "dpdk"}):
-        f = next(
-            (r for r in rows if r["backend"] == "dpdk" and r["mode"] == "fwd" and r["size"] == size), None
-        )
-        g = next(
-            (r for r in rows if r["backend"] == "dpdk" and r["mode"] == "agg" and r["size"] == size), None
-        )
-        fp = f["rx_pps"] / 1e6 if f else float("nan")
-        gp = g["rx_pps"] / 1e6 if g else float("nan")
-        print(
-            f"{size:>5} {fp:>9.3f} {gp:>9.3f} {gp / fp if f and g else float('nan'):>8.2f} "
-            f"{gp * size * 8 / 1e3 if g else float('nan'):>10.2f}"
-        )
-    for r in rows:
-        if r["backend"] == "udp":
-            d = next(
-                (x for x in rows if x["backend"] == "dpdk" and x["mode"] == "agg" and x["size"] == r["size"]),
-                None,
-            )
-            ratio = d["rx_pps"] / r["rx_pps"] if d and r["rx_pps"] else float("nan")
-            print(f"udp backend {r['size']:>5} B: {r['rx_pps'] / 1e6:.3f} Mpps in; dpdk/udp = {ratio:.2f}x")
+    skip = set(a.skip.split(","))
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    tsc_hz = tsc_hz_of_machine(tmp)
+    print(f"TSC {tsc_hz / 1e9:.3f} GHz; {os.cpu_count()} CPUs on this machine", flush=True)
+    data: dict = {
+        "tsc_hz": tsc_hz,
+        "cpus": os.cpu_count(),
+        "command": " ".join(sys.argv),
+        "cost": [],
+        "onset": [],
+    }
+    data["scaling"] = []
+
+    if "cost" not in skip:
+        for size in ints(a.sizes):
+            for backend, mode in (("dpdk", "fwd"), ("dpdk", "agg"), ("udp", "agg")):
+                if mode == "agg" and size < 128:
+                    continue  # 64-byte frames cannot carry a gradswitch header plus data
+                with Bed(backend, size, tmp) as bed:
+                    r = run_once(bed, mode, a.rate, a.seconds, tsc_hz)
+                data["cost"].append(r)
+                print(json.dumps(r), flush=True)
+    if "onset" not in skip:
+        rates = [k * 1e3 for k in ints(a.onset_rates)]
+        for size in ints(a.onset_sizes):
+            for backend, mode in (("dpdk", "fwd"), ("dpdk", "agg"), ("udp", "agg")):
+                data["onset"].append(onset(backend, mode, size, rates, 2.0, tmp, tsc_hz))
+    if "scaling" not in skip:
+        for size in ints(a.scaling_sizes):
+            for lcores in ("1", "0,1"):
+                with Bed("dpdk", size, tmp, lcores=lcores) as bed:
+                    r = run_once(bed, "agg", 0, a.seconds, tsc_hz)
+                data["scaling"].append(r)
+                print(json.dumps(r), flush=True)
     if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+        Path(a.json).write_text(json.dumps(data, indent=1))
+    report(data)
     return 0
 
 
+def report(data: dict) -> None:
+    cost = data["cost"]
+
+    def pick(backend, mode, size):
+        return next((r for r in cost if (r["backend"], r["mode"], r["size"]) == (backend, mode, size)), None)
+
+    if cost:
+        rate = cost[0]["offered_pps"]
+        print(
+            f"\nCycles per packet at {rate / 1e3:.0f} kpps offered ({data['cpus']} CPUs; TSC "
+            f"{data['tsc_hz'] / 1e9:.2f} GHz)"
+        )
+        print(
+            "| frame | DPDK fwd | DPDK agg | agg / fwd | UDP backend agg | DPDK / UDP "
+            "| loss fwd / agg / udp |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---|")
+        for size in sorted({r["size"] for r in cost}):
+            f, g, u = pick("dpdk", "fwd", size), pick("dpdk", "agg", size), pick("udp", "agg", size)
+            fc = f["cycles_per_packet"] if f else float("nan")
+            gc = g["cycles_per_packet"] if g else float("nan")
+            uc = u["cycles_per_packet"] if u else float("nan")
+            losses = " / ".join(fmt(r["loss"] * 100, ".2f") + "%" if r else "–" for r in (f, g, u))
+            print(
+                f"| {size} | {fmt(fc)} | {fmt(gc)} | {fmt(gc / fc, '.2f')} | {fmt(uc)} "
+                f"| {fmt(gc / uc, '.2f')} | {losses} |"
+            )
+    if data["onset"]:
+        print("\nDrop onset (open loop, >= 0.1% of the generator's frames lost)")
+        print("| frame | backend | mode | last rate without loss | onset |")
+        print("|---:|---|---|---:|---:|")
+        for o in data["onset"]:
+            on = f"{o['onset_pps'] / 1e3:.0f} kpps" if o["onset_pps"] else "none (generator limit)"
+            print(
+                f"| {o['size']} | {o['backend']} | {o['mode']} "
+                f"| {o['last_clean_pps'] / 1e3:.0f} kpps | {on} |"
+            )
+    if data["scaling"]:
+        print("\nScaling (generator at full speed; 2 lcores share CPU 0 with the generator)")
+        print("| frame | lcores | frames in | results out | cycles per packet (all lcores) | loss |")
+        print("|---:|---|---:|---:|---:|---:|")
+        for r in data["scaling"]:
+            print(
+                f"| {r['size']} | {r['lcores']} | {r['rx_pps'] / 1e3:.0f} kpps "
+                f"| {r['out_pps'] / 1e3:.0f} kpps | {fmt(r['cycles_per_packet'])} | {r['loss'] * 100:.2f}% |"
+            )
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "holder":
+        holder(sys.argv[2], sys.argv[3])
+        sys.exit(0)
     sys.exit(main())

@@ -60,8 +60,15 @@ void DpdkSwitch::loop(Lcore& lc) {
     work += drain_aggregation(lc);
     work += transmit(lc);
     if (work) {
-      bump(lc.c.busy_cycles, rte_rdtsc() - start);
-      bump(lc.c.busy_iterations);
+      const uint64_t cycles = rte_rdtsc() - start;
+      if (cycles < preempted_cycles_) {
+        bump(lc.c.busy_cycles, cycles);
+        bump(lc.c.busy_iterations);
+        bump(lc.c.busy_frames, work);
+      } else {
+        bump(lc.c.preempted_iterations);
+        bump(lc.c.preempted_frames, work);
+      }
       idle = 0;
     } else if (config_.dpdk.idle_sleep_us && ++idle >= kIdlePollsBeforeSleep) {
       usleep(config_.dpdk.idle_sleep_us);

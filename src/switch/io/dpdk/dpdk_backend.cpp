@@ -168,6 +168,7 @@ bool DpdkSwitch::init(std::string* error) {
     completion_records_.push_back(&agg_[k].completion);
   }
   if (!place_lcores(error)) return false;
+  preempted_cycles_ = rte_get_tsc_hz() / 1'000'000'000.0 * kPreemptedIterationNs;
   build_description();
   return true;
 }
@@ -249,6 +250,10 @@ std::vector<BackendStat> DpdkSwitch::stats() const {
     };
     add("busy_cycles", "TSC cycles of this lcore's loop iterations that handled frames", lc->c.busy_cycles);
     add("busy_iterations", "Loop iterations of this lcore that handled frames", lc->c.busy_iterations);
+    add("busy_frames", "Frames (received or from a ring) handled in those iterations", lc->c.busy_frames);
+    add("preempted_iterations", "Iterations with frames that took over 0.5 ms (the lcore lost its CPU)",
+        lc->c.preempted_iterations);
+    add("preempted_frames", "Frames handled in those iterations", lc->c.preempted_frames);
     add("lcore_rx_frames", "Frames this lcore received from its ports", lc->c.rx_frames);
   }
   out.push_back({"tsc_hz", "Frequency of the TSC that busy_cycles counts", Kind::kGauge, rte_get_tsc_hz()});

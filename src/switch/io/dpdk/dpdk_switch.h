@@ -60,10 +60,15 @@ struct alignas(64) LcoreCounters {
 #define GS_X(name, help) std::atomic<uint64_t> name{0};
   GS_DPDK_COUNTERS(GS_X)
 #undef GS_X
-  // What the switch costs: TSC cycles of the loop iterations that handled at least one frame, and
-  // how many such iterations there were (the rest of the time the lcore polls empty queues).
-  std::atomic<uint64_t> busy_cycles{0}, busy_iterations{0};
+  // What the switch costs: TSC cycles of the loop iterations that handled at least one frame, how
+  // many such iterations there were and the frames they handled (received, or taken from a ring);
+  // the rest of the time the lcore polls empty queues. An iteration longer than
+  // kPreemptedIterationNs was interrupted by the scheduler (a shared machine): its cycles are not
+  // the switch's, so it is counted apart, with its frames.
+  std::atomic<uint64_t> busy_cycles{0}, busy_iterations{0}, busy_frames{0};
+  std::atomic<uint64_t> preempted_iterations{0}, preempted_frames{0};
 };
+inline constexpr uint64_t kPreemptedIterationNs = 500'000;
 
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
   counter_add(c, by);
@@ -160,6 +165,7 @@ class DpdkSwitch final : public Backend {
   const std::atomic<bool>* stop_ = nullptr;
   std::atomic<bool> halt_{false};
   uint64_t next_monitor_ns_ = 0, next_port_snapshot_ns_ = 0, next_stats_ns_ = 0;
+  uint64_t preempted_cycles_ = 0;  // kPreemptedIterationNs in TSC cycles
 };
 
 }  // namespace gradswitch::dpdk
