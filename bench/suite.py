@@ -201,24 +201,9 @@ def plan(c: Config) -> list[Step]:
                 Step("variation", main_tb, s, nbytes_of(c.var_mb), c.var_workers, c.var_iters, 2, kw(s))
             )
     if "cpu" in c.series:
+        # CPU inside the timed iterations, as each process measures it (suite_report.cpu_table)
         for s in c.systems:
-            # a run without iterations measures start-up; the difference is the per-iteration cost
-            steps.append(
-                Step("cpu", main_tb, s, nbytes_of(c.cpu_mb), c.cpu_workers, 0, 0, kw(s), {"phase": "startup"})
-            )
-            steps.append(
-                Step(
-                    "cpu",
-                    main_tb,
-                    s,
-                    nbytes_of(c.cpu_mb),
-                    c.cpu_workers,
-                    c.cpu_iters,
-                    1,
-                    kw(s),
-                    {"phase": "run"},
-                )
-            )
+            steps.append(Step("cpu", main_tb, s, nbytes_of(c.cpu_mb), c.cpu_workers, c.cpu_iters, 1, kw(s)))
     if "frames" in c.series and "gradswitch" in c.systems:
         for f in c.frames:
             mtu = f - 18
@@ -355,7 +340,7 @@ class Suite:
         )
 
     def run_step(self, i: int, total: int, st: Step) -> dict:
-        from suite_measure import Counters, NsCpuSampler, busy_fraction, loadavg, machine_cpu
+        from suite_measure import Counters, busy_fraction, loadavg, machine_cpu
 
         from gradswitch.baselines import run
 
@@ -394,10 +379,7 @@ class Suite:
         cnt = Counters(tb, [f"w{r}" for r in range(st.workers)] + ["host"])
         self.log(what + " ...")
         k0, m0, l0, w0 = cnt.read(), machine_cpu(), loadavg(), time.time()
-        sampler = NsCpuSampler(tb) if st.series == "cpu" else None
         try:
-            if sampler:
-                sampler.__enter__()
             r = run(
                 st.system, tb, st.nbytes, st.iters, st.workers, st.warmup, timeout=self.c.run_timeout, **st.kw
             )
@@ -412,10 +394,6 @@ class Suite:
                 rec["error"] = r.extra.get("error") or f"wrong sum (max_err={r.max_err})"
         except Exception as e:  # recorded, the suite goes on
             rec.update(ok=False, error=f"{type(e).__name__}: {e}"[-3000:])
-        finally:
-            if sampler:
-                sampler.__exit__(None, None, None)
-                rec["ns_cpu_s"] = sampler.per_host()
         rec["wall_s"] = time.time() - w0
         rec["machine_busy"] = busy_fraction(m0, machine_cpu())
         rec["load_before"] = l0
@@ -455,25 +433,6 @@ class Suite:
         finally:
             self.close_testbed()
             self.save()
-
-
-def verify_cost(nbytes: int, world: int) -> float:
-    """CPU seconds one worker spends per iteration making its gradient and checking the sum (the
-    same calls the baselines' workers make), measured here, to subtract from namespace CPU."""
-    import numpy as np
-
-    from gradswitch.baselines.common import check, grad
-
-    n = nbytes // 4
-    best = float("inf")
-    for _ in range(2):
-        c0 = time.process_time()
-        g = grad(0, n, 1)
-        out = np.empty_like(g)
-        np.copyto(out, g)
-        check(out, world, 1)
-        best = min(best, time.process_time() - c0)
-    return best
 
 
 def main(argv=None) -> int:
@@ -547,16 +506,7 @@ def main(argv=None) -> int:
         suite.run(steps)
     except KeyboardInterrupt:
         print("interrupted: writing the report of what ran", flush=True)
-    # verification cost, for the CPU series
-    vc = {}
-    for r in suite.records:
-        if r["series"] == "cpu":
-            key = f"{r['nbytes']}:{r['workers']}"
-            if key not in vc:
-                vc[key] = verify_cost(r["nbytes"], r["workers"])
     data = json.loads((out / "results.json").read_text())
-    data["verify_cost_s"] = vc
-    (out / "results.json").write_text(json.dumps(data, indent=1, default=str))
     import suite_report
 
     summary = suite_report.write(out, data)

@@ -1,15 +1,13 @@
-"""Measurement helpers of the benchmark suite (bench/suite.py): machine CPU, per-namespace CPU of the
-processes under test, kernel counters of each testbed namespace (TCP retransmissions, UDP buffer
-errors) and tc drops at the switch ports."""
+"""Measurement helpers of the benchmark suite (bench/suite.py): machine CPU, kernel counters of each
+testbed namespace (TCP retransmissions, UDP buffer errors) and tc drops at the switch ports. (CPU per
+GB is measured by the processes themselves, inside their timed calls: see suite_report.cpu_table.)"""
 
 from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 
-_CLK = os.sysconf("SC_CLK_TCK")
 
 
 def machine_cpu() -> tuple[float, float]:
@@ -30,72 +28,6 @@ def busy_fraction(a: tuple[float, float], b: tuple[float, float]) -> float:
 def loadavg() -> float:
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
-
-
-def _pid_cpu(pid: str) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLK
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-class NsCpuSampler:
-    """CPU seconds (utime+stime) of every process in the testbed's namespaces, per host, sampled every
-    `interval` s from /proc while it runs (a process's last sample counts once it has exited)."""
-
-    def __init__(self, tb, interval: float = 0.1):
-        self.tb = tb
-        self.interval = interval
-        self.inodes: dict[int, str] = {}
-        for h in tb.hosts:
-            try:
-                self.inodes[os.stat(f"/run/netns/{tb.netns(h)}").st_ino] = h
-            except OSError:
-                pass
-        self.last: dict[int, tuple[str, float]] = {}  # pid -> (host, cpu seconds)
-        self._stop = threading.Event()
-        self._th: threading.Thread | None = None
-
-    def sample(self) -> None:
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                ino = os.stat(f"/proc/{d}/ns/net").st_ino
-            except OSError:
-                continue
-            h = self.inodes.get(ino)
-            if h is None:
-                continue
-            c = _pid_cpu(d)
-            if c is not None:
-                self.last[int(d)] = (h, c)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def __enter__(self):
-        self.sample()
-        self.baseline = dict(self.last)  # processes that existed before the run (e.g. idle shells)
-        self._th = threading.Thread(target=self._loop, daemon=True)
-        self._th.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._th:
-            self._th.join()
-        self.sample()
-
-    def per_host(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for pid, (h, c) in self.last.items():
-            c0 = self.baseline.get(pid, (h, 0.0))[1]
-            out[h] = out.get(h, 0.0) + (c - c0)
-        return out
 
 
 def snmp(tb, host: str) -> dict[str, int]:

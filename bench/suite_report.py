@@ -459,75 +459,63 @@ def section_variation(recs, out: Path, lines: list[str]) -> None:
     lines += ["", "![variation](variation.png)", ""]
 
 
-def cpu_table(recs, verify: dict) -> list[dict]:
-    rs = _by(recs, "cpu")
+def cpu_table(recs) -> list[dict]:
+    """CPU seconds per GB reduced, from what each process measured inside the timed iterations (warm-up
+    excluded): `worker` the mean over workers of their process CPU inside the timed calls (every
+    thread), `host` an aggregator on the host (hostagg's server, MPI_Reduce+Bcast's root), `switch`
+    gradswitchd's data threads (its backend's cpu_ns counters) and `daemon` the whole daemon process
+    (/proc, 10 ms ticks). GB = gradient bytes each worker reduces per iteration x timed iterations."""
     rows = []
     for s in ORDER:
-        st = next((r for r in rs if r["system"] == s and r.get("phase") == "startup" and r.get("ok")), None)
-        ru = next((r for r in rs if r["system"] == s and r.get("phase") == "run" and _ok(r)), None)
-        if not st or not ru:
-            if any(r["system"] == s for r in rs):
-                rows.append({"system": s, "error": "run or start-up measurement failed"})
+        r = next((r for r in _by(recs, "cpu") if r["system"] == s and _ok(r)), None)
+        if r is None:
+            if any(x["system"] == s for x in _by(recs, "cpu")):
+                rows.append({"system": s, "error": "the run failed"})
             continue
-        k = ru["iters"] + ru["warmup"]
-        gb = ru["nbytes"] / 1e9
-        vc = verify.get(f"{ru['nbytes']}:{ru['workers']}", 0.0)
-        a, b = st.get("ns_cpu_s") or {}, ru.get("ns_cpu_s") or {}
-        per = {h: (b.get(h, 0.0) - a.get(h, 0.0)) / k for h in set(a) | set(b)}
-        workers = [max(0.0, per.get(f"w{i}", 0.0) - vc) / gb for i in range(ru["workers"])]
-        row = {
-            "system": s,
-            "worker": statistics.mean(workers),
-            "host": per.get("host", 0.0) / gb,
-            "switch": per.get("switch", 0.0) / gb,
-            "verify": vc / gb,
-            "iters": k,
-        }
-        if s == "gradswitch":
-            ex = ru.get("extra") or {}
-            wc = [c for c in ex.get("worker_cpu_s") or [] if c is not None]
-            if wc:
-                row["worker_incall"] = statistics.mean(wc) / (ru["iters"] * gb)
-            if ex.get("switch_cpu_s") is not None:
-                row["switch_incall"] = ex["switch_cpu_s"] / (ru["iters"] * gb)
-        rows.append(row)
+        ex = r.get("extra") or {}
+        gb = r["nbytes"] * r["iters"] / 1e9
+        per = lambda v, gb=gb: v / gb if v is not None else None  # noqa: E731
+        workers = [c for c in ex.get("worker_cpu_s") or [] if c is not None]
+        rows.append(
+            {
+                "system": s,
+                "worker": per(statistics.mean(workers)) if workers else None,
+                "host": per(ex.get("host_cpu_s")),
+                "switch": per(ex.get("switch_data_cpu_s")),
+                "daemon": per(ex.get("switch_cpu_s")),
+                "gb": gb,
+            }
+        )
     return rows
 
 
-def section_cpu(recs, verify, lines: list[str]) -> None:
-    rows = cpu_table(recs, verify)
+def section_cpu(recs, lines: list[str]) -> None:
+    rows = cpu_table(recs)
     if not rows:
         return
     r0 = next(r for r in _by(recs, "cpu"))
+    cell = lambda v: f"{v:.2f}" if v is not None else "–"  # noqa: E731
     lines += [
-        f"## CPU time per GB reduced (N = {r0['workers']}, {r0['nbytes'] / MB:g} MB)",
+        f"## CPU time per GB reduced (N = {r0['workers']}, {r0['nbytes'] / MB:g} MB x {r0['iters']})",
         "",
-        "CPU seconds (user+system, all threads) of every process in each namespace, sampled from /proc "
-        "every 100 ms; a run without iterations measures start-up (imports, rendezvous), subtracted; "
-        "divided by the iterations (warm-up included) and by GB of gradient each worker reduces. The "
-        "workers' gradient generation and sum check (the same for every system) are measured separately "
-        "and subtracted. `host` holds the aggregator (hostagg), rank 0 and mpirun (MPI); `switch` holds "
-        "gradswitchd. Kernel work (tbf, bridge, softirq) is not attributed to any process and is not "
-        "counted here.",
+        "CPU seconds per GB of gradient each worker reduces, as each process measured it inside the timed "
+        "iterations: workers their process CPU (every thread) inside the timed allreduce calls; the host "
+        "aggregator (hostagg's server, MPI_Reduce+Bcast's root) over the timed iterations; gradswitchd's "
+        "data threads from the backend's counters (STATS `*.cpu_ns`) and the whole daemon from /proc, over "
+        "rank 0's timed window. Gradient generation and checking are outside the timed calls. Kernel work "
+        "done in softirq on behalf of another process (tbf, bridge, a receiver's stack) is not attributed.",
         "",
-        "| system | per worker (s/GB) | host (s/GB) | switch (s/GB) "
-        "| gradswitch in-call worker / daemon (s/GB) |",
+        "| system | per worker (s/GB) | host (s/GB) | switch data threads (s/GB) | switch daemon (s/GB) |",
         "|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {LABELS[r['system']]} | {r['error']} | | | |")
             continue
-        incall = (
-            f"{r['worker_incall']:.2f} / {r.get('switch_incall', float('nan')):.2f}"
-            if "worker_incall" in r
-            else "–"
-        )
         lines.append(
-            f"| {LABELS[r['system']]} | {r['worker']:.2f} | {r['host']:.2f} | {r['switch']:.2f} | {incall} |"
+            f"| {LABELS[r['system']]} | {cell(r['worker'])} | {cell(r['host'])} | {cell(r['switch'])} "
+            f"| {cell(r['daemon'])} |"
         )
-    if rows and "verify" in rows[0]:
-        lines += ["", f"(gradient generation + check subtracted per worker: {rows[0]['verify']:.2f} s/GB)"]
     lines.append("")
 
 
@@ -801,7 +789,7 @@ def write(out: Path, data: dict) -> str:
         section_variation,
     ):
         f(recs, out, lines)
-    section_cpu(recs, data.get("verify_cost_s") or {}, lines)
+    section_cpu(recs, lines)
     lines += bottleneck(recs)
     lines += closing_note(recs, tg)
     extra = out / "notes.md"  # hand-written observations kept next to the generated report

@@ -115,3 +115,35 @@ def test_report_renders_from_results_alone(quick_run, tmp_path):
     )
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "report.md").exists() and (tmp_path / "models.png").exists()
+
+
+def test_cpu_per_gb_is_in_call_cpu_over_timed_bytes():
+    """The CPU series divides what each process measured inside its timed iterations by the bytes those
+    iterations reduced: no start-up run subtracted (it made the switch's cost negative)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import suite_report
+
+    def rec(system, **extra):
+        return {"series": "cpu", "system": system, "nbytes": 50_000_000, "iters": 4, "workers": 2, "ok": True,
+                "times": [0.1] * 4, "extra": extra}  # fmt: skip
+
+    rows = suite_report.cpu_table(
+        [
+            rec("gradswitch", worker_cpu_s=[0.1, 0.3], switch_data_cpu_s=0.05, switch_cpu_s=0.06),
+            rec("gloo", worker_cpu_s=[0.4, 0.4]),
+            rec("hostagg", worker_cpu_s=[0.2, 0.2], host_cpu_s=0.8),
+            {"series": "cpu", "system": "mpi_allreduce", "nbytes": 4, "iters": 1, "ok": False, "times": []},
+        ]
+    )
+    by = {r["system"]: r for r in rows}
+    assert by["gradswitch"]["worker"] == pytest.approx(1.0)  # mean 0.2 s over 0.2 GB
+    assert by["gradswitch"]["switch"] == pytest.approx(0.25)
+    assert by["gradswitch"]["daemon"] == pytest.approx(0.3)
+    assert by["gloo"]["worker"] == pytest.approx(2.0) and by["gloo"]["switch"] is None
+    assert by["hostagg"]["host"] == pytest.approx(4.0)
+    assert by["mpi_allreduce"] == {"system": "mpi_allreduce", "error": "the run failed"}
+    lines: list[str] = []
+    suite_report.section_cpu(
+        [rec("gradswitch", worker_cpu_s=[0.1, 0.3], switch_data_cpu_s=0.05, switch_cpu_s=0.06)], lines
+    )
+    assert "| gradswitch (in-network) | 1.00 | – | 0.25 | 0.30 |" in lines

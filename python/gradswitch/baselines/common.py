@@ -92,6 +92,13 @@ def combine(
     if ts and all(len(t) == len(ts[0]) for t in ts):
         res.times = [max(col) for col in zip(*ts, strict=True)]
     res.max_err = max(float(r.get("max_err", 0.0)) for r in per_rank)
+    # CPU inside the timed calls: per worker, and of a rank on `host` (MPI_Reduce+Bcast's root)
+    if any("cpu_s" in r for r in per_rank):
+        ranked = sorted(per_rank, key=lambda r: r.get("worker_rank", r.get("rank", 0)))
+        res.extra.setdefault("worker_cpu_s", [r.get("cpu_s") for r in ranked if r.get("worker_rank", 0) >= 0])
+        hosted = [r.get("cpu_s") for r in ranked if r.get("worker_rank", 0) < 0]
+        if hosted:
+            res.extra.setdefault("host_cpu_s", hosted[0])
     res.ok = all(r.get("ok") for r in per_rank) and res.max_err == 0.0 and len(res.times) == iters
     return res
 

@@ -6,7 +6,8 @@ order is exact), every rank checks every sum with `common.check`, a barrier befo
 1-element allreduce through the switch, as gloo's and MPI's barriers are small collectives), and the
 time of iteration i is the slowest rank's. Also reported (Result.extra): the switch's STATS counters over
 the whole run, the workers' counters summed (retransmissions, packets), the workers' process CPU time
-spent inside the timed allreduce calls, and the daemon's CPU time over rank 0's timed window.
+spent inside the timed allreduce calls, and the daemon's CPU time over rank 0's timed window (the whole
+process from /proc, and its data threads from the backend's counters).
 
     python -m gradswitch.baselines.gradswitch_sys worker --switch 10.66.0.1:7700 --rank r --world N \
         --nbytes B --iters I [--warmup 1] [--wire float32] [--switch-pid PID]
@@ -41,6 +42,14 @@ def proc_cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def data_thread_cpu_s(switch: str) -> float | None:
+    """CPU seconds of the daemon's data threads so far (the backend's `*.cpu_ns` counters in STATS,
+    nanosecond resolution), None when the backend does not report them."""
+    reply = request(switch, "STATS")
+    ns = [int(v) for k, _, v in (kv.partition("=") for kv in reply.split()[1:]) if k.endswith(".cpu_ns")]
+    return sum(ns) / 1e9 if reply.startswith("OK") and ns else None
+
+
 def request(switch: str, line: str, timeout: float = 5.0) -> str:
     """One control-plane request on a fresh TCP connection; the reply line."""
     return control_request(switch, line, timeout)
@@ -66,7 +75,7 @@ def work(
     x = np.empty(n, np.float32)
     tok = np.zeros(1, np.float32)
     times, cpu, max_err = [], 0.0, 0.0
-    sw_cpu0 = sw_cpu1 = None
+    sw_cpu0 = sw_cpu1 = sw_data0 = sw_data1 = None
     with gradswitch.connect(
         switch,
         job=job,
@@ -86,6 +95,7 @@ def work(
                 st0 = g.stats()
                 if switch_pid and rank == 0:
                     sw_cpu0 = proc_cpu_seconds(switch_pid)
+                    sw_data0 = data_thread_cpu_s(switch)
             c0 = time.process_time()
             t0 = time.perf_counter()
             g.allreduce(x)
@@ -97,6 +107,7 @@ def work(
             max_err = max(max_err, check(x, world, it))
         if switch_pid and rank == 0 and sw_cpu0 is not None:
             sw_cpu1 = proc_cpu_seconds(switch_pid)
+            sw_data1 = data_thread_cpu_s(switch)
         st1 = g.stats()
     timed_stats = {k: v - (st0 or {}).get(k, 0) for k, v in st1.items()} if st0 is not None else {}
     return {
@@ -108,6 +119,7 @@ def work(
         "stats": st1,  # whole run (warmup + barriers included)
         "timed_stats": timed_stats,  # from the first timed iteration on (its barrier included)
         "switch_cpu_s": (sw_cpu1 - sw_cpu0) if sw_cpu1 is not None and sw_cpu0 is not None else None,
+        "switch_data_cpu_s": (sw_data1 - sw_data0) if sw_data1 is not None and sw_data0 is not None else None,
     }
 
 
@@ -252,7 +264,8 @@ def run_gradswitch(
 
     Result.extra: switch (STATS deltas over the run), workers (worker counters summed over ranks, whole
     run), timed_workers (summed from the first timed iteration), worker_cpu_s (per rank, inside the
-    timed calls), switch_cpu_s (daemon CPU over rank 0's timed window), threads, mtu, wire.
+    timed calls), switch_cpu_s (daemon CPU over rank 0's timed window), switch_data_cpu_s (its data
+    threads' CPU over that window), threads, mtu, wire.
 
     gso=False turns UDP segmentation offload off in the daemon (--udp-gso off) and the workers
     (GRADSWITCH_GSO=0): every datagram is then its own skb, so the testbed's random loss (an nftables
@@ -331,6 +344,7 @@ def run_gradswitch(
         "timed_workers": summed("timed_stats"),
         "worker_cpu_s": [r.get("cpu_s") for r in rs],
         "switch_cpu_s": next((r.get("switch_cpu_s") for r in rs if r["rank"] == 0), None),
+        "switch_data_cpu_s": next((r.get("switch_data_cpu_s") for r in rs if r["rank"] == 0), None),
     }
     return combine("gradswitch", n, nbytes, iters, rs, n, extra)
 

@@ -49,7 +49,14 @@ class _Iter:
 
 
 def serve(
-    port: int, world: int, nbytes: int, chunk: int, iters: int, bind: str = "0.0.0.0", ready=None
+    port: int,
+    world: int,
+    nbytes: int,
+    chunk: int,
+    iters: int,
+    bind: str = "0.0.0.0",
+    ready=None,
+    warmup: int = 1,
 ) -> dict:
     n = nbytes // 4
     ce = max(1, chunk // 4)
@@ -87,6 +94,7 @@ def serve(
     ls.close()
     errors: list[BaseException] = []
     barrier = threading.Barrier(world)
+    cpu_from: list[float] = []  # process CPU when the first timed iteration starts
 
     def receiver(r: int) -> None:
         try:
@@ -94,6 +102,8 @@ def serve(
             mv = memoryview(bufs[r]).cast("B")
             tok = bytearray(4)
             for it in range(iters):
+                if r == 0 and it == warmup:
+                    cpu_from.append(time.process_time())
                 st = state(it)
                 # start barrier: every worker says READY, then all get GO (its sender is idle now:
                 # the worker only says READY after receiving the whole previous sum)
@@ -150,7 +160,9 @@ def serve(
         c.close()
     if errors:
         raise errors[0]
-    return {"server_seconds": time.perf_counter() - t0}
+    # cpu_s: the aggregator's CPU (every thread) from the first timed iteration to the end
+    cpu = time.process_time() - cpu_from[0] if cpu_from else None
+    return {"server_seconds": time.perf_counter() - t0, "cpu_s": cpu}
 
 
 def work(
@@ -199,27 +211,31 @@ def work(
 
     th = threading.Thread(target=send_loop, daemon=True)
     th.start()
-    times, max_err = [], 0.0
+    times, cpu, max_err = [], 0.0, 0.0
     tok = bytearray(4)
     for it in range(iters):
         g = grad(rank, n, it)
         box["g"] = g
         s.sendall(b"RDY!")
         _recv_exact(s, memoryview(tok))
+        c0 = time.process_time()
         t0 = time.perf_counter()
         go.set()
         _recv_exact(s, outv)
         t1 = time.perf_counter()
+        c1 = time.process_time()
         if errs:
             raise errs[0]
         max_err = max(max_err, check(out, world, it))
         if it >= warmup:
             times.append(t1 - t0)
+            cpu += c1 - c0
     box["g"] = None
     go.set()
     th.join()
     s.close()
-    return {"rank": rank, "times": times, "max_err": max_err, "ok": max_err == 0.0}
+    # cpu_s: this process's CPU (its sender thread included) inside the timed calls
+    return {"rank": rank, "times": times, "max_err": max_err, "ok": max_err == 0.0, "cpu_s": cpu}
 
 
 def main(argv=None) -> int:
@@ -231,6 +247,7 @@ def main(argv=None) -> int:
     s.add_argument("--nbytes", type=int, required=True)
     s.add_argument("--chunk", type=int, default=1 << 20)
     s.add_argument("--iters", type=int, required=True, help="total, warmup included")
+    s.add_argument("--warmup", type=int, default=1, help="untimed first iterations (not in its cpu_s)")
     w = sub.add_parser("worker")
     w.add_argument("--connect", required=True)
     w.add_argument("--rank", type=int, required=True)
@@ -243,7 +260,15 @@ def main(argv=None) -> int:
     if a.nbytes % 4:
         p.error("--nbytes must be a multiple of 4 (float32)")
     if a.cmd == "server":
-        r = serve(a.port, a.world, a.nbytes, a.chunk, a.iters, ready=lambda: print("READY", flush=True))
+        r = serve(
+            a.port,
+            a.world,
+            a.nbytes,
+            a.chunk,
+            a.iters,
+            ready=lambda: print("READY", flush=True),
+            warmup=a.warmup,
+        )
         emit(role="server", **r)
     else:
         emit(**work(a.connect, a.rank, a.world, a.nbytes, a.iters, a.warmup, a.chunk))

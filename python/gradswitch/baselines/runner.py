@@ -64,6 +64,8 @@ def run_hostagg(
         chunk,
         "--iters",
         total,
+        "--warmup",
+        warmup,
         stdout=-1,
         stderr=-1,
         text=True,
@@ -103,8 +105,10 @@ def run_hostagg(
     outs = wait_all(procs, timeout)
     if any(rc != 0 for _, rc, _, _ in outs):
         raise BaselineError("hostagg failed:\n" + fail_text(outs))
-    rs = [r for _, _, so, _ in outs for r in parse_results(so) if r.get("role") != "server"]
-    return combine("hostagg", n, nbytes, iters, rs, n, {"chunk": chunk})
+    lines = [r for _, _, so, _ in outs for r in parse_results(so)]
+    rs = [r for r in lines if r.get("role") != "server"]
+    server = next((r for r in lines if r.get("role") == "server"), {})
+    return combine("hostagg", n, nbytes, iters, rs, n, {"chunk": chunk, "host_cpu_s": server.get("cpu_s")})
 
 
 def run_gloo(
