@@ -4,10 +4,8 @@ GB is measured by the processes themselves, inside their timed calls: see suite_
 
 from __future__ import annotations
 
-import os
 import re
 import time
-
 
 
 def machine_cpu() -> tuple[float, float]:
