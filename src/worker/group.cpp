@@ -174,7 +174,7 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
   if (!unreachable.empty()) {
     g->warn(unreachable + " algorithm='auto': rank " + std::to_string(opt.rank) +
             " runs its allreduces on the ring among the workers instead.");
-    Counters::bump(g->counters_.fallbacks);
+    counter_add(g->counters_.fallbacks);
   }
   return g;
 }
@@ -226,7 +226,7 @@ void Group::start_ring(const std::string& why) {
   transport_->watch_fd(-1);
   if (!why.empty()) {
     warn(why);
-    Counters::bump(counters_.fallbacks);
+    counter_add(counters_.fallbacks);
     if (control_) control_->close();
   }
   switch_path_.reset();
@@ -508,17 +508,17 @@ void Group::run_allreduce(const Op& req) {
       } catch (const SwitchLostError& e) {
         if (opt_.algorithm != "auto" || ring_cfg_.peers.empty() || !RingAllreduce::carries(op.ch)) throw;
         size_t held = std::count(done_.begin(), done_.end(), 1);
-        Counters::bump(counters_.fallback_held, held);
+        counter_add(counters_.fallback_held, held);
         start_ring(std::string(e.what()) + " algorithm='auto': " + describe_job() +
                    " continues on the ring among the workers from allreduce seq " + std::to_string(op.seq) +
                    " on (" + std::to_string(held) + " of its " + std::to_string(op.ch.chunks) +
                    " chunks were already summed by the switch); this group does not go back to the switch.");
       }
-      Counters::bump(counters_.ring_allreduces);
+      counter_add(counters_.ring_allreduces);
       ring_path_->run(op, &done_);  // the chunks the switch finished here count as held sums
       return;
     }
-    Counters::bump(counters_.ring_allreduces);
+    counter_add(counters_.ring_allreduces);
     ring_path_->run(op);
   } catch (...) {
     fatal_ = std::current_exception();
