@@ -15,6 +15,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -128,8 +129,23 @@ class Group {
   Handle enqueue(Op op);
   void require_optimizer(const char* what) const;
   double control_timeout(size_t bytes) const;
+  // An admitted allreduce: its description for the data path, and whom to tell when it is done.
+  struct Flight {
+    Op op;
+    AllreduceOp ar;
+    std::vector<int8_t> exps;   // fixed32: this rank's block exponent per chunk
+    std::vector<uint8_t> done;  // per chunk: its sum is in the tensor (switch path)
+  };
   void thread_main();
-  void run_allreduce(const Op& op);
+  DataPath& path();  // the active data path
+  // Validates a queued allreduce and describes it for the data path (seq, chunks, exponents);
+  // false when there is nothing to sum. Throws for bad arguments or a failed group.
+  bool prepare(Flight& f);
+  void admit(Op&& op);
+  // The data path failed: a lost switch hands the allreduces in flight to the ring (algorithm
+  // auto); anything else fails them and the group.
+  void stream_failed(std::exception_ptr err);
+  void fall_back(const std::string& why);
   // One line on stderr: the job goes on, but the user should know.
   void warn(const std::string& what) const;
   // Switches this group to the ring for good (the switch is gone, or never was).
@@ -151,9 +167,9 @@ class Group {
   std::unique_ptr<RingAllreduce> ring_path_;      // once the ring runs
   RingConfig ring_cfg_;                           // peers empty: no ring possible
   std::atomic<bool> ring_active_{false};          // read by enqueue() to wake the serving thread
-  std::vector<uint8_t> done_;  // per chunk of the running allreduce: its sum is in the tensor
+  std::list<std::unique_ptr<Flight>> flights_;    // admitted, in order
+  std::vector<AllreduceOp*> finished_;
   uint32_t seq_ = 0;
-  std::vector<int8_t> exps_;  // fixed32: this rank's block exponent per chunk
   std::exception_ptr fatal_;  // set after a timeout or abort: the group is unusable
 
   // Queue.

@@ -40,4 +40,20 @@ struct AllreduceOp {
   std::vector<uint8_t>* done = nullptr;
 };
 
+// How an allreduce moves: through the switch's window or along the ring. Allreduces admitted in
+// order stream back to back through one window (stream_schedule.h).
+class DataPath {
+ public:
+  virtual ~DataPath() = default;
+  // Adds an allreduce behind those admitted before it (the op must stay valid until it finished).
+  virtual void admit(AllreduceOp* op) = 0;
+  // Receives, detects losses and sends once, waiting at most until the next timer or a wake();
+  // appends the allreduces that finished to `*finished`. When idle, only serves the network.
+  // Throws on failure; every admitted allreduce is then lost to this path (op.done tells which
+  // chunks arrived).
+  virtual void step(std::vector<AllreduceOp*>* finished) = 0;
+  // No allreduce admitted and unfinished.
+  virtual bool idle() const = 0;
+};
+
 }  // namespace gradswitch::worker

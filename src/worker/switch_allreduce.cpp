@@ -40,52 +40,47 @@ gs_header data_header(const PathContext& ctx, unsigned slot, uint8_t flags, uint
 
 }  // namespace
 
-// One allreduce in progress: chunk c uses slot c mod W.
-struct SwitchAllreduce::Run {
-  const AllreduceOp* op = nullptr;
-  unsigned W = 0;
-  bool fixed = false;
-  unsigned outstanding = 0;
-  int64_t last_progress_ns = 0;
-};
-
 SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
     : ctx_(ctx),
       control_(control),
       window_(ctx.join->slots, ctx.join->payload_bytes),
+      schedule_(ctx.join->slots),
+      flight_(ctx.join->slots, nullptr),
       loss_(static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9),
             static_cast<int64_t>(ctx.opt->rto_max_s * 1e9)),
-      drops_(ctx.opt->drop_rate, ctx.opt->seed, ctx.opt->rank) {
+      drops_(ctx.opt->drop_rate, ctx.opt->seed, ctx.opt->rank),
+      in_(1024) {
   out_.reserve(ctx.join->slots + 64);
 }
 
-void SwitchAllreduce::prepare_bootstrap(Run& run, unsigned slot) {
-  const AllreduceOp& op = *run.op;
+void SwitchAllreduce::prepare_bootstrap(unsigned slot, size_t c) {
+  const AllreduceOp& op = *flight_[slot]->op;
   SlotRound& r = window_.round(slot);
   r.bootstrap = true;
-  r.chunk = slot;
+  r.chunk = c;
   r.scale = GS_EXP_NONE;
   uint8_t v = window_.claim_version(slot);
-  if (slot + 1 == op.ch.chunks) v |= GS_FLAG_LAST;  // the exponent round of the last chunk
-  window_.seal(slot,
-               data_header(ctx_, slot, v, GS_ELEM_FIXED32, 0, op.seq, op.ch.offset(slot), (*op.exps)[slot],
-                           GS_EXP_NONE),
-               0);
+  if (c + 1 == op.ch.chunks) v |= GS_FLAG_LAST;  // the exponent round of the last chunk
+  window_.seal(
+      slot,
+      data_header(ctx_, slot, v, GS_ELEM_FIXED32, 0, op.seq, op.ch.offset(c), (*op.exps)[c], GS_EXP_NONE), 0);
   counter_add(ctx_.counters->bootstrap_rounds);
 }
 
-void SwitchAllreduce::prepare_chunk(Run& run, unsigned slot, size_t c, int8_t agreed_exp) {
-  const AllreduceOp& op = *run.op;
+void SwitchAllreduce::prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp) {
+  const Flight& f = *flight_[slot];
+  const AllreduceOp& op = *f.op;
   SlotRound& r = window_.round(slot);
   r.bootstrap = false;
   r.chunk = c;
   r.scale = GS_EXP_NONE;
   int8_t next_exp = GS_EXP_NONE;
   int scale = 0;
-  if (run.fixed) {
+  if (op.ch.elem == GS_ELEM_FIXED32) {
     scale = scale_exponent(agreed_exp, ctx_.opt->world);
     r.scale = static_cast<int8_t>(scale);
-    next_exp = c + run.W < op.ch.chunks ? (*op.exps)[c + run.W] : static_cast<int8_t>(GS_EXP_NONE);
+    size_t after = schedule_.following(f, c);
+    if (after != SIZE_MAX) next_exp = (*op.exps)[after];
   }
   size_t len = encode_chunk(op.ch, op.input(), c, scale, window_.payload(slot));
   uint8_t v = window_.claim_version(slot);
@@ -93,6 +88,18 @@ void SwitchAllreduce::prepare_chunk(Run& run, unsigned slot, size_t c, int8_t ag
   window_.seal(
       slot, data_header(ctx_, slot, v, op.ch.elem, op.ch.size(c), op.seq, op.ch.offset(c), next_exp, r.scale),
       len);
+}
+
+void SwitchAllreduce::start_slot(unsigned s, int64_t now) {
+  size_t c = 0;
+  Flight* f = schedule_.next(s, &c);
+  if (!f) return;  // its next chunk belongs to an allreduce not admitted yet
+  flight_[s] = f;
+  if (f->op->ch.elem == GS_ELEM_FIXED32 && schedule_.first_in_slot(c))
+    prepare_bootstrap(s, c);
+  else
+    prepare_chunk(s, c, GS_EXP_NONE);  // non-fixed32: no exponent
+  launch(s, now);
 }
 
 void SwitchAllreduce::send(unsigned slot) {
@@ -121,9 +128,9 @@ void SwitchAllreduce::flush() {
   out_.clear();
 }
 
-void SwitchAllreduce::receive(Run& run, const uint8_t* p, uint32_t len, int64_t now) {
+void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
+                              std::vector<AllreduceOp*>* finished) {
   Counters& k = *ctx_.counters;
-  const AllreduceOp& op = *run.op;
   if (len < GS_HEADER_BYTES) {
     counter_add(k.ignored);
     return;
@@ -135,43 +142,54 @@ void SwitchAllreduce::receive(Run& run, const uint8_t* p, uint32_t len, int64_t 
     counter_add(k.ignored);
     return;
   }
-  if (h.type == GS_MSG_ABORT) throw_aborted(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, op);
-  if (h.type != GS_MSG_RESULT || (h.rank != GS_RANK_ALL && h.rank != ctx_.opt->rank) || h.slot >= run.W) {
+  if (h.type == GS_MSG_ABORT && !schedule_.empty())
+    throw_aborted(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, front_op());
+  if (h.type != GS_MSG_RESULT || (h.rank != GS_RANK_ALL && h.rank != ctx_.opt->rank) ||
+      h.slot >= window_.slots()) {
     counter_add(k.ignored);
     return;
   }
   const unsigned slot = h.slot;
   SlotRound& r = window_.round(slot);
   RoundTimer& t = window_.timer(slot);
-  if (!t.busy || (h.flags & GS_FLAG_VERSION) != (r.hdr.flags & GS_FLAG_VERSION) || h.seq != op.seq ||
+  if (!t.busy) {
+    counter_add(k.ignored);
+    return;
+  }
+  Flight* f = flight_[slot];
+  const AllreduceOp& op = *f->op;
+  if ((h.flags & GS_FLAG_VERSION) != (r.hdr.flags & GS_FLAG_VERSION) || h.seq != op.seq ||
       h.offset != r.hdr.offset || h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
       len < GS_HEADER_BYTES + static_cast<size_t>(h.count) * op.ch.elem_bytes ||
-      (run.fixed && !r.bootstrap && h.scale_exp != r.scale)) {
+      (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale)) {
     counter_add(k.ignored);
     return;
   }
   if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
   loss_.delivered(t, now);
-  run.last_progress_ns = now;
-  size_t next_chunk;
-  if (r.bootstrap) {
-    next_chunk = r.chunk;  // the exponent round's result carries the agreed exponent of this chunk
-  } else {
-    if (op.base) decode_chunk(op.ch, p + GS_HEADER_BYTES, r.chunk, r.scale, op.base);
-    if (op.done) (*op.done)[r.chunk] = 1;
-    next_chunk = r.chunk + run.W;
+  last_progress_ns_ = now;
+  if (r.bootstrap) {  // the exponent round's result carries the agreed exponent of this chunk
+    prepare_chunk(slot, r.chunk, h.next_exp);
+    launch(slot, now);
+    return;
   }
-  if (next_chunk < op.ch.chunks) {
-    prepare_chunk(run, slot, next_chunk, h.next_exp);
+  if (op.base) decode_chunk(op.ch, p + GS_HEADER_BYTES, r.chunk, r.scale, op.base);
+  if (op.done) (*op.done)[r.chunk] = 1;
+  size_t c = r.chunk;
+  AllreduceOp* whole = f->op;
+  size_t after = schedule_.following(*f, c);
+  if (schedule_.finish(slot, f)) finished->push_back(whole);
+  if (after != SIZE_MAX) {  // the same allreduce's next chunk in this slot: its exponent is agreed
+    prepare_chunk(slot, after, h.next_exp);
     launch(slot, now);
   } else {
-    run.outstanding--;
+    start_slot(slot, now);  // the next allreduce's chunk, if it was admitted
   }
 }
 
-int64_t SwitchAllreduce::check_timers(unsigned W, int64_t now) {
+int64_t SwitchAllreduce::check_timers(int64_t now) {
   resend_.clear();
-  int64_t next = loss_.scan(window_.timers(), W, now, &resend_);
+  int64_t next = loss_.scan(window_.timers(), window_.slots(), now, &resend_);
   for (unsigned s : resend_) {
     window_.mark_retransmission(s);
     counter_add(ctx_.counters->retransmissions);
@@ -180,86 +198,88 @@ int64_t SwitchAllreduce::check_timers(unsigned W, int64_t now) {
   return next;
 }
 
-void SwitchAllreduce::run(const AllreduceOp& op) {
-  Run run;
-  run.op = &op;
-  run.W = static_cast<unsigned>(std::min<size_t>(window_.slots(), op.ch.chunks));
-  run.fixed = op.ch.elem == GS_ELEM_FIXED32;
-  loss_.begin();
-  const int64_t timeout_ns = static_cast<int64_t>(ctx_.opt->timeout_s * 1e9);
-  const int64_t rto_min = loss_.rto_min_ns();
-
-  // The first window, optionally in a permuted order (test hook).
-  std::vector<unsigned> order(run.W);
-  for (unsigned s = 0; s < run.W; ++s) order[s] = s;
+void SwitchAllreduce::admit(AllreduceOp* op) {
+  int64_t now = now_ns();
+  if (schedule_.empty()) {  // the stream starts (again): idle time is no lack of progress
+    loss_.begin();
+    last_progress_ns_ = last_timer_check_ = last_notice_check_ = now;
+    wait_ns_ = 0;
+  }
+  schedule_.admit(op);
+  // The idle slots whose next chunk is this allreduce's, optionally in a permuted order (test hook).
+  std::vector<unsigned> order;
+  for (unsigned s = 0; s < window_.slots(); ++s)
+    if (!window_.timer(s).busy) order.push_back(s);
   if (ctx_.opt->shuffle_seed != 0) {
-    std::mt19937_64 g(ctx_.opt->shuffle_seed * 0x9E3779B97F4A7C15ull + op.seq);
+    std::mt19937_64 g(ctx_.opt->shuffle_seed * 0x9E3779B97F4A7C15ull + op->seq);
     std::shuffle(order.begin(), order.end(), g);
   }
-  int64_t now = now_ns();
-  for (unsigned s : order) {
-    if (run.fixed)
-      prepare_bootstrap(run, s);
-    else
-      prepare_chunk(run, s, s, GS_EXP_NONE);
-    launch(s, now);
-  }
-  run.outstanding = run.W;
-  run.last_progress_ns = now;
+  for (unsigned s : order) start_slot(s, now);
   flush();
+}
 
-  std::vector<InPacket> in(1024);
+void SwitchAllreduce::step(std::vector<AllreduceOp*>* finished) {
+  if (ctx_.cancel->load(std::memory_order_relaxed) && !schedule_.empty())
+    throw Error("gradswitch: allreduce seq " + std::to_string(front_op().seq) + " cancelled: the group of " +
+                ctx_.job_text + " was closed");
+  const int64_t timeout_ns = static_cast<int64_t>(ctx_.opt->timeout_s * 1e9);
   Transport& tx = *ctx_.transport;
   // Receive first and judge timers only once the socket is drained (or every rto_min while
   // results keep streaming): a worker that was descheduled for a while finds its results
   // queued, not lost, and must not retransmit the whole window.
-  int64_t wait_ns = 0;
-  int64_t last_timer_check = now, last_notice_check = now;
-  while (run.outstanding > 0) {
-    if (ctx_.cancel->load(std::memory_order_relaxed))
-      throw Error("gradswitch: allreduce seq " + std::to_string(op.seq) + " cancelled: the group of " +
-                  ctx_.job_text + " was closed");
-    size_t got = tx.recv_batch(in.data(), in.size(), wait_ns);
-    now = now_ns();
-    // The control connection: an abort or the switch going away ends this allreduce at once. The
-    // transport's wait wakes up when it has input; while results stream, look every few ms.
-    if (control_ && (got == 0 || now - last_notice_check >= kNoticeCheckNs)) {
-      last_notice_check = now;
-      if (SwitchNotice n = control_->poll_notice()) throw_notice(ctx_, *control_, n, op, /*started=*/true);
-    }
-    uint64_t rbytes = 0;
-    for (size_t i = 0; i < got; ++i) {
-      rbytes += in[i].len;
-      receive(run, in[i].data, in[i].len, now);
-    }
-    counter_add(ctx_.counters->packets_received, got);
-    counter_add(ctx_.counters->bytes_received, rbytes);
-    flush();
-    if (run.outstanding == 0) break;
-    if (tx.more_pending() && now - last_timer_check < rto_min) {
-      wait_ns = 0;  // more datagrams are probably queued
-      continue;
-    }
-    last_timer_check = now;
-    int64_t next_deadline = std::min(check_timers(run.W, now), run.last_progress_ns + timeout_ns);
-    flush();
-    if (now - run.last_progress_ns >= timeout_ns) fail_timeout(run);
-    wait_ns = std::max<int64_t>(next_deadline - now, 0);
+  size_t got = tx.recv_batch(in_.data(), in_.size(), wait_ns_);
+  int64_t now = now_ns();
+  uint64_t rbytes = 0;
+  for (size_t i = 0; i < got; ++i) {
+    rbytes += in_[i].len;
+    receive(in_[i].data, in_[i].len, now, finished);
   }
+  counter_add(ctx_.counters->packets_received, got);
+  counter_add(ctx_.counters->bytes_received, rbytes);
+  flush();
+  // The control connection: an abort or the switch going away ends the stream at once (the
+  // transport's wait wakes up on it; while results stream, look every few ms). Results already
+  // received are taken first: what a rank holds when the switch is gone is what the ring
+  // (algorithm auto) needs not to redo.
+  if (control_ && !schedule_.empty() && (got == 0 || now - last_notice_check_ >= kNoticeCheckNs)) {
+    last_notice_check_ = now;
+    if (SwitchNotice n = control_->poll_notice()) {
+      while ((got = tx.recv_batch(in_.data(), in_.size(), 0)) > 0)
+        for (size_t i = 0; i < got && !schedule_.empty(); ++i)
+          receive(in_[i].data, in_[i].len, now, finished);
+      if (!schedule_.empty()) throw_notice(ctx_, *control_, n, front_op(), /*started=*/true);
+    }
+  }
+  if (schedule_.empty()) {
+    wait_ns_ = 0;
+    return;
+  }
+  if (tx.more_pending() && now - last_timer_check_ < loss_.rto_min_ns()) {
+    wait_ns_ = 0;  // more datagrams are probably queued
+    return;
+  }
+  last_timer_check_ = now;
+  int64_t next_deadline = std::min(check_timers(now), last_progress_ns_ + timeout_ns);
+  flush();
+  if (now - last_progress_ns_ >= timeout_ns) fail_timeout();
+  wait_ns_ = std::max<int64_t>(next_deadline - now, 0);
 }
 
-void SwitchAllreduce::fail_timeout(const Run& run) {
-  // The stuck round: the outstanding slot with the lowest chunk.
+void SwitchAllreduce::fail_timeout() {
+  // The stuck round: the outstanding one with the lowest global chunk number.
   unsigned slot = 0;
-  size_t best = SIZE_MAX;
-  for (unsigned s = 0; s < run.W; ++s)
-    if (window_.timer(s).busy && window_.round(s).chunk < best) {
-      best = window_.round(s).chunk;
-      slot = s;
+  uint64_t best = UINT64_MAX;
+  for (unsigned s = 0; s < window_.slots(); ++s)
+    if (window_.timer(s).busy) {
+      uint64_t g = schedule_.global(*flight_[s], window_.round(s).chunk);
+      if (g < best) {
+        best = g;
+        slot = s;
+      }
     }
   const SlotRound& r = window_.round(slot);
   StuckRound stuck;
-  stuck.seq = run.op->seq;
+  stuck.seq = flight_[slot]->op->seq;
   stuck.slot = slot;
   stuck.version = r.hdr.flags & GS_FLAG_VERSION;
   stuck.bootstrap = r.bootstrap;

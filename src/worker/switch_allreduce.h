@@ -1,7 +1,7 @@
-// The allreduce through the switch (docs/protocol.md section 4): a tensor streams through the
-// job's slot pool, one chunk per round, each slot reused as soon as its result arrives; lost
-// rounds are found by the LossDetector and resent; fixed32 agrees block exponents through the
-// same rounds (section 5).
+// The allreduce through the switch (docs/protocol.md section 4): tensors stream through the job's
+// slot pool, one chunk per round, each slot reused as soon as its result arrives, successive
+// allreduces back to back (stream_schedule.h); lost rounds are found by the LossDetector and
+// resent; fixed32 agrees block exponents through the same rounds (section 5).
 #pragma once
 
 #include <cstdint>
@@ -11,40 +11,49 @@
 #include "worker/control.h"
 #include "worker/loss_detector.h"
 #include "worker/path.h"
+#include "worker/stream_schedule.h"
 #include "worker/window.h"
 
 namespace gradswitch::worker {
 
-class SwitchAllreduce {
+class SwitchAllreduce : public DataPath {
  public:
-  // `control` (may be null in tests) answers STATUS when an allreduce times out.
+  // `control` (may be null in tests) tells of aborts and answers STATUS when an allreduce times out.
   SwitchAllreduce(const PathContext& ctx, ControlClient* control);
 
-  // Runs one allreduce to completion; throws TimeoutError / AbortedError / Error.
-  void run(const AllreduceOp& op);
+  void admit(AllreduceOp* op) override;
+  // Throws TimeoutError / AbortedError / SwitchLostError / Error.
+  void step(std::vector<AllreduceOp*>* finished) override;
+  bool idle() const override { return schedule_.empty(); }
 
  private:
-  struct Run;
+  using Flight = StreamSchedule::Flight;
 
-  void prepare_bootstrap(Run& run, unsigned slot);
-  void prepare_chunk(Run& run, unsigned slot, size_t c, int8_t agreed_exp);
+  // Starts slot `s`'s next round if its allreduce was admitted (fixed32: its exponent round first).
+  void start_slot(unsigned s, int64_t now);
+  void prepare_bootstrap(unsigned slot, size_t c);
+  void prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp);
   void launch(unsigned slot, int64_t now);
   void send(unsigned slot);
   void flush();
   // Handles one received datagram.
-  void receive(Run& run, const uint8_t* p, uint32_t len, int64_t now);
-  // Loss detection over the first W slots after the socket was drained; returns the next
-  // timer deadline.
-  int64_t check_timers(unsigned W, int64_t now);
-  [[noreturn]] void fail_timeout(const Run& run);
+  void receive(const uint8_t* p, uint32_t len, int64_t now, std::vector<AllreduceOp*>* finished);
+  // Loss detection after the socket was drained; returns the next timer deadline.
+  int64_t check_timers(int64_t now);
+  [[noreturn]] void fail_timeout();
+  const AllreduceOp& front_op() const { return *schedule_.flights().front().op; }
 
   const PathContext& ctx_;
   ControlClient* control_;
   Window window_;
+  StreamSchedule schedule_;
+  std::vector<Flight*> flight_;  // per slot: the allreduce of its current round
   LossDetector loss_;
   LossInjector drops_;  // the drop_rate test hook, seeded from (seed, rank)
   std::vector<OutPacket> out_;
   std::vector<unsigned> resend_;
+  std::vector<InPacket> in_;
+  int64_t wait_ns_ = 0, last_progress_ns_ = 0, last_timer_check_ = 0, last_notice_check_ = 0;
 };
 
 }  // namespace gradswitch::worker

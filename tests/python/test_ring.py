@@ -281,7 +281,9 @@ def test_switch_killed_mid_allreduce_falls_back_to_ring(switch_factory, signal_n
         f"chunks each rank held when the switch went: {held}; times (rank 0):",
         [(round(t, 3), a) for t, a in reports[0]["times"]],
     )
-    if 0 < fraction < 1:  # the switch died in the middle: ranks already held sums, reconciled on the ring
+    if signal_name == "kill" and 0 < fraction < 1:
+        # SIGKILL in the middle of the 64 MB allreduce: ranks already held sums, reconciled on the ring.
+        # (SIGTERM lets the switch take a moment: that allreduce may complete before it stops.)
         assert max(held) > 0
 
 

@@ -36,15 +36,6 @@ std::string address_text(const RingPeer& p) {
 
 }  // namespace
 
-struct RingAllreduce::Run {
-  const AllreduceOp* op = nullptr;
-  const std::vector<uint8_t>* done = nullptr;
-  unsigned W = 0;
-  bool fixed = false;
-  unsigned outstanding = 0;  // slots whose last round has not finished here
-  int64_t last_progress_ns = 0;
-};
-
 RingAllreduce::RingAllreduce(const PathContext& ctx, const RingConfig& cfg)
     : ctx_(ctx),
       cfg_(cfg),
@@ -59,6 +50,8 @@ RingAllreduce::RingAllreduce(const PathContext& ctx, const RingConfig& cfg)
       shadow_mem_(cap_ * 2 * cfg.slots, 0),
       shadows_(2 * cfg.slots),
       early_(cfg.slots),
+      schedule_(cfg.slots),
+      flight_(cfg.slots, nullptr),
       drops_(ctx.opt->drop_rate, ctx.opt->seed, ctx.opt->rank),
       in_(1024) {
   const int64_t rto_min = static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9);
@@ -107,9 +100,11 @@ void RingAllreduce::send_done(uint32_t seq) {
   queue(done_pkt_, GS_HEADER_BYTES, next_, false);
 }
 
-void RingAllreduce::launch(Run& run, unsigned slot, size_t c, bool bootstrap, int8_t agreed_exp,
-                           int64_t now) {
-  const AllreduceOp& op = *run.op;
+void RingAllreduce::launch(unsigned slot, size_t c, bool bootstrap, int8_t agreed_exp, int64_t now,
+                           std::vector<AllreduceOp*>* finished) {
+  const Flight& f = *flight_[slot];
+  const AllreduceOp& op = *f.op;
+  const bool fixed = op.ch.elem == GS_ELEM_FIXED32;
   Round& r = rounds_[slot];
   r.bootstrap = bootstrap;
   r.chunk = c;
@@ -118,15 +113,16 @@ void RingAllreduce::launch(Run& run, unsigned slot, size_t c, bool bootstrap, in
   r.offset = op.ch.offset(c);
   r.count = bootstrap ? 0 : op.ch.size(c);
   r.elem = bootstrap ? static_cast<uint8_t>(GS_ELEM_FIXED32) : op.ch.elem;
-  r.own_sum = !bootstrap && run.done && (*run.done)[c];
+  r.own_sum = !bootstrap && op.done && (*op.done)[c];
   r.scale = GS_EXP_NONE;
   r.own_exp = GS_EXP_NONE;
-  if (run.fixed) {
+  if (fixed) {
     if (bootstrap) {
       r.own_exp = (*op.exps)[c];
     } else {
       r.scale = static_cast<int8_t>(scale_exponent(agreed_exp, N_));
-      r.own_exp = c + run.W < op.ch.chunks ? (*op.exps)[c + run.W] : static_cast<int8_t>(GS_EXP_NONE);
+      size_t after = schedule_.following(f, c);
+      r.own_exp = after != SIZE_MAX ? (*op.exps)[after] : static_cast<int8_t>(GS_EXP_NONE);
     }
   }
   if (position(slot) != 0) {
@@ -139,7 +135,7 @@ void RingAllreduce::launch(Run& run, unsigned slot, size_t c, bool bootstrap, in
       gs_header h;
       gs_header_decode(pkt.data(), &h);
       if ((h.flags & GS_FLAG_VERSION) == r.version && h.seq == r.seq && h.offset == r.offset)
-        on_partial(&run, h, pkt.data() + GS_HEADER_BYTES, now);
+        on_partial(h, pkt.data() + GS_HEADER_BYTES, now, finished);
     }
     return;
   }
@@ -157,15 +153,34 @@ void RingAllreduce::launch(Run& run, unsigned slot, size_t c, bool bootstrap, in
   queue(window_.packet(slot), window_.round(slot).len, next_, true);
 }
 
-void RingAllreduce::finish_round(Run* run, unsigned slot, int8_t agreed_exp, int64_t now) {
+void RingAllreduce::start_slot(unsigned slot, int64_t now, std::vector<AllreduceOp*>* finished) {
+  size_t c = 0;
+  Flight* f = schedule_.next(slot, &c);
+  if (!f) return;  // its next chunk belongs to an allreduce not admitted yet
+  flight_[slot] = f;
+  launch(slot, c, f->op->ch.elem == GS_ELEM_FIXED32 && schedule_.first_in_slot(c), GS_EXP_NONE, now,
+         finished);
+}
+
+void RingAllreduce::finish_round(unsigned slot, int8_t agreed_exp, int64_t now,
+                                 std::vector<AllreduceOp*>* finished) {
   Round& r = rounds_[slot];
   r.state = State::kDone;
-  run->last_progress_ns = now;
-  size_t next = r.bootstrap ? r.chunk : r.chunk + run->W;
-  if (next < run->op->ch.chunks)
-    launch(*run, slot, next, false, agreed_exp, now);
+  last_progress_ns_ = now;
+  Flight* f = flight_[slot];
+  if (r.bootstrap) return launch(slot, r.chunk, false, agreed_exp, now, finished);
+  size_t after = schedule_.following(*f, r.chunk);
+  AllreduceOp* whole = f->op;
+  if (schedule_.finish(slot, f)) {
+    finished->push_back(whole);
+    last_seq_ = whole->seq;
+    have_last_seq_ = true;
+    send_done(whole->seq);
+  }
+  if (after != SIZE_MAX)
+    launch(slot, after, false, agreed_exp, now, finished);
   else
-    run->outstanding--;
+    start_slot(slot, now, finished);
 }
 
 void RingAllreduce::answer_from_shadow(unsigned slot, uint8_t version) {
@@ -184,7 +199,8 @@ void RingAllreduce::stash_early(const uint8_t* p, uint32_t len) {
   early_[h.slot].assign(p, p + len);
 }
 
-void RingAllreduce::on_partial(Run* run, const gs_header& h, const uint8_t* payload, int64_t now) {
+void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64_t now,
+                               std::vector<AllreduceOp*>* finished) {
   const unsigned s = h.slot;
   const uint8_t v = h.flags & GS_FLAG_VERSION;
   Round& r = rounds_[s];
@@ -203,12 +219,13 @@ void RingAllreduce::on_partial(Run* run, const gs_header& h, const uint8_t* payl
     return;
   }
   if (r.state == State::kDone) return answer_from_shadow(s, v);
-  if (r.state == State::kForwarded || !run) {  // a duplicate: this rank's own timer covers the rest
+  if (r.state == State::kForwarded) {  // a duplicate: this rank's own timer covers the rest
     counter_add(k.ignored);
     return;
   }
-  const AllreduceOp& op = *run->op;
-  if (h.count != r.count || h.elem_type != r.elem || (run->fixed && !r.bootstrap && h.scale_exp != r.scale))
+  const AllreduceOp& op = *flight_[s]->op;
+  if (h.count != r.count || h.elem_type != r.elem ||
+      (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale))
     throw Error("gradswitch: " + ctx_.job_text + ", ring allreduce seq " + std::to_string(r.seq) + ": rank " +
                 std::to_string(h.rank) + " sent " + std::to_string(h.count) + " " +
                 gs_elem_name(h.elem_type) + " elements at offset " + std::to_string(h.offset) +
@@ -238,7 +255,7 @@ void RingAllreduce::on_partial(Run* run, const gs_header& h, const uint8_t* payl
     r.state = State::kForwarded;
     loss_[position(s)].launch(window_.timer(s), now);
     queue(window_.packet(s), window_.round(s).len, next_, true);
-    run->last_progress_ns = now;
+    last_progress_ns_ = now;
     return;
   }
   // The last rank of the chain: `out` is the finished sum.
@@ -252,21 +269,22 @@ void RingAllreduce::on_partial(Run* run, const gs_header& h, const uint8_t* payl
       decode_chunk(op.ch, out, r.chunk, r.scale, op.base);
   }
   queue(shadow_packet(s, v), sh.len, prev_, true);
-  finish_round(run, s, next_exp, now);
+  finish_round(s, next_exp, now, finished);
 }
 
-void RingAllreduce::on_result(Run* run, const gs_header& h, const uint8_t* payload, int64_t now) {
+void RingAllreduce::on_result(const gs_header& h, const uint8_t* payload, int64_t now,
+                              std::vector<AllreduceOp*>* finished) {
   const unsigned s = h.slot;
   const uint8_t v = h.flags & GS_FLAG_VERSION;
   Round& r = rounds_[s];
   Counters& k = *ctx_.counters;
-  if (!run || r.state != State::kForwarded || v != r.version || h.seq != r.seq || h.offset != r.offset ||
+  if (r.state != State::kForwarded || v != r.version || h.seq != r.seq || h.offset != r.offset ||
       h.count != r.count || h.elem_type != r.elem) {
     counter_add(k.ignored);  // a duplicate, or an answer to an earlier resend
     return;
   }
   if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
-  const AllreduceOp& op = *run->op;
+  const AllreduceOp& op = *flight_[s]->op;
   loss_[position(s)].delivered(window_.timer(s), now);
   const bool sum = h.flags & GS_FLAG_SUM;
   const size_t len = static_cast<size_t>(h.count) * op.ch.elem_bytes;
@@ -287,10 +305,11 @@ void RingAllreduce::on_result(Run* run, const gs_header& h, const uint8_t* paylo
     sh = Shadow{true, r.seq, r.offset, static_cast<uint32_t>(GS_HEADER_BYTES + len), oh};
     queue(sp, sh.len, prev_, true);
   }
-  finish_round(run, s, h.next_exp, now);
+  finish_round(s, h.next_exp, now, finished);
 }
 
-void RingAllreduce::receive(Run* run, const uint8_t* p, uint32_t len, int64_t now) {
+void RingAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
+                            std::vector<AllreduceOp*>* finished) {
   Counters& k = *ctx_.counters;
   if (len < GS_HEADER_BYTES) {
     counter_add(k.ignored);
@@ -309,8 +328,10 @@ void RingAllreduce::receive(Run* run, const uint8_t* p, uint32_t len, int64_t no
     counter_add(k.ignored);
     return;
   }
-  if (h.type == GS_MSG_RING_PARTIAL && h.rank == prev_) return on_partial(run, h, p + GS_HEADER_BYTES, now);
-  if (h.type == GS_MSG_RING_RESULT && h.rank == next_) return on_result(run, h, p + GS_HEADER_BYTES, now);
+  if (h.type == GS_MSG_RING_PARTIAL && h.rank == prev_)
+    return on_partial(h, p + GS_HEADER_BYTES, now, finished);
+  if (h.type == GS_MSG_RING_RESULT && h.rank == next_)
+    return on_result(h, p + GS_HEADER_BYTES, now, finished);
   if (h.type == GS_MSG_RING_DONE && h.rank == prev_) {
     if (!prev_done_valid_ || seq_after(h.seq, prev_done_seq_)) prev_done_seq_ = h.seq;
     prev_done_valid_ = true;
@@ -319,11 +340,12 @@ void RingAllreduce::receive(Run* run, const uint8_t* p, uint32_t len, int64_t no
   counter_add(k.ignored);  // e.g. a late answer of the switch after a fallback
 }
 
-int64_t RingAllreduce::check_timers(unsigned W, int64_t now) {
+int64_t RingAllreduce::check_timers(int64_t now) {
   int64_t next = INT64_MAX;
   for (unsigned p = 0; p + 1 < N_; ++p) {
     resend_.clear();
-    next = std::min(next, loss_[p].scan(window_.timers(), W, now, &resend_, (rank_ + N_ - p) % N_, N_));
+    next = std::min(
+        next, loss_[p].scan(window_.timers(), window_.slots(), now, &resend_, (rank_ + N_ - p) % N_, N_));
     for (unsigned s : resend_) {
       window_.mark_retransmission(s);
       counter_add(ctx_.counters->retransmissions);
@@ -337,73 +359,81 @@ bool RingAllreduce::carries(const Chunking& ch) {
   return ch.dtype != DType::kFloat64 && ch.elem != GS_ELEM_FLOAT64;
 }
 
-void RingAllreduce::run(const AllreduceOp& op, const std::vector<uint8_t>* done) {
-  if (!carries(op.ch))
+void RingAllreduce::admit(AllreduceOp* op) {
+  const AllreduceOp& o = *op;
+  if (!carries(o.ch))
     throw UnsupportedType("gradswitch: the ring carries float32 and int32 tensors on 32- and 16-bit wires; " +
                           ctx_.job_text +
                           " cannot reduce float64 on it (reduce float64 tensors through the switch)");
   if (N_ == 1) {  // the sum of one rank, in the wire type's precision like the switch's
     std::vector<uint8_t> buf(cfg_.payload_bytes);
-    for (size_t c = 0; c < op.ch.chunks; ++c) {
-      if (done && (*done)[c]) continue;
-      int s = op.exps ? scale_exponent((*op.exps)[c], 1) : 0;
-      encode_chunk(op.ch, op.input(), c, s, buf.data());
-      if (op.base) decode_chunk(op.ch, buf.data(), c, s, op.base);
+    for (size_t c = 0; c < o.ch.chunks; ++c) {
+      if (o.done && (*o.done)[c]) continue;
+      int s = o.exps ? scale_exponent((*o.exps)[c], 1) : 0;
+      encode_chunk(o.ch, o.input(), c, s, buf.data());
+      if (o.base) decode_chunk(o.ch, buf.data(), c, s, o.base);
     }
+    solo_finished_.push_back(op);
     return;
   }
-  Run run;
-  run.op = &op;
-  run.done = done;
-  run.W = static_cast<unsigned>(std::min<size_t>(cfg_.slots, op.ch.chunks));
-  run.fixed = op.ch.elem == GS_ELEM_FIXED32;
-  run.outstanding = run.W;
-  for (auto& l : loss_) l.begin();
-  const int64_t timeout_ns = static_cast<int64_t>(ctx_.opt->timeout_s * 1e9);
-  const int64_t rto_min = loss_[0].rto_min_ns();
   int64_t now = now_ns();
-  run.last_progress_ns = now;
-  for (unsigned s = 0; s < run.W; ++s) launch(run, s, s, run.fixed, GS_EXP_NONE, now);
-  flush();
-
-  Transport& tx = *ctx_.transport;
-  int64_t wait_ns = 0;
-  int64_t last_timer_check = now;
-  while (run.outstanding > 0) {
-    if (ctx_.cancel->load(std::memory_order_relaxed))
-      throw Error("gradswitch: ring allreduce seq " + std::to_string(op.seq) + " cancelled: the group of " +
-                  ctx_.job_text + " was closed");
-    size_t got = tx.recv_batch(in_.data(), in_.size(), wait_ns);
-    now = now_ns();
-    uint64_t rbytes = 0;
-    for (size_t i = 0; i < got; ++i) {
-      rbytes += in_[i].len;
-      receive(&run, in_[i].data, in_[i].len, now);
-    }
-    counter_add(ctx_.counters->packets_received, got);
-    counter_add(ctx_.counters->bytes_received, rbytes);
-    flush();
-    if (run.outstanding == 0) break;
-    if (tx.more_pending() && now - last_timer_check < rto_min) {
-      wait_ns = 0;
-      continue;
-    }
-    last_timer_check = now;
-    int64_t next_deadline = std::min(check_timers(run.W, now), run.last_progress_ns + timeout_ns);
-    flush();
-    if (now - run.last_progress_ns >= timeout_ns) fail_timeout(run);
-    wait_ns = std::max<int64_t>(next_deadline - now, 0);
+  if (schedule_.empty()) {  // the stream starts (again): idle time is no lack of progress
+    for (auto& l : loss_) l.begin();
+    last_progress_ns_ = last_timer_check_ = now;
+    wait_ns_ = 0;
   }
-  last_seq_ = op.seq;
-  have_last_seq_ = true;
-  send_done(op.seq);
+  schedule_.admit(op);
+  std::vector<AllreduceOp*> finished;  // a round can finish here at once only with early packets
+  for (unsigned s = 0; s < cfg_.slots; ++s)
+    if (rounds_[s].state == State::kIdle || rounds_[s].state == State::kDone) start_slot(s, now, &finished);
+  solo_finished_.insert(solo_finished_.end(), finished.begin(), finished.end());
   flush();
+}
+
+void RingAllreduce::step(std::vector<AllreduceOp*>* finished) {
+  if (!solo_finished_.empty()) {
+    finished->insert(finished->end(), solo_finished_.begin(), solo_finished_.end());
+    solo_finished_.clear();
+  }
+  if (schedule_.empty()) return serve(100'000'000);  // idle: answer the neighbours until woken
+  if (ctx_.cancel->load(std::memory_order_relaxed))
+    throw Error("gradswitch: ring allreduce seq " + std::to_string(schedule_.flights().front().op->seq) +
+                " cancelled: the group of " + ctx_.job_text + " was closed");
+  const int64_t timeout_ns = static_cast<int64_t>(ctx_.opt->timeout_s * 1e9);
+  Transport& tx = *ctx_.transport;
+  size_t got = tx.recv_batch(in_.data(), in_.size(), wait_ns_);
+  int64_t now = now_ns();
+  uint64_t rbytes = 0;
+  for (size_t i = 0; i < got; ++i) {
+    rbytes += in_[i].len;
+    receive(in_[i].data, in_[i].len, now, finished);
+  }
+  counter_add(ctx_.counters->packets_received, got);
+  counter_add(ctx_.counters->bytes_received, rbytes);
+  flush();
+  if (schedule_.empty()) return;
+  if (tx.more_pending() && now - last_timer_check_ < loss_[0].rto_min_ns()) {
+    wait_ns_ = 0;
+    return;
+  }
+  last_timer_check_ = now;
+  int64_t next_deadline = std::min(check_timers(now), last_progress_ns_ + timeout_ns);
+  flush();
+  if (now - last_progress_ns_ >= timeout_ns) fail_timeout();
+  wait_ns_ = std::max<int64_t>(next_deadline - now, 0);
+}
+
+void RingAllreduce::run(AllreduceOp& op) {
+  admit(&op);
+  std::vector<AllreduceOp*> finished;
+  while (!idle() || !solo_finished_.empty()) step(&finished);
 }
 
 void RingAllreduce::serve(int64_t timeout_ns) {
   size_t got = ctx_.transport->recv_batch(in_.data(), in_.size(), timeout_ns);
   int64_t now = now_ns();
-  for (size_t i = 0; i < got; ++i) receive(nullptr, in_[i].data, in_[i].len, now);
+  std::vector<AllreduceOp*> none;  // idle: nothing can finish
+  for (size_t i = 0; i < got; ++i) receive(in_[i].data, in_[i].len, now, &none);
   counter_add(ctx_.counters->packets_received, got);
   flush();
 }
@@ -421,13 +451,16 @@ bool RingAllreduce::linger(double max_s) {
   }
 }
 
-void RingAllreduce::fail_timeout(const Run& run) {
+void RingAllreduce::fail_timeout() {
   unsigned slot = 0;
-  size_t best = SIZE_MAX;
-  for (unsigned s = 0; s < run.W; ++s)
-    if (rounds_[s].state != State::kDone && rounds_[s].chunk < best) {
-      best = rounds_[s].chunk;
-      slot = s;
+  uint64_t best = UINT64_MAX;
+  for (unsigned s = 0; s < cfg_.slots; ++s)
+    if ((rounds_[s].state == State::kWaiting || rounds_[s].state == State::kForwarded) && flight_[s]) {
+      uint64_t g = schedule_.global(*flight_[s], rounds_[s].chunk);
+      if (g < best) {
+        best = g;
+        slot = s;
+      }
     }
   const Round& r = rounds_[slot];
   std::ostringstream addrs;

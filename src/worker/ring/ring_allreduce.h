@@ -19,6 +19,7 @@
 #include "worker/chunk_codec.h"
 #include "worker/loss_detector.h"
 #include "worker/path.h"
+#include "worker/stream_schedule.h"
 #include "worker/window.h"
 
 namespace gradswitch::worker {
@@ -35,22 +36,27 @@ struct RingConfig {
   uint32_t payload_bytes = GS_DEFAULT_PAYLOAD_BYTES;
 };
 
-class RingAllreduce {
+class RingAllreduce : public DataPath {
  public:
   RingAllreduce(const PathContext& ctx, const RingConfig& cfg);
 
   // Whether the ring can reduce these chunks (float64 travels only through the switch).
   static bool carries(const Chunking& ch);
 
-  // Runs one allreduce to completion. `done` (null, or one entry per chunk): chunks whose sum the
-  // tensor already holds (an allreduce the switch left unfinished); this rank contributes that
-  // sum instead of an input, and the sum wins over any partial. Reads the input at op.input(),
-  // writes the sums to op.base (none when it is null). Throws TimeoutError / Error.
-  void run(const AllreduceOp& op, const std::vector<uint8_t>* done = nullptr);
+  // Allreduces stream back to back (stream_schedule.h). An op's `done` (null, or one entry per
+  // chunk) marks chunks whose sum the tensor already holds (an allreduce the switch left
+  // unfinished): this rank contributes that sum instead of an input, and the sum wins over any
+  // partial. Reads the input at op.input(), writes the sums to op.base (none when it is null).
+  // step() throws TimeoutError / Error; idle, it serves the neighbours until woken.
+  void admit(AllreduceOp* op) override;
+  void step(std::vector<AllreduceOp*>* finished) override;
+  bool idle() const override { return schedule_.empty(); }
+  // Runs one allreduce to completion (admit + step until it finished).
+  void run(AllreduceOp& op);
 
-  // Between allreduces: answers the neighbours' resent partials of finished rounds and keeps
-  // packets that already belong to the next allreduce, until `timeout_ns` passed or the transport
-  // was woken.
+  // Answers the neighbours' resent partials of finished rounds and keeps packets that already
+  // belong to allreduces not admitted here yet, until `timeout_ns` passed or the transport was
+  // woken.
   void serve(int64_t timeout_ns);
 
   // Before the group closes: serves until the previous rank said it holds every sum of the last
@@ -78,22 +84,25 @@ class RingAllreduce {
     uint32_t seq = 0, offset = 0, len = 0;
     gs_header hdr{};  // as sent (answers set UNICAST and re-encode it)
   };
-  struct Run;
+  using Flight = StreamSchedule::Flight;
 
   unsigned position(unsigned slot) const;  // 0 = root ... N-1 = last
   gs_header header(uint8_t type, unsigned slot, const Round& r) const;
-  void launch(Run& run, unsigned slot, size_t c, bool bootstrap, int8_t agreed_exp, int64_t now);
-  void finish_round(Run* run, unsigned slot, int8_t agreed_exp, int64_t now);
-  void receive(Run* run, const uint8_t* p, uint32_t len, int64_t now);
-  void on_partial(Run* run, const gs_header& h, const uint8_t* payload, int64_t now);
-  void on_result(Run* run, const gs_header& h, const uint8_t* payload, int64_t now);
+  using Finished = std::vector<AllreduceOp*>;
+  // Starts slot `slot`'s next round if its allreduce was admitted (fixed32: its exponent round first).
+  void start_slot(unsigned slot, int64_t now, Finished* finished);
+  void launch(unsigned slot, size_t c, bool bootstrap, int8_t agreed_exp, int64_t now, Finished* finished);
+  void finish_round(unsigned slot, int8_t agreed_exp, int64_t now, Finished* finished);
+  void receive(const uint8_t* p, uint32_t len, int64_t now, Finished* finished);
+  void on_partial(const gs_header& h, const uint8_t* payload, int64_t now, Finished* finished);
+  void on_result(const gs_header& h, const uint8_t* payload, int64_t now, Finished* finished);
   void answer_from_shadow(unsigned slot, uint8_t version);
   void stash_early(const uint8_t* p, uint32_t len);
   void queue(const uint8_t* data, uint32_t len, unsigned rank, bool droppable);
   void flush();
   void send_done(uint32_t seq);
-  int64_t check_timers(unsigned W, int64_t now);
-  [[noreturn]] void fail_timeout(const Run& run);
+  int64_t check_timers(int64_t now);
+  [[noreturn]] void fail_timeout();
   uint8_t* shadow_packet(unsigned slot, uint8_t version) {
     return shadow_mem_.data() + cap_ * (2 * slot + version);
   }
@@ -108,7 +117,11 @@ class RingAllreduce {
   std::vector<Shadow> shadows_;
   std::vector<std::vector<uint8_t>> early_;  // per slot: a partial of the next allreduce
   std::vector<LossDetector> loss_;           // per position 0..N-2
-  LossInjector drops_;                       // the drop_rate test hook, seeded from (seed, rank)
+  StreamSchedule schedule_;
+  std::vector<Flight*> flight_;              // per slot: the allreduce of its current round
+  std::vector<AllreduceOp*> solo_finished_;  // finished in admit() (one rank), reported by step()
+  int64_t wait_ns_ = 0, last_progress_ns_ = 0, last_timer_check_ = 0;
+  LossInjector drops_;  // the drop_rate test hook, seeded from (seed, rank)
   std::vector<OutPacket> out_;
   std::vector<unsigned> resend_;
   std::vector<InPacket> in_;
