@@ -75,6 +75,7 @@ enum gs_abort_reason {
   GS_ABORT_SHUTDOWN = 3,  /* the switch is stopping */
   GS_ABORT_OPERATOR = 4,  /* ended through the control plane */
   GS_ABORT_MISMATCH = 5,  /* the ranks' contributions to one round differ in length or type */
+  GS_ABORT_UPLINK = 6,    /* a leaf switch's spine ended the job or was lost (docs/protocol.md §8) */
 };
 
 /*
