@@ -60,6 +60,9 @@ extern "C" {
 #define GS_KEY_WIRE "wire"
 #define GS_KEY_TOKEN "token"
 #define GS_KEY_PORT "port"
+/* a JOIN that a leaf switch forwards to its spine (docs/protocol.md section 8) */
+#define GS_KEY_LEAF "leaf" /* 1 */
+#define GS_KEY_PEER "peer" /* the worker's own ip:port */
 /* optimizer keys of JOIN (docs/protocol.md section 1.3) */
 #define GS_KEY_OPTIMIZER "optimizer"
 #define GS_KEY_PARAMS "params"
@@ -101,6 +104,12 @@ extern "C" {
 #define GS_KEY_SLOT_SEQ "slot_seq"
 #define GS_KEY_SLOT_OFFSET "slot_offset"
 #define GS_KEY_SEEN "seen"
+/* a leaf switch's STATUS, and its EVENT aborted with reason uplink (docs/protocol.md section 8) */
+#define GS_KEY_UPLINK "uplink"               /* the spine's ip:port */
+#define GS_KEY_MEMBERS "members"             /* the ranks the leaf serves */
+#define GS_KEY_UPLINK_REASON "uplink_reason" /* the spine's abort reason, or "lost" */
+#define GS_KEY_UPLINK_RANK "uplink_rank"     /* the spine's abort rank */
+#define GS_UPLINK_LOST "lost"
 /* the two contributions of a GS_ABORT_MISMATCH (STATUS and EVENT aborted), each "held,arriving" */
 #define GS_KEY_MISMATCH_SEQ "mismatch_seq"
 #define GS_KEY_MISMATCH_OFFSET "mismatch_offset"
@@ -149,6 +158,8 @@ static inline const char* gs_abort_reason_name(uint8_t reason) {
       return "operator";
     case GS_ABORT_MISMATCH:
       return "mismatch";
+    case GS_ABORT_UPLINK:
+      return "uplink";
     default:
       return "unknown";
   }
@@ -156,7 +167,7 @@ static inline const char* gs_abort_reason_name(uint8_t reason) {
 
 /* The gs_abort_reason of a name written by gs_abort_reason_name; 0 for "none" and unknown names. */
 static inline uint8_t gs_abort_reason_from_name(const char* name) {
-  for (uint8_t r = GS_ABORT_RANK_LEFT; r <= GS_ABORT_MISMATCH; ++r)
+  for (uint8_t r = GS_ABORT_RANK_LEFT; r <= GS_ABORT_UPLINK; ++r)
     if (strcmp(name, gs_abort_reason_name(r)) == 0) return r;
   return 0;
 }

@@ -47,6 +47,7 @@ struct SwitchConfig {
   std::string backend = "udp";       // udp | dpdk
   uint64_t max_memory = 1ull << 30;  // bytes of slot memory for all jobs together
   std::string udp_gso = "on";        // on | off: UDP_SEGMENT for results sent to one worker
+  std::string uplink;                // IPv4:PORT of a spine's control plane: this switch is a leaf
 
   // The DPDK backend's own options (--backend dpdk; docs/dpdk.md).
   struct Dpdk {
@@ -392,6 +393,10 @@ inline const std::vector<OptionSpec>& switch_options() {
         choice_option("udp-gso", "on|off",
                       "udp backend: send a burst's results to a worker as one UDP_SEGMENT write",
                       &SwitchConfig::udp_gso, {"on", "off"}),
+        text_option("uplink", "IPv4:PORT",
+                    "be a leaf: every job also joins the spine switch whose control plane is here, as one "
+                    "rank for this switch's ranks (docs/protocol.md section 8); none: aggregate alone",
+                    &SwitchConfig::uplink, true, valid_ipv4_port),
     };
     for (OptionSpec& spec : dpdk_options()) o.push_back(std::move(spec));
     return o;
@@ -407,6 +412,10 @@ inline std::string validate_config(const SwitchConfig& c) {
       if (std::string(o.group) == "dpdk" && o.get(c) != o.get(defaults))
         return std::string("--") + o.name + " is an option of the DPDK backend: add --backend dpdk";
   }
+  if (!c.uplink.empty() && c.backend != "udp")
+    return "--uplink needs --backend udp (the DPDK backend has no uplink)";
+  if (!c.uplink.empty() && c.threads != 1)
+    return "--uplink needs --threads 1 (the spine answers a leaf on one UDP port)";
   if (c.data_port + c.threads - 1 > 65535)
     return "--data-port " + std::to_string(c.data_port) + " with --threads " + std::to_string(c.threads) +
            " needs UDP ports beyond 65535";

@@ -88,8 +88,23 @@ std::string mismatch_text(const std::map<std::string, std::string>& kv, const Pa
          std::to_string(offset) + ")." + own + tail;
 }
 
-[[noreturn]] void throw_abort(uint8_t reason, uint16_t rank, const std::string& msg) {
-  if (reason == GS_ABORT_SHUTDOWN) throw SwitchLostError(msg, reason, rank);
+std::string get(const std::map<std::string, std::string>& kv, const char* key) {
+  auto it = kv.find(key);
+  return it == kv.end() ? std::string() : it->second;
+}
+
+// Nothing more goes through the switch (its ranks may take another path, such as the ring): it is
+// stopping or gone, or the spine behind a leaf is.
+bool switch_gone(uint8_t reason, const std::map<std::string, std::string>& kv) {
+  const std::string spine = get(kv, GS_KEY_UPLINK_REASON);
+  return reason == GS_ABORT_SHUTDOWN ||
+         (reason == GS_ABORT_UPLINK &&
+          (spine == GS_UPLINK_LOST || spine == gs_abort_reason_name(GS_ABORT_SHUTDOWN)));
+}
+
+[[noreturn]] void throw_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,
+                              const std::string& msg) {
+  if (switch_gone(reason, kv)) throw SwitchLostError(msg, reason, rank);
   throw AbortedError(msg, reason, rank);
 }
 
@@ -108,6 +123,8 @@ std::string abort_reason_text(uint8_t reason, uint16_t rank) {
       return "the job was ended through the switch's control plane";
     case GS_ABORT_MISMATCH:
       return "the ranks disagree on an allreduce (tensors of different lengths or dtypes)";
+    case GS_ABORT_UPLINK:
+      return "the spine switch behind this rank's leaf switch ended the job or was lost";
     default:
       return "abort reason " + std::to_string(reason) +
              (rank == GS_RANK_ALL ? std::string() : " (rank " + std::to_string(rank) + ")");
@@ -117,6 +134,23 @@ std::string abort_reason_text(uint8_t reason, uint16_t rank) {
 std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,
                            const PathContext& ctx, const AllreduceOp* op) {
   if (reason == GS_ABORT_MISMATCH) return mismatch_text(kv, ctx, op);
+  if (reason == GS_ABORT_UPLINK && kv.count(GS_KEY_UPLINK_REASON)) {
+    // Two levels (docs/protocol.md section 8): say what happened at the spine, in its own words.
+    const std::string spine = "the spine switch at " + get(kv, GS_KEY_UPLINK) +
+                              " (which this rank's leaf switch " + "aggregates through)";
+    const std::string why = get(kv, GS_KEY_UPLINK_REASON);
+    if (why == GS_UPLINK_LOST)
+      return spine + " was lost: its control connection to the leaf closed (did it stop or crash?)";
+    const long long r = number(get(kv, GS_KEY_UPLINK_RANK), GS_RANK_ALL);
+    const uint16_t at = r >= 0 && r < GS_RANK_ALL ? static_cast<uint16_t>(r) : GS_RANK_ALL;
+    if (why == "rank_left")
+      return spine + " ended the job: rank " + std::to_string(at) + " left it there (rank " +
+             std::to_string(at) + ", or the leaf switch it joined through, closed, stopped or crashed)";
+    std::map<std::string, std::string> spine_kv = kv;  // the spine's mismatch_* keys, if any
+    spine_kv.erase(GS_KEY_LEFT);                       // the leaf's, not the spine's
+    return spine +
+           " ended the job: " + describe_abort(gs_abort_reason_from_name(why.c_str()), at, spine_kv, ctx, op);
+  }
   if (reason == GS_ABORT_RANK_LEFT && kv.count(GS_KEY_LEFT)) {
     if (lists_rank(kv, GS_KEY_LEFT, rank))
       return "rank " + std::to_string(rank) +
@@ -137,11 +171,10 @@ void throw_notice(const PathContext& ctx, const ControlClient& control, const Sw
                               " closed the control connection of " + ctx.job_text + when +
                               ": did gradswitchd stop or crash?",
                           GS_ABORT_SHUTDOWN, GS_RANK_ALL);
-  auto get = [&](const char* k) { return n.kv.count(k) ? n.kv.at(k) : std::string(); };
-  const uint8_t reason = gs_abort_reason_from_name(get(GS_KEY_REASON).c_str());
-  const long long r = number(get(GS_KEY_RANK), GS_RANK_ALL);
+  const uint8_t reason = gs_abort_reason_from_name(get(n.kv, GS_KEY_REASON).c_str());
+  const long long r = number(get(n.kv, GS_KEY_RANK), GS_RANK_ALL);
   const uint16_t rank = r >= 0 && r < GS_RANK_ALL ? static_cast<uint16_t>(r) : GS_RANK_ALL;
-  throw_abort(reason, rank,
+  throw_abort(reason, rank, n.kv,
               "gradswitch: " + ctx.job_text + " was aborted by the switch" + when + ": " +
                   describe_abort(reason, rank, n.kv, ctx, &op));
 }
@@ -156,7 +189,7 @@ void throw_aborted(const PathContext& ctx, ControlClient* control, uint8_t reaso
     } catch (const Error&) {
     }
   }
-  throw_abort(reason, rank,
+  throw_abort(reason, rank, kv,
               "gradswitch: " + ctx.job_text + " was aborted by the switch during allreduce seq " +
                   std::to_string(op.seq) + ": " + describe_abort(reason, rank, kv, ctx, &op));
 }

@@ -6,10 +6,10 @@
 // created once every rank has joined and destroyed once every rank's connection is gone.
 // Errors answer only the connection that caused them; no input can stop the loop.
 //
-// The class is defined in four files along its seams: server.cpp (poll loop, connections,
+// The class is defined in five files along its seams: server.cpp (poll loop, connections,
 // framing, dispatch, output), jobs.cpp (join, start, leave, aborts and events, timers),
-// queries.cpp (STATUS, STATS, JOBS) and optimizer_requests.cpp (PARAMS, SETLR, STATE_*);
-// control_state.h holds the records they share.
+// queries.cpp (STATUS, STATS, JOBS), optimizer_requests.cpp (PARAMS, SETLR, STATE_*) and leaf.cpp
+// (a leaf switch's side of its spine, --uplink); control_state.h holds the records they share.
 #pragma once
 
 #include <atomic>
@@ -84,7 +84,26 @@ class ControlPlane {
   Optimizer* joined_optimizer(Conn& c, const std::string& verb, control::Error* err);
   // Answers the error, then FIN, drain and close (the input can no longer be framed).
   void close_with_error(Conn& c, const char* code, const std::string& message);
+  JobSpec new_spec(const PendingJob& p) const;  // name, world, wire, slots, payload, optimizer, key
   void start_job(PendingJob& p, uint64_t now_ns);
+  // Creates the engine job, replies OK (+ `reply_tail`) to every member and makes the job live.
+  void launch(PendingJob& p, const JobSpec& spec, std::vector<uint16_t> leader, const std::string& reply_tail,
+              uint64_t now_ns);
+  // Every rank of `rank`'s group (the ranks one leaf forwarded) has left with LEAVE.
+  bool group_left(const LiveJob& j, uint16_t rank) const;
+
+  // ---- a leaf switch (leaf.cpp) ----
+  bool is_leaf() const;
+  void forward_join(Conn& member, const control::Request& join, PendingJob& p);
+  void process_spine_lines(Conn& up, uint64_t now_ns);
+  void spine_join_reply(Conn& up, const std::string& line, uint64_t now_ns);
+  void spine_event(Conn& up, const std::string& line);
+  void spine_lost(Conn& up);  // its connection closed
+  void start_leaf_job(PendingJob& p, uint64_t now_ns);
+  void withdraw_upward(PendingJob& p, uint16_t rank);            // a member withdrew before the start
+  void depart_upward(LiveJob& j, uint16_t rank, bool graceful);  // a member left or disconnected
+  void close_upward(uint64_t conn_id);
+  std::string uplink_keys(const LiveJob& j, const JobStatus& s) const;  // " uplink_reason=.. uplink_rank=.."
   void fail_pending(PendingJob& p, const control::Error& e);
   void depart(Conn& c, bool graceful, uint64_t now_ns);  // the connection leaves its job
   void end_job_if_empty(LiveJob& j);

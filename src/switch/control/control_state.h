@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,7 +18,8 @@ namespace gradswitch {
 inline constexpr size_t kMaxPausedInput = 64 * 1024;
 
 struct ControlPlane::Conn {
-  enum class Role { kNone, kPending, kJoined, kLeft };
+  // kUplink: a leaf's own connection to its spine, carrying one member's JOIN (docs/protocol.md §8).
+  enum class Role { kNone, kPending, kJoined, kLeft, kUplink };
   uint64_t id = 0;
   int fd = -1;
   uint32_t peer_ipv4_be = 0;
@@ -25,15 +27,21 @@ struct ControlPlane::Conn {
   control::LineFramer in;
   std::string out;
   bool eof = false;      // the peer closed its side
+  int last_errno = 0;    // why the connection failed, when it did (a leaf's spine unreachable)
   bool closing = false;  // input is discarded; once the error is sent: FIN, drain, close
   bool wr_shut = false;
   uint64_t drain_deadline_ns = 0;
   bool dead = false;  // close at the end of this step
   Role role = Role::kNone;
-  std::string job_name;  // kPending, kJoined, kLeft
-  uint32_t job_id = 0;   // kJoined, kLeft
+  std::string job_name;  // kPending, kJoined, kLeft, kUplink
+  uint32_t job_id = 0;   // kJoined, kLeft; kUplink: the leaf's job once it started
   uint16_t rank = 0;
 
+  // kUplink: what the spine's next reply lines answer, in order (the forwarded JOIN, a forwarded
+  // LEAVE), and whether the leaf closed it on purpose (else its closing means the spine is gone).
+  enum class UplinkReply { kJoin, kLeave };
+  std::deque<UplinkReply> uplink_expect;
+  bool uplink_closed_by_us = false;
   // The payload of PARAMS / STATE_SET being received (docs/protocol.md §1.3). Until it is complete,
   // input bytes are payload, not request lines.
   struct BinaryIn {
@@ -74,6 +82,14 @@ struct ControlPlane::PendingJob {
   std::vector<uint64_t> conn;                      // per rank: connection id, 0 = not joined yet
   std::vector<uint16_t> port;
   unsigned joined = 0;
+  // At a spine: the rank's JOIN came from a leaf (leaf=1), and the worker's own address (peer=).
+  std::vector<uint8_t> leaf;
+  std::vector<Endpoint> peer;
+  // At a leaf: per rank, the connection that forwards its JOIN to the spine; how many the spine
+  // accepted, and what it answered (the spine's job, slots, payload, ports, peers).
+  std::vector<uint64_t> uplink_conn;
+  unsigned uplink_ok = 0;
+  std::map<std::string, std::string> spine_reply;
 };
 
 struct ControlPlane::LiveJob {
@@ -83,6 +99,15 @@ struct ControlPlane::LiveJob {
   size_t memory = 0;
   std::vector<uint64_t> conn;  // per rank: connection id, 0 = gone (left or closed)
   unsigned present = 0;
+  // Per rank: the rank whose DATA stands for it (itself, or at a spine the lowest rank a leaf
+  // forwarded with it), and whether it left with LEAVE (a group leaves when all of it has).
+  std::vector<uint16_t> leader;
+  std::vector<uint8_t> left;
+  // At a leaf: per rank, its connection to the spine; the spine's address; the keys the spine's
+  // EVENT carried beyond the reason (a mismatch's, for the members' EVENT).
+  std::vector<uint64_t> uplink_conn;
+  std::string spine;
+  std::string spine_event_keys;
   bool aborted = false;
   std::string abort_why;
   uint64_t start_ns = 0, last_request_ns = 0;
@@ -93,7 +118,8 @@ namespace control {
 // ` mismatch_seq=.. mismatch_offset=.. mismatch_ranks=a,b ...`: the two contributions that could not
 // be summed (held, arriving).
 std::string mismatch_keys(const Mismatch& m);
-std::string ranks_text(uint64_t mask);  // "0,3,5"
+std::string ranks_text(uint64_t mask);         // "0,3,5"
+std::string endpoint_text(const Endpoint& e);  // "10.0.0.1:7701"
 }  // namespace control
 
 }  // namespace gradswitch

@@ -39,6 +39,10 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
   Error err;
   auto j = parse_join(r, &err);
   if (!j) return reply_error(c, err.code, err.message);
+  if (j->leaf && is_leaf())
+    return reply_error(c, kErrBadRequest,
+                       "this switch is itself a leaf (--uplink " + config_.uplink +
+                           "): it takes workers' JOINs, not a leaf's (two levels at most)");
 
   for (auto& [id, live] : live_)
     if (live->spec.name == j->job && !live->aborted)
@@ -101,18 +105,26 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
     p->deadline_ns = now_ns + uint64_t(config_.join_timeout_s) * 1'000'000'000ull;
     p->conn.assign(j->world, 0);
     p->port.assign(j->world, 0);
+    p->leaf.assign(j->world, 0);
+    p->peer.assign(j->world, Endpoint{});
+    p->uplink_conn.assign(j->world, 0);
     it = pending_.emplace(j->job, std::move(p)).first;
   }
   PendingJob& p = *it->second;
   p.conn[j->rank] = c.id;
   p.port[j->rank] = j->port;
+  p.leaf[j->rank] = j->leaf;
+  p.peer[j->rank] = Endpoint{j->peer_ipv4_be, htons(j->peer_port)};
   ++p.joined;
   c.role = Role::kPending;
   c.job_name = j->job;
   c.rank = j->rank;
   GS_LOG_DEBUG("job '%s': rank %u joined from %s (%u of %u)", p.name.c_str(), j->rank, c.peer.c_str(),
                p.joined, p.world);
-  if (p.joined == p.world) start_job(p, now_ns);
+  if (is_leaf())
+    forward_join(c, r, p);  // the job starts when the spine has every rank
+  else if (p.joined == p.world)
+    start_job(p, now_ns);
 }
 
 std::string ControlPlane::join_conflict(const PendingJob& p, const JoinRequest& j) const {
@@ -134,7 +146,7 @@ std::string ControlPlane::join_conflict(const PendingJob& p, const JoinRequest& 
   return {};
 }
 
-void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
+JobSpec ControlPlane::new_spec(const PendingJob& p) const {
   JobSpec spec;
   spec.name = p.name;
   spec.world = p.world;
@@ -145,9 +157,51 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
   std::random_device rd;
   do spec.key = rd();
   while (spec.key == 0);
-  for (uint16_t r = 0; r < p.world; ++r)
-    spec.endpoints.push_back(Endpoint{conns_.at(p.conn[r])->peer_ipv4_be, htons(p.port[r])});
+  return spec;
+}
 
+void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
+  JobSpec spec = new_spec(p);
+  // The ranks a leaf forwarded from one address and port (docs/protocol.md §8) are one contributor:
+  // the lowest of them, whose rank the leaf's partial sums carry; results go once to that address.
+  std::vector<uint16_t> leader(p.world);
+  std::vector<Endpoint> at(p.world);
+  for (uint16_t r = 0; r < p.world; ++r) {
+    at[r] = Endpoint{conns_.at(p.conn[r])->peer_ipv4_be, htons(p.port[r])};
+    leader[r] = r;
+    for (uint16_t q = 0; q < r && p.leaf[r]; ++q)
+      if (p.leaf[q] && at[q].ipv4_be == at[r].ipv4_be && at[q].port_be == at[r].port_be) {
+        leader[r] = leader[q];
+        break;
+      }
+    if (leader[r] == r) {
+      spec.members |= uint64_t{1} << r;
+      spec.endpoints.push_back(at[r]);
+    }
+  }
+  if (static_cast<unsigned>(__builtin_popcountll(spec.members)) == p.world) spec.members = 0;  // everyone
+  // Every rank's UDP address, so the workers can run the ring among themselves (docs/protocol.md
+  // section 7): on request (algorithm=ring) and as the fallback when this switch goes away. A rank
+  // behind a leaf is listed at its own address (peer=), not the leaf's.
+  std::string peers;
+  for (uint16_t r = 0; r < p.world; ++r)
+    peers += (r ? "," : "") + endpoint_text(p.leaf[r] ? p.peer[r] : at[r]);
+  Line tail("");
+  tail.add(GS_KEY_PEERS, peers);
+  if (spec.optimizer) {
+    const StateHeader h = state_header_for(*spec.optimizer, spec.payload_bytes / 4, spec.optimizer->lr);
+    tail.add(GS_KEY_OPTIMIZER, optimizer_algo_name(spec.optimizer->algo))
+        .add(GS_KEY_PARAMS, h.params)
+        .add(GS_KEY_CHUNK, h.chunk)
+        .add(GS_KEY_STATE_BYTES, state_blob_bytes(h));
+  }
+  std::string reply = tail.str();
+  reply.pop_back();  // the '\n': launch() ends the line
+  launch(p, spec, std::move(leader), reply, now_ns);
+}
+
+void ControlPlane::launch(PendingJob& p, const JobSpec& spec, std::vector<uint16_t> leader,
+                          const std::string& reply_tail, uint64_t now_ns) {
   std::string error;
   uint32_t id = engine_.create_job(spec, &error);
   if (id == 0) return fail_pending(p, {kErrNoResources, "cannot create job '" + p.name + "': " + error});
@@ -158,7 +212,11 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
   live->token = p.token;
   live->memory = p.memory;
   live->conn = p.conn;
-  live->present = p.world;
+  live->present = p.joined;
+  live->leader = std::move(leader);
+  live->left.assign(p.world, 0);
+  live->uplink_conn = p.uplink_conn;
+  if (spec.uplink) live->spine = config_.uplink;
   live->start_ns = live->last_request_ns = now_ns;
   Line ok(GS_REPLY_OK);
   ok.add(GS_KEY_JOB_ID, id)
@@ -166,35 +224,24 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
       .add(GS_KEY_SLOTS, spec.slots)
       .add(GS_KEY_PAYLOAD, spec.payload_bytes)
       .add(GS_KEY_DATA_PORT, config_.data_port)
-      .add(GS_KEY_THREADS, config_.threads);
-  // Every rank's UDP address, so the workers can run the ring among themselves (docs/protocol.md
-  // section 7): on request (algorithm=ring) and as the fallback when this switch goes away.
-  std::string peers;
-  for (uint16_t r = 0; r < spec.world; ++r) {
-    char ip[INET_ADDRSTRLEN] = "";
-    in_addr a{};
-    a.s_addr = spec.endpoints[r].ipv4_be;
-    ::inet_ntop(AF_INET, &a, ip, sizeof ip);
-    peers += (r ? "," : "") + std::string(ip) + ":" + std::to_string(ntohs(spec.endpoints[r].port_be));
-  }
-  ok.add(GS_KEY_PEERS, peers);
-  if (spec.optimizer) {
-    const StateHeader h = state_header_for(*spec.optimizer, spec.payload_bytes / 4, spec.optimizer->lr);
-    ok.add(GS_KEY_OPTIMIZER, optimizer_algo_name(spec.optimizer->algo))
-        .add(GS_KEY_PARAMS, h.params)
-        .add(GS_KEY_CHUNK, h.chunk)
-        .add(GS_KEY_STATE_BYTES, state_blob_bytes(h));
-  }
+      .add(GS_KEY_THREADS, config_.threads)
+      .raw(reply_tail);
   std::vector<Conn*> members;
   for (uint16_t r = 0; r < p.world; ++r) {
+    if (!p.conn[r]) continue;
     Conn& c = *conns_.at(p.conn[r]);
     c.role = Conn::Role::kJoined;
     c.job_id = id;
     members.push_back(&c);
   }
-  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") started: world %u, wire %s, %u slots%s%s", spec.name.c_str(), id,
+  for (uint64_t cid : p.uplink_conn)
+    if (auto it = conns_.find(cid); cid && it != conns_.end()) it->second->job_id = id;
+  GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") started: world %u, wire %s, %u slots%s%s%s", spec.name.c_str(), id,
               spec.world, gs_elem_name(spec.wire), spec.slots, spec.optimizer ? ", " : "",
-              spec.optimizer ? describe_optimizer(*spec.optimizer).c_str() : "");
+              spec.optimizer ? describe_optimizer(*spec.optimizer).c_str() : "",
+              spec.uplink
+                  ? (", leaf of " + config_.uplink + " (ranks " + ranks_text(spec.members) + ")").c_str()
+                  : "");
   ++jobs_started_;
   LiveJob& lj = *live;
   live_.emplace(id, std::move(live));
@@ -206,6 +253,7 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
 }
 
 void ControlPlane::fail_pending(PendingJob& p, const Error& e) {
+  for (uint64_t cid : p.uplink_conn) close_upward(cid);
   for (uint64_t cid : p.conn) {
     auto it = conns_.find(cid);
     if (cid == 0 || it == conns_.end()) continue;
@@ -232,6 +280,7 @@ void ControlPlane::handle_leave(Conn& c, const Request& r, uint64_t now_ns) {
 }
 
 void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns) {
+  if (c.role == Conn::Role::kUplink) return spine_lost(c);
   if (c.role == Conn::Role::kPending) {
     auto it = pending_.find(c.job_name);
     if (it != pending_.end()) {
@@ -240,6 +289,7 @@ void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns) {
         p.conn[c.rank] = 0;
         --p.joined;
         GS_LOG_DEBUG("job '%s': rank %u withdrew before the job started", p.name.c_str(), c.rank);
+        if (p.uplink_conn[c.rank]) withdraw_upward(p, c.rank);
       }
       if (p.joined == 0) pending_.erase(it);
     }
@@ -254,16 +304,24 @@ void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns) {
   if (j.conn[c.rank] != c.id) return;
   j.conn[c.rank] = 0;
   --j.present;
+  if (graceful) j.left[c.rank] = 1;
   if (!j.aborted) {
     if (!graceful) {
       abort_live(j, GS_ABORT_RANK_LEFT, c.rank, "rank " + std::to_string(c.rank) + " disconnected");
-    } else if (j.present > 0 && engine_.rank_left(j.id, c.rank)) {
+    } else if (j.present > 0 && group_left(j, c.rank) && engine_.rank_left(j.id, j.leader[c.rank])) {
       // The engine aborted it: a round was waiting for the rank that left.
       abort_live(j, GS_ABORT_RANK_LEFT, c.rank,
                  "rank " + std::to_string(c.rank) + " left (LEAVE) while the others were in an allreduce");
     }
   }
+  if (!j.uplink_conn.empty() && j.uplink_conn[c.rank]) depart_upward(j, c.rank, graceful);
   end_job_if_empty(j);
+}
+
+bool ControlPlane::group_left(const LiveJob& j, uint16_t rank) const {
+  for (uint16_t r = 0; r < j.spec.world; ++r)
+    if (j.leader[r] == j.leader[rank] && !j.left[r]) return false;
+  return true;
 }
 
 void ControlPlane::abort_live(LiveJob& j, uint8_t reason, uint16_t rank, const std::string& why) {
@@ -288,10 +346,15 @@ void ControlPlane::note_abort(LiveJob& j, const std::string& why) {
       .add(GS_KEY_RANK, s.abort_rank == GS_RANK_ALL ? std::string(GS_NO_RANK) : std::to_string(s.abort_rank))
       .add(GS_KEY_LEFT, ranks_text(s.left));
   if (s.abort_reason == GS_ABORT_MISMATCH) event.raw(mismatch_keys(s.mismatch));
+  if (s.abort_reason == GS_ABORT_UPLINK) event.add(GS_KEY_UPLINK, j.spine).raw(uplink_keys(j, s));
   for (uint64_t cid : j.conn) {
     auto it = conns_.find(cid);
     if (cid != 0 && it != conns_.end()) send_event(*it->second, event.str());
   }
+  // A leaf's job that ended here ends at the spine too: closing the members' connections there
+  // aborts the spine's job, which tells the other racks.
+  if (s.abort_reason != GS_ABORT_UPLINK)
+    for (uint64_t& cid : j.uplink_conn) close_upward(std::exchange(cid, 0));
 }
 
 void ControlPlane::end_job_if_empty(LiveJob& j) {
@@ -300,6 +363,7 @@ void ControlPlane::end_job_if_empty(LiveJob& j) {
   uint32_t id = j.id;
   GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") ended: %s", j.spec.name.c_str(), id,
               j.aborted ? ("aborted (" + j.abort_why + ")").c_str() : "all ranks left");
+  for (uint64_t cid : j.uplink_conn) close_upward(cid);
   for (auto& l : listeners_) l({JobEvent::kDestroyed, id, nullptr});
   engine_.destroy_job(id);
   live_.erase(id);

@@ -22,6 +22,12 @@ Optimizer* ControlPlane::joined_optimizer(Conn& c, const std::string& verb, Erro
     return nullptr;
   }
   Optimizer* opt = engine_.job_optimizer(c.job_id);
+  if (!opt && is_leaf()) {
+    *err = {kErrState, "job '" + c.job_name + "' runs through this leaf switch, whose spine (" +
+                           config_.uplink + ") holds the parameters and optimizes; " + verb +
+                           " is not relayed to the spine: the parameters start as zeros there"};
+    return nullptr;
+  }
   if (!opt) {
     *err = {kErrState,
             "job '" + c.job_name + "' does not optimize in the switch (it was joined without optimizer=)"};

@@ -1,5 +1,7 @@
 #include "switch/control/parse.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -203,8 +205,8 @@ static bool number_arg(const Request& r, const char* key, uint64_t lo, uint64_t 
 }
 
 // Optimizer keys of JOIN: the ones every algorithm takes, then the algorithm's own.
-static constexpr const char* kJoinKeys[] = {GS_KEY_JOB,  GS_KEY_WORLD, GS_KEY_RANK,
-                                            GS_KEY_WIRE, GS_KEY_TOKEN, GS_KEY_PORT};
+static constexpr const char* kJoinKeys[] = {GS_KEY_JOB,   GS_KEY_WORLD, GS_KEY_RANK, GS_KEY_WIRE,
+                                            GS_KEY_TOKEN, GS_KEY_PORT,  GS_KEY_LEAF, GS_KEY_PEER};
 static constexpr const char* kOptCommonKeys[] = {GS_KEY_OPTIMIZER, GS_KEY_PARAMS, GS_KEY_LR,
                                                  GS_KEY_WEIGHT_DECAY, GS_KEY_AVERAGE};
 static std::vector<const char*> algo_keys(OptimizerAlgo a) {
@@ -333,8 +335,8 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
     if (!ok) {
       *err = {kErrBadRequest,
               "unknown key '" + k +
-                  "' for JOIN (keys: job world rank wire token port, and for optimization in the "
-                  "switch optimizer params lr ...)"};
+                  "' for JOIN (keys: job world rank wire token port, leaf peer from a leaf switch, and "
+                  "for optimization in the switch optimizer params lr ...)"};
       return std::nullopt;
     }
   }
@@ -378,6 +380,25 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
   j.token = *v;
   if (!number_arg(r, GS_KEY_PORT, 1, 65535, &n, err)) return std::nullopt;
   j.port = static_cast<uint16_t>(n);
+  if (r.find(GS_KEY_LEAF)) {
+    if (!number_arg(r, GS_KEY_LEAF, 0, 1, &n, err)) return std::nullopt;
+    j.leaf = n == 1;
+  }
+  if (const std::string* peer = r.find(GS_KEY_PEER)) {
+    in_addr a{};
+    const size_t colon = peer->rfind(':');
+    uint64_t port = 0;
+    if (!j.leaf || colon == std::string::npos ||
+        inet_pton(AF_INET, peer->substr(0, colon).c_str(), &a) != 1 ||
+        !(port = parse_number(std::string_view(*peer).substr(colon + 1), 65535).value_or(0))) {
+      *err = {kErrBadRequest,
+              j.leaf ? "peer=" + shown(*peer) + " is not an IPv4:PORT address"
+                     : std::string("peer= is only for a JOIN forwarded by a leaf switch (leaf=1)")};
+      return std::nullopt;
+    }
+    j.peer_ipv4_be = a.s_addr;
+    j.peer_port = static_cast<uint16_t>(port);
+  }
   if (r.find(GS_KEY_OPTIMIZER)) {
     j.optimizer = parse_optimizer_keys(r, j.wire, err);
     if (!j.optimizer) return std::nullopt;

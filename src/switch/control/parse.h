@@ -95,6 +95,11 @@ struct JoinRequest {
   uint8_t wire = 0;  // gs_elem_type
   std::string token;
   uint16_t port = 0;
+  // leaf=1: a leaf switch forwards this rank's JOIN (docs/protocol.md §8); the ranks it forwards from
+  // one address and port are one contributor. peer=: the worker's own UDP address (for peers=).
+  bool leaf = false;
+  uint32_t peer_ipv4_be = 0;
+  uint16_t peer_port = 0;
   // Set when the JOIN carries optimizer= (the switch then optimizes: docs/protocol.md §1.3).
   std::optional<OptimizerSpec> optimizer;
 };

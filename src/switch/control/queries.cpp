@@ -1,5 +1,8 @@
 // What the control plane tells about jobs and counters: STATUS, STATS and JOBS, and the texts of
 // abort reasons and mismatches that events and log lines share with them.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <string>
 
@@ -9,6 +12,14 @@
 namespace gradswitch {
 
 namespace control {
+
+std::string endpoint_text(const Endpoint& e) {
+  char ip[INET_ADDRSTRLEN] = "";
+  in_addr a{};
+  a.s_addr = e.ipv4_be;
+  ::inet_ntop(AF_INET, &a, ip, sizeof ip);
+  return std::string(ip) + ":" + std::to_string(ntohs(e.port_be));
+}
 
 std::string mismatch_keys(const Mismatch& m) {
   auto pair = [](auto a, auto b) { return std::to_string(a) + "," + std::to_string(b); };
@@ -77,6 +88,10 @@ void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
       .add(GS_KEY_RANK_SEQ, seqs)
       .add(GS_KEY_LEFT, ranks_text(s.left));
   if (s.aborted && s.abort_reason == GS_ABORT_MISMATCH) out.raw(mismatch_keys(s.mismatch));
+  if (it != live_.end() && !it->second->spine.empty()) {  // a leaf (docs/protocol.md section 8)
+    out.add(GS_KEY_UPLINK, it->second->spine).add(GS_KEY_MEMBERS, ranks_text(s.members));
+    if (s.aborted && s.abort_reason == GS_ABORT_UPLINK) out.raw(uplink_keys(*it->second, s));
+  }
   if (q->slot) {
     if (*q->slot >= s.slots)
       return reply_error(c, kErrBadRequest,
@@ -88,6 +103,7 @@ void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
                          "no slot " + std::to_string(*q->slot) + " in job " + std::to_string(id));
     out.add(GS_KEY_SLOT_STATE, ss.open       ? "open"
                                : ss.complete ? "complete"
+                               : ss.uplink   ? "uplink"
                                              : "empty")
         .add(GS_KEY_SLOT_SEQ, ss.seq)
         .add(GS_KEY_SLOT_OFFSET, ss.offset)

@@ -150,6 +150,7 @@ void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0) c.last_errno = errno;
     c.eof = true;  // closed or reset
   }
   // A peer that closed its side is gone, but its complete lines (e.g. a final LEAVE) count.
@@ -160,6 +161,7 @@ void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
 }
 
 void ControlPlane::process_lines(Conn& c, uint64_t now_ns) {
+  if (c.role == Conn::Role::kUplink) return process_spine_lines(c, now_ns);
   std::string line;
   while (!c.dead && !c.closing && c.role != Conn::Role::kPending && c.stream.empty()) {
     if (c.bin) {

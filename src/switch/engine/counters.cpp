@@ -36,6 +36,10 @@ const char* drop_reason_name(DropReason r) {
       return "bad_offset";
     case DropReason::kJobAborted:
       return "job_aborted";
+    case DropReason::kUplinkStale:
+      return "uplink_stale";
+    case DropReason::kBadSource:
+      return "bad_source";
     case DropReason::kCount_:
       break;
   }
@@ -50,6 +54,8 @@ CounterValues& CounterValues::operator+=(const CounterValues& o) {
   completed += o.completed;
   duplicates += o.duplicates;
   retx_answered += o.retx_answered;
+  sent_up += o.sent_up;
+  resent_up += o.resent_up;
   for (size_t i = 0; i < kDropReasons; ++i) drops[i] += o.drops[i];
   return *this;
 }
@@ -70,6 +76,8 @@ std::string CounterValues::format(const std::string& prefix) const {
   add("completed", completed);
   add("duplicates", duplicates);
   add("retx_answered", retx_answered);
+  add("sent_up", sent_up);
+  add("resent_up", resent_up);
   add("drops", drops_total());
   for (size_t i = 1; i < kDropReasons; ++i) {
     std::string name = std::string("drop.") + drop_reason_name(static_cast<DropReason>(i));
@@ -87,6 +95,8 @@ CounterValues Counters::read() const {
   v.completed = completed.load(std::memory_order_relaxed);
   v.duplicates = duplicates.load(std::memory_order_relaxed);
   v.retx_answered = retx_answered.load(std::memory_order_relaxed);
+  v.sent_up = sent_up.load(std::memory_order_relaxed);
+  v.resent_up = resent_up.load(std::memory_order_relaxed);
   for (size_t i = 0; i < kDropReasons; ++i) v.drops[i] = drops[i].load(std::memory_order_relaxed);
   return v;
 }

@@ -27,6 +27,8 @@ enum class DropReason : uint8_t {
   kInconsistent,  // count, type, scale or LAST differ from the round's first one: the job is aborted
   kBadOffset,     // optimizer job: chunk outside the parameters or not on a chunk boundary
   kJobAborted,    // answered with an ABORT message
+  kUplinkStale,   // leaf: a spine RESULT for no round that waits for one (a second answer, or old)
+  kBadSource,     // leaf: a RESULT or ABORT that did not come from the spine's data ports
   kCount_
 };
 inline constexpr size_t kDropReasons = static_cast<size_t>(DropReason::kCount_);
@@ -38,6 +40,8 @@ struct CounterValues {
   uint64_t completed = 0;      // slot rounds completed (results multicast)
   uint64_t duplicates = 0;     // contributions already counted, ignored
   uint64_t retx_answered = 0;  // retransmissions answered from the shadow copy
+  uint64_t sent_up = 0;        // leaf: rounds complete in the rack, sent up to the spine
+  uint64_t resent_up = 0;      // leaf: of those, sent again after their loss timer
   std::array<uint64_t, kDropReasons> drops{};
   uint64_t drops_total() const {
     uint64_t s = 0;
@@ -56,6 +60,7 @@ class Counters {
 
   std::atomic<uint64_t> pkts_in{0}, bytes_in{0}, pkts_out{0}, bytes_out{0};
   std::atomic<uint64_t> completed{0}, duplicates{0}, retx_answered{0};
+  std::atomic<uint64_t> sent_up{0}, resent_up{0};
   std::array<std::atomic<uint64_t>, kDropReasons> drops{};
 };
 

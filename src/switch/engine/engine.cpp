@@ -23,13 +23,29 @@ size_t round_up(size_t n) {
 size_t result_bytes(const JobSpec& s) {
   return round_up(GS_HEADER_BYTES + s.payload_bytes);
 }
-// 16-bit elements are summed in fp32: twice the payload.
+// 16-bit elements are summed in fp32: twice the payload, behind room for the header with which a
+// leaf sends such a sum up (job.h).
 size_t accum_bytes(const JobSpec& s) {
-  return round_up(size_t{s.payload_bytes} * 2);
+  return kAlign + round_up(size_t{s.payload_bytes} * 2);
 }
 
-bool is_16bit(uint8_t elem_type) {
-  return elem_type == GS_ELEM_FLOAT16 || elem_type == GS_ELEM_BFLOAT16;
+std::string check_membership(const JobSpec& spec) {
+  const uint64_t all = spec.world >= 64 ? ~uint64_t{0} : (uint64_t{1} << spec.world) - 1;
+  if (spec.members & ~all) return "members must be ranks of the job";
+  const size_t n = spec.members ? static_cast<size_t>(__builtin_popcountll(spec.members)) : spec.world;
+  if (spec.endpoints.size() != n) return "one endpoint per member is required";
+  return "";
+}
+
+std::string check_uplink(const JobSpec& spec) {
+  const UplinkSpec& u = *spec.uplink;
+  if (spec.optimizer) return "a leaf's job cannot optimize (the spine, the root, runs the optimizer)";
+  if (u.data_threads.empty()) return "the spine's data ports are missing";
+  if (spec.slots > u.slots) return "the leaf's slots exceed the spine's";
+  // Every round must fit one spine packet: 16-bit sums go up as fp32, twice their bytes.
+  const uint32_t up = is_16bit(spec.wire) ? spec.payload_bytes * 2 : spec.payload_bytes;
+  if (up > u.payload_bytes) return "the leaf's rounds would not fit the spine's payload";
+  return "";
 }
 
 }  // namespace
@@ -43,10 +59,16 @@ Job::Job(uint32_t job_id, const JobSpec& job_spec, unsigned threads)
   for (uint16_t s = 0; s < spec.slots; ++s) {
     for (auto& v : slots[s].version) {
       v.result = p;
-      v.accum = reinterpret_cast<float*>(p + rb);
+      v.accum = reinterpret_cast<float*>(p + rb + kAlign);
       p += rb + ab;
     }
   }
+  members = spec.members;
+  if (members == 0) members = spec.world >= 64 ? ~uint64_t{0} : (uint64_t{1} << spec.world) - 1;
+  uint8_t index = 0;
+  for (uint16_t r = 0; r < spec.world; ++r)
+    if (members >> r & 1) endpoint_index[r] = index++;
+  member_count = index;
 }
 
 Job::~Job() {
@@ -59,6 +81,8 @@ Engine::Engine(const EngineConfig& config)
   if (config_.max_jobs == 0 || config_.max_jobs > 256) config_.max_jobs = 256;
   table_.reset(new std::atomic<Job*>[config_.max_jobs]);
   for (unsigned i = 0; i < config_.max_jobs; ++i) table_[i].store(nullptr);
+  uplink_table_.reset(new std::atomic<Job*>[256]);
+  for (unsigned i = 0; i < 256; ++i) uplink_table_[i].store(nullptr);
 }
 
 Engine::~Engine() {
@@ -76,7 +100,7 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
   };
   if (spec.world == 0 || spec.world > GS_MAX_WORLD)
     return fail("world size must be 1.." + std::to_string(GS_MAX_WORLD));
-  if (spec.endpoints.size() != spec.world) return fail("one endpoint per rank is required");
+  if (std::string why = check_membership(spec); !why.empty()) return fail(why);
   if (spec.slots == 0) return fail("a job needs at least one slot");
   if (spec.payload_bytes == 0 || spec.payload_bytes % 4 || spec.payload_bytes > GS_MAX_PAYLOAD_BYTES)
     return fail("payload must be a multiple of 4 bytes, at most " + std::to_string(GS_MAX_PAYLOAD_BYTES));
@@ -86,6 +110,8 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
     if (spec.optimizer->params == 0 || spec.optimizer->params > 0xFFFFFFFFull)
       return fail("an optimizer job needs 1 .. 2^32-1 parameters");
   }
+  if (spec.uplink)
+    if (std::string why = check_uplink(spec); !why.empty()) return fail(why);
   unsigned index = config_.max_jobs;
   for (unsigned i = 0; i < config_.max_jobs; ++i) {
     if (table_[i].load(std::memory_order_relaxed) == nullptr) {
@@ -108,6 +134,7 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
       return fail("out of memory for the optimizer's parameters and state");
     }
   }
+  if (spec.uplink) uplink_table_[spec.uplink->job_id & 0xFFu].store(job, std::memory_order_seq_cst);
   table_[index].store(job, std::memory_order_seq_cst);
   return id;
 }
@@ -119,11 +146,14 @@ Job* Engine::find_job(uint32_t job_id) const {
   return job && job->id == job_id ? job : nullptr;
 }
 
-bool Job::try_abort(uint8_t reason, uint16_t rank, const Mismatch* m) {
+bool Job::try_abort(uint8_t reason, uint16_t rank, const Mismatch* m, uint8_t spine_reason,
+                    uint16_t spine_rank) {
   if (abort_claimed_.exchange(true, std::memory_order_acq_rel)) return false;
   abort_reason = reason;
   abort_rank = rank;
   if (m) mismatch = *m;
+  uplink_reason = spine_reason;
+  uplink_rank = spine_rank;
   aborted.store(true, std::memory_order_release);
   return true;
 }
@@ -131,6 +161,11 @@ bool Job::try_abort(uint8_t reason, uint16_t rank, const Mismatch* m) {
 bool Engine::abort_job(uint32_t job_id, uint8_t reason, uint16_t rank) {
   Job* job = find_job(job_id);
   return job && job->try_abort(reason, rank);
+}
+
+bool Engine::abort_from_uplink(uint32_t job_id, uint8_t spine_reason, uint16_t spine_rank) {
+  Job* job = find_job(job_id);
+  return job && job->try_abort(GS_ABORT_UPLINK, GS_RANK_ALL, nullptr, spine_reason, spine_rank);
 }
 
 bool Engine::rank_left(uint32_t job_id, uint16_t rank) {
@@ -151,6 +186,10 @@ bool Engine::rank_left(uint32_t job_id, uint16_t rank) {
 void Engine::destroy_job(uint32_t job_id) {
   Job* job = find_job(job_id);
   if (!job) return;
+  if (job->spec.uplink) {
+    Job* expected = job;
+    uplink_table_[job->spec.uplink->job_id & 0xFFu].compare_exchange_strong(expected, nullptr);
+  }
   table_[job_id & 0xFFu].store(nullptr, std::memory_order_seq_cst);
   // RCU-style grace period: a thread inside a burst may still hold the pointer; wait until every
   // such thread has left that burst. Threads outside a burst will not find the job any more.
@@ -185,6 +224,9 @@ bool Engine::job_status(uint32_t job_id, JobStatus* out) const {
   out->abort_rank = out->aborted ? job->abort_rank : GS_RANK_ALL;
   out->mismatch = out->aborted && job->abort_reason == GS_ABORT_MISMATCH ? job->mismatch : Mismatch{};
   out->left = job->left.load(std::memory_order_relaxed);
+  out->members = job->spec.members;
+  out->uplink_reason = out->aborted ? job->uplink_reason : 0;
+  out->uplink_rank = out->aborted ? job->uplink_rank : GS_RANK_ALL;
   out->last_activity_ns = 0;
   out->rank_last_seq.assign(job->spec.world, -1);
   out->counters = CounterValues{};
@@ -209,6 +251,7 @@ bool Engine::slot_status(uint32_t job_id, uint16_t slot, uint8_t version, SlotSt
   const RoundState state = sv.state.load(std::memory_order_relaxed);
   out->open = state == RoundState::kOpen;
   out->complete = state == RoundState::kComplete;
+  out->uplink = state == RoundState::kUplink;
   out->seq = sv.seq.load(std::memory_order_relaxed);
   out->offset = sv.offset.load(std::memory_order_relaxed);
   out->seen = sv.seen.load(std::memory_order_relaxed);
@@ -273,7 +316,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   counter_add(js->counters.bytes_in, len);
   const JobSpec& spec = job->spec;
   if (h.key != spec.key) return drop(DropReason::kWrongKey);
-  if (h.rank >= spec.world) return drop(DropReason::kBadRank);
+  if (h.rank >= spec.world || !(job->members >> h.rank & 1)) return drop(DropReason::kBadRank);
   if (h.slot >= spec.slots) return drop(DropReason::kSlotOutOfRange);
   if (thread_of_slot(h.slot) != thread) return drop(DropReason::kWrongThread);
   const size_t elem_size = gs_elem_size(h.elem_type);
@@ -291,7 +334,8 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
 
   r.src_rank = h.rank;
   r.endpoints = spec.endpoints.data();
-  r.world = spec.world;
+  r.world = job->member_count;
+  r.slot = h.slot;
   js->last_activity_ns.store(now_ns, std::memory_order_relaxed);
   std::atomic<int64_t>& rank_seq = js->rank_seq[h.rank];
   const int64_t last = rank_seq.load(std::memory_order_relaxed);
@@ -318,7 +362,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
         .encode(ts.abort_packet);
     drop(why);
     r.kind = IngestResult::kSend;
-    r.dest_rank = dest;
+    r.dest_rank = dest == GS_RANK_ALL ? dest : job->endpoint_index[dest];
     r.data = ts.abort_packet;
     r.len = GS_HEADER_BYTES;
     r.type = GS_MSG_ABORT;
@@ -344,7 +388,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     std::memcpy(out + offsetof(gs_header, rank), &rank_be, 2);
     out[offsetof(gs_header, flags)] = static_cast<uint8_t>(version | GS_FLAG_UNICAST);
     r.kind = IngestResult::kSend;
-    r.dest_rank = h.rank;
+    r.dest_rank = job->endpoint_index[h.rank];
     r.data = out;
     r.len = static_cast<uint32_t>(GS_HEADER_BYTES + size_t{sv.count} * gs_elem_size(sv.elem_type));
     r.type = GS_MSG_RESULT;
@@ -413,9 +457,9 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     sv.seen.store(sv.seen.load(std::memory_order_relaxed) | bit, std::memory_order_relaxed);
     ++sv.arrived;
   } else {
-    // A new round may replace an empty or completed one, never an open one, and never with an
-    // older round: both are stale packets.
-    if (state == RoundState::kOpen) return drop(DropReason::kStaleRound);
+    // A new round may replace an empty or completed one, never an open one (nor one that waits for
+    // the spine), and never with an older round: both are stale packets.
+    if (state == RoundState::kOpen || state == RoundState::kUplink) return drop(DropReason::kStaleRound);
     if (state == RoundState::kComplete && !round_is_newer(h.seq, h.offset, held_seq, held_offset))
       return drop(DropReason::kStaleRound);
     // The first contribution initialises the round: no zeroing pass.
@@ -437,10 +481,11 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     sv.state.store(RoundState::kOpen, std::memory_order_relaxed);
   }
 
-  if (sv.arrived < spec.world) {
+  if (sv.arrived < job->member_count) {
     r.kind = IngestResult::kAbsorbed;
     return r;
   }
+  if (spec.uplink) return send_up(thread, *job, h.slot, version, r);
 
   // 4. Complete: write the result header (and narrow 16-bit sums), keep it as the shadow copy,
   //    and send it to every rank.
@@ -457,24 +502,34 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     auto* sum = reinterpret_cast<float*>(sv.result + GS_HEADER_BYTES);
     job->optimizer->step(h.offset, sv.count, sum, spec.world, sum);
   }
-  HeaderBuilder(GS_MSG_RESULT, h.job_id, spec.key)
+  return publish_result(thread, *job, h.slot, version, r);
+}
+
+IngestResult Engine::publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version,
+                                    IngestResult& r) {
+  SlotVersion& sv = job.slots[slot].version[version];
+  const uint32_t seq = sv.seq.load(std::memory_order_relaxed);
+  HeaderBuilder(GS_MSG_RESULT, job.id, job.spec.key)
       .rank(GS_RANK_ALL)
-      .slot(h.slot)
+      .slot(slot)
       .flags(version)
       .elems(sv.elem_type, sv.count)
-      .round(h.seq, h.offset)
+      .round(seq, sv.offset.load(std::memory_order_relaxed))
       .exps(sv.next_exp, sv.scale_exp)
       .encode(sv.result);
   sv.state.store(RoundState::kComplete, std::memory_order_relaxed);
-  counter_add(js->counters.completed);
-  counter_add(ts.totals.completed);
+  counter_add(job.per_thread[thread].counters.completed);
+  counter_add(threads_[thread].totals.completed);
   r.kind = IngestResult::kSend;
   r.dest_rank = GS_RANK_ALL;
   r.data = sv.result;
-  r.len = static_cast<uint32_t>(GS_HEADER_BYTES + payload_len);
+  r.len = static_cast<uint32_t>(GS_HEADER_BYTES + size_t{sv.count} * gs_elem_size(sv.elem_type));
+  r.endpoints = job.spec.endpoints.data();
+  r.world = job.member_count;
   r.type = GS_MSG_RESULT;
-  r.seq = h.seq;
+  r.seq = seq;
   r.count = sv.count;
+  r.slot = slot;
   return r;
 }
 

@@ -31,16 +31,35 @@ struct Endpoint {
   uint16_t port_be = 0;
 };
 
+// A leaf switch's job takes part, as one rank, in a job at a spine switch (docs/protocol.md §8):
+// a round complete in the rack goes up as that rank's DATA, and the spine's RESULT comes back down.
+struct UplinkSpec {
+  uint32_t job_id = 0;  // the spine's job
+  uint32_t key = 0;
+  uint16_t rank = 0;                   // the rank the leaf's partial sums carry at the spine
+  uint16_t slots = 0;                  // the spine job's pool (at least this job's)
+  uint32_t payload_bytes = 0;          // the spine's largest payload
+  std::vector<Endpoint> data_threads;  // the spine's data port of thread t (slot s: t = s % size)
+};
+
 struct JobSpec {
   std::string name;
-  std::vector<Endpoint> endpoints;  // one per rank; a job is created once every rank has joined
-  uint16_t world = 0;               // 1 .. GS_MAX_WORLD
-  uint8_t wire = GS_ELEM_FLOAT32;   // the float encoding the ranks agreed on (int32 tensors always use int32)
-  uint16_t slots = 256;             // pool size = the workers' window
+  // One per member, in rank order; a job is created once every rank has joined.
+  std::vector<Endpoint> endpoints;
+  uint16_t world = 0;  // 1 .. GS_MAX_WORLD
+  // The ranks whose DATA this switch sums (bit r: rank r); 0 = all of them. A leaf serves the ranks
+  // of its rack; a spine hears from one rank per leaf (the leaf's partial sums carry that rank).
+  // A round completes when every member contributed.
+  uint64_t members = 0;
+  uint8_t wire = GS_ELEM_FLOAT32;  // the float encoding the ranks agreed on (int32 tensors always use int32)
+  uint16_t slots = 256;            // pool size = the workers' window
   uint32_t payload_bytes = GS_DEFAULT_PAYLOAD_BYTES;  // largest payload, multiple of 4
   uint32_t key = 0;                                   // random per job, chosen by the caller
   // Set for a job that optimizes in the switch (float32 wire only): results carry parameters.
   std::shared_ptr<const OptimizerSpec> optimizer;
+  // Set on a leaf switch: rounds complete in the rack go up to the spine (never with an optimizer:
+  // the spine, the root, runs it).
+  std::shared_ptr<const UplinkSpec> uplink;
 };
 
 // What one packet turned into: at most one packet to send.
@@ -49,20 +68,23 @@ struct IngestResult {
   DropReason reason = DropReason::kNone;  // for kDropped
   uint32_t job_id = 0;                    // set once the job is known
   uint16_t src_rank = GS_RANK_ALL;        // set once the sender is validated (key and rank)
-  // kSend: `len` bytes at `data` go to `dest_rank` of job `job_id`, or to every rank when
+  // kSend: `len` bytes at `data` go to endpoints[dest_rank], or to all `world` endpoints when
   // dest_rank == GS_RANK_ALL. Valid until the next ingest() on this thread.
   uint16_t dest_rank = GS_RANK_ALL;
   const uint8_t* data = nullptr;
   uint32_t len = 0;
-  // The job's endpoints, indexed by rank (valid, like `data`, until the next ingest()).
+  // Where it goes (valid, like `data`, until the next ingest()): the job's members' endpoints in rank
+  // order (dest_rank is an index into them, not a rank), or for a DATA packet going up from a leaf
+  // the spine's data port of the slot.
   const Endpoint* endpoints = nullptr;
-  uint16_t world = 0;
+  uint16_t world = 0;  // endpoints in `endpoints`
   // kSend: what `data` carries, so that no backend re-reads the header the engine wrote: the
-  // message type (GS_MSG_RESULT or GS_MSG_ABORT), the allreduce's seq, and the elements of a
-  // RESULT (0 for an ABORT).
+  // message type (GS_MSG_RESULT or GS_MSG_ABORT; GS_MSG_DATA going up from a leaf), the allreduce's
+  // seq, the slot, and the elements of a RESULT or DATA (0 for an ABORT).
   uint8_t type = 0;
   uint32_t seq = 0;
   uint16_t count = 0;
+  uint16_t slot = 0;
 };
 
 // Two contributions to one round that cannot be summed: the ranks disagree on the allreduce
@@ -91,8 +113,13 @@ struct JobStatus {
   bool aborted = false;
   uint8_t abort_reason = 0;
   uint16_t abort_rank = GS_RANK_ALL;
-  Mismatch mismatch;                   // abort_reason == GS_ABORT_MISMATCH
-  uint64_t left = 0;                   // ranks that left with LEAVE
+  Mismatch mismatch;     // abort_reason == GS_ABORT_MISMATCH
+  uint64_t left = 0;     // ranks that left with LEAVE
+  uint64_t members = 0;  // JobSpec::members (0: every rank)
+  // abort_reason == GS_ABORT_UPLINK: why the spine ended the job (its abort reason and rank; reason
+  // 0 when the spine was lost rather than ending it).
+  uint8_t uplink_reason = 0;
+  uint16_t uplink_rank = GS_RANK_ALL;
   uint64_t last_activity_ns = 0;       // latest packet of this job, any thread
   std::vector<int64_t> rank_last_seq;  // highest seq seen per rank, -1 = none yet
   CounterValues counters;
@@ -100,12 +127,14 @@ struct JobStatus {
 
 struct SlotStatus {
   bool open = false;      // a round is in progress
+  bool uplink = false;    // a leaf's round, complete in the rack, waits for the spine's result
   bool complete = false;  // the last round completed (its result is the shadow copy)
   uint32_t seq = 0, offset = 0;
   uint64_t seen = 0;  // ranks that contributed to the round
 };
 
 class Job;
+struct SlotVersion;
 
 class Engine {
  public:
@@ -126,6 +155,9 @@ class Engine {
   // retransmissions of completed rounds, which still get their result). False when the job is
   // unknown or was already aborted (data threads abort jobs too: GS_ABORT_MISMATCH, rank_left).
   bool abort_job(uint32_t job_id, uint8_t reason, uint16_t rank);
+  // A leaf's job ends because its spine ended the spine's job (`spine_reason`, `spine_rank`) or was
+  // lost (spine_reason 0): aborted with GS_ABORT_UPLINK. Same return as abort_job.
+  bool abort_from_uplink(uint32_t job_id, uint8_t spine_reason, uint16_t spine_rank);
   // A rank left with LEAVE. Rounds it has contributed to can still complete; a round that needs it
   // cannot. Returns true when the job was aborted (GS_ABORT_RANK_LEFT) because an open round was
   // waiting for that rank; later packets that would open or wait on such a round abort it too.
@@ -147,6 +179,17 @@ class Engine {
   // Count packets the backend sent (or failed to send) on behalf of this thread.
   void count_sent(unsigned thread, uint32_t job_id, uint32_t packets, uint64_t bytes);
 
+  // ---- leaf switches (JobSpec::uplink; data side, thread `thread` only, inside a burst) ----
+  // A datagram from the spine: a RESULT completes the leaf round that waits for it (the result goes
+  // to every member; IngestResult::slot says which slot was answered), an ABORT aborts the leaf's job
+  // (GS_ABORT_UPLINK) and tells every member. `source` is where the datagram came from: only the
+  // spine's data ports are heard (else it is dropped, bad_source).
+  IngestResult ingest_uplink(unsigned thread, const uint8_t* packet, size_t len, const Endpoint& source,
+                             uint64_t now_ns);
+  // The DATA packet of `slot`'s round that waits for the spine, marked RETX, to send again (its loss
+  // timer expired); kDropped when no round of that slot waits any more.
+  IngestResult uplink_resend(unsigned thread, uint32_t job_id, uint16_t slot);
+
  private:
   struct alignas(64) ThreadState {
     std::atomic<uint64_t> burst_seq{0};  // odd while inside a burst
@@ -156,10 +199,21 @@ class Engine {
   };
 
   Job* find_job(uint32_t job_id) const;
+  Job* find_uplink_job(uint32_t spine_job_id) const;
+  // Completes a leaf's round in the rack: sends its partial sum up instead of a result down.
+  IngestResult send_up(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r);
+  // Fills `r` with the packet that `sv` keeps for the spine.
+  static IngestResult& going_up(const Job& job, uint16_t slot, SlotVersion& sv, IngestResult& r);
+  // A complete round: writes the RESULT header before its sum (the shadow copy) and sends it to
+  // every member.
+  IngestResult publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r);
 
   EngineConfig config_;
   std::unique_ptr<ThreadState[]> threads_;
   std::unique_ptr<std::atomic<Job*>[]> table_;
+  // Leaf jobs by the low byte of their spine job's id (the spine's table index: unique among the
+  // spine's live jobs, and a leaf has one spine).
+  std::unique_ptr<std::atomic<Job*>[]> uplink_table_;
   uint32_t next_generation_ = 1;
 };
 

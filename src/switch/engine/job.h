@@ -14,7 +14,17 @@
 
 namespace gradswitch {
 
-enum class RoundState : uint8_t { kEmpty, kOpen, kComplete };
+inline bool is_16bit(uint8_t elem_type) {
+  return elem_type == GS_ELEM_FLOAT16 || elem_type == GS_ELEM_BFLOAT16;
+}
+// The element type a round of `elem_type` goes up to the spine in: 16-bit sums stay fp32.
+inline uint8_t uplink_elem_type(uint8_t elem_type) {
+  return is_16bit(elem_type) ? static_cast<uint8_t>(GS_ELEM_FLOAT32) : elem_type;
+}
+
+// kUplink: a leaf's round that every member of the rack contributed to, sent up to the spine and
+// waiting for its result (which then becomes the shadow copy, kComplete).
+enum class RoundState : uint8_t { kEmpty, kOpen, kComplete, kUplink };
 
 // One version of one slot: the round it holds (identified by seq and offset), who contributed,
 // and the running sum. When complete, `result` is the shadow copy that answers retransmissions.
@@ -31,7 +41,9 @@ struct SlotVersion {
   bool last = false;  // the round's first contribution carried GS_FLAG_LAST
   // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
   // types accumulate in place here (the payload starts 32-byte aligned); 16-bit types accumulate in
-  // `accum` and are narrowed at the end.
+  // `accum` and are narrowed at the end. A leaf sends a round up from the same memory: `result` with
+  // the DATA header written over the result's, or for 16-bit types the fp32 `accum`, behind the
+  // GS_HEADER_BYTES reserved just before it.
   uint8_t* result = nullptr;
   float* accum = nullptr;
 };
@@ -64,7 +76,8 @@ class Job {
 
   // Aborting is claimed once (control plane or a data thread, whichever comes first); the fields
   // below are written by the claimer before `aborted` is released.
-  bool try_abort(uint8_t reason, uint16_t rank, const Mismatch* mismatch = nullptr);
+  bool try_abort(uint8_t reason, uint16_t rank, const Mismatch* mismatch = nullptr, uint8_t uplink_reason = 0,
+                 uint16_t uplink_rank = GS_RANK_ALL);
   std::atomic<bool> aborted{false};
   uint8_t abort_reason = 0;
   uint16_t abort_rank = GS_RANK_ALL;
@@ -72,6 +85,16 @@ class Job {
 
   // Ranks that left with LEAVE: a round that still needs one of them can never complete.
   std::atomic<uint64_t> left{0};
+
+  // JobSpec::members resolved: the member bits, how many, and each member's index in
+  // spec.endpoints (for answers to one rank).
+  uint64_t members = 0;
+  uint16_t member_count = 0;
+  std::array<uint8_t, GS_MAX_WORLD> endpoint_index{};
+
+  // GS_ABORT_UPLINK: what the spine said (written by the abort's claimer, like abort_reason).
+  uint8_t uplink_reason = 0;
+  uint16_t uplink_rank = GS_RANK_ALL;
 
  private:
   uint8_t* memory_ = nullptr;

@@ -1,4 +1,6 @@
-// The UDP socket backend: one thread per data port, recvmmsg/sendmmsg bursts, GSO and GRO.
+// The UDP socket backend: one thread per data port, recvmmsg/sendmmsg bursts, GSO and GRO. On a
+// leaf switch (--uplink) the same sockets carry the rack's rounds up to the spine and its results
+// back, with the upward loss timers (switch/uplink) run between bursts.
 #include "switch/io/udp/udp_backend.h"
 
 #include <arpa/inet.h>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "common/rng.h"
+#include "switch/uplink/uplink_timers.h"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -37,13 +40,17 @@ constexpr size_t kMaxEndpoints = 8192;
 constexpr size_t kMaxTxMsgs = 1024;  // UIO_MAXIOV: most messages per sendmmsg
 constexpr uint32_t kMaxGsoSegments = 64;
 constexpr uint32_t kMaxGsoBytes = 60000;
+// The leaf's upward loss timers: the worker library's defaults (Options::rto_initial_s, rto_max_s).
+constexpr int64_t kUplinkRtoMinNs = 4'000'000;
+constexpr int64_t kUplinkRtoMaxNs = 200'000'000;
 
 // A run of results that go to the same destinations: one GSO write per destination, or one
 // datagram per result and destination without GSO. Segments are back to back in the arena;
 // all have `seg` bytes except possibly the last.
 struct Group {
   uint32_t job_id;
-  uint16_t dest_rank;  // GS_RANK_ALL or a rank
+  uint8_t type;        // GS_MSG_*: a leaf's DATA going up never shares a write with results
+  uint16_t dest_rank;  // GS_RANK_ALL or an endpoint index
   uint16_t n_eps;
   uint32_t ep_off;  // into the endpoint pool
   uint32_t off;     // into the arena
@@ -82,6 +89,7 @@ class UdpBackend final : public Backend {
     std::vector<uint8_t> rx_buf;
     std::vector<mmsghdr> rx_msgs;
     std::vector<iovec> rx_iov;
+    std::vector<sockaddr_in> rx_addr;  // sources: a leaf takes RESULT/ABORT only from its spine
     std::vector<uint8_t> rx_ctrl;
     std::vector<uint8_t> arena;
     size_t arena_used = 0;
@@ -93,6 +101,7 @@ class UdpBackend final : public Backend {
     std::vector<sockaddr_in> tx_addr;
     std::vector<uint8_t> tx_ctrl;
     std::vector<uint32_t> tx_group;
+    UplinkTimers uplink{kUplinkRtoMinNs, kUplinkRtoMaxNs};
     // Read by the control thread (stats()); written by this thread only.
     std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0};
     std::atomic<uint64_t> rx_datagrams{0};
@@ -102,7 +111,8 @@ class UdpBackend final : public Backend {
     uint64_t cpu_ns() const;
   };
 
-  UdpBackend(Engine& engine, const SwitchConfig& config) : engine_(engine), config_(config) {}
+  UdpBackend(Engine& engine, const SwitchConfig& config)
+      : engine_(engine), config_(config), uplink_(!config.uplink.empty()) {}
   ~UdpBackend() override {
     for (auto& t : threads_)
       if (t->fd >= 0) ::close(t->fd);
@@ -116,12 +126,17 @@ class UdpBackend final : public Backend {
 
  private:
   void loop(Thread& t, const std::atomic<bool>& stop);
+  // One datagram from `src`: the spine's answers to a leaf, or anything else.
+  void ingest(Thread& t, const uint8_t* data, size_t len, const sockaddr_in& src, uint64_t now);
+  // Resends the rounds whose upward loss timer expired (leaf only).
+  void fire_uplink(Thread& t, uint64_t now);
   void queue(Thread& t, const IngestResult& r);
   void flush(Thread& t);
   void send_msgs(Thread& t, size_t n);
 
   Engine& engine_;
   const SwitchConfig& config_;
+  const bool uplink_;  // a leaf (--uplink)
   std::vector<std::unique_ptr<Thread>> threads_;
 };
 
@@ -160,6 +175,7 @@ bool UdpBackend::open(std::string* error) {
     t->rx_buf.resize(size_t(batch) * t->rx_size);
     t->rx_msgs.resize(batch);
     t->rx_iov.resize(batch);
+    t->rx_addr.resize(batch);
     t->rx_ctrl.assign(size_t(batch) * CMSG_SPACE(sizeof(int)), 0);
     t->arena.resize(kArenaBytes);
     t->groups.reserve(kMaxGroups);
@@ -237,6 +253,8 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       h = msghdr{};
       h.msg_iov = &t.rx_iov[i];
       h.msg_iovlen = 1;
+      h.msg_name = &t.rx_addr[i];
+      h.msg_namelen = sizeof(sockaddr_in);
       if (t.gro) {
         h.msg_control = t.rx_ctrl.data() + i * CMSG_SPACE(sizeof(int));
         h.msg_controllen = CMSG_SPACE(sizeof(int));
@@ -246,8 +264,17 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
     if (n <= 0) {
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         GS_LOG_WARN("udp thread %u: recvmmsg(): %s", t.index, std::strerror(errno));
+      int wait_ms = kPollMs;
+      if (const int64_t due = t.uplink.next_deadline(); due != INT64_MAX) {
+        const int64_t now = static_cast<int64_t>(monotonic_ns());
+        if (due <= now) {
+          fire_uplink(t, static_cast<uint64_t>(now));
+          continue;
+        }
+        wait_ms = static_cast<int>(std::min<int64_t>(kPollMs, (due - now + 999'999) / 1'000'000));
+      }
       pollfd p{t.fd, POLLIN, 0};
-      ::poll(&p, 1, kPollMs);
+      ::poll(&p, 1, wait_ms);
       continue;
     }
     const uint64_t now = monotonic_ns();
@@ -277,16 +304,15 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       do {
         const size_t l = std::min(seg, len - off);
         counter_add(t.rx_datagrams);
-        if (t.loss.drop()) {
+        if (t.loss.drop())
           counter_add(t.injected_drops);
-        } else {
-          IngestResult r = engine_.ingest(t.index, data + off, l, now);
-          if (r.kind == IngestResult::kSend) queue(t, r);
-        }
+        else
+          ingest(t, data + off, l, t.rx_addr[i], now);
         off += l;
       } while (off < len);
     }
     engine_.end_burst(t.index);
+    if (static_cast<int64_t>(now) >= t.uplink.next_deadline()) fire_uplink(t, now);
     flush(t);
   }
   flush(t);
@@ -294,6 +320,33 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   t.final_cpu_ns.store(uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec), std::memory_order_release);
   t.cpu_clock.store(-1, std::memory_order_release);
+}
+
+void UdpBackend::ingest(Thread& t, const uint8_t* data, size_t len, const sockaddr_in& src, uint64_t now) {
+  IngestResult r;
+  // A leaf hears RESULT and ABORT from its spine (the engine checks that they come from its ports).
+  if (uplink_ && len > 3 && data[3] != GS_MSG_DATA) {
+    r = engine_.ingest_uplink(t.index, data, len, Endpoint{src.sin_addr.s_addr, src.sin_port}, now);
+    if (r.kind == IngestResult::kSend && r.type == GS_MSG_RESULT)
+      t.uplink.delivered(r.job_id, r.slot, static_cast<int64_t>(now));
+  } else {
+    r = engine_.ingest(t.index, data, len, now);
+    if (r.kind == IngestResult::kSend && r.type == GS_MSG_DATA)  // a rack's round going up
+      t.uplink.sent(r.job_id, r.slot, static_cast<int64_t>(now));
+  }
+  if (r.kind == IngestResult::kSend) queue(t, r);
+}
+
+void UdpBackend::fire_uplink(Thread& t, uint64_t now) {
+  engine_.begin_burst(t.index);
+  t.uplink.fire(static_cast<int64_t>(now), [&](uint32_t job_id, uint16_t slot) {
+    IngestResult r = engine_.uplink_resend(t.index, job_id, slot);
+    if (r.kind != IngestResult::kSend)
+      return r.job_id ? UplinkTimers::Resend::kNoRound : UplinkTimers::Resend::kNoJob;
+    queue(t, r);
+    return UplinkTimers::Resend::kSent;
+  });
+  engine_.end_burst(t.index);
 }
 
 // Copies a result out of the engine (r.data and r.endpoints are only valid until the next
@@ -312,8 +365,13 @@ void UdpBackend::queue(Thread& t, const IngestResult& r) {
   std::memcpy(t.arena.data() + t.arena_used, r.data, r.len);
   if (!t.groups.empty()) {
     Group& g = t.groups.back();
-    if (t.gso && g.job_id == r.job_id && g.dest_rank == r.dest_rank && g.bytes == g.seg * g.nseg &&
-        r.len <= g.seg && g.nseg < kMaxGsoSegments && g.bytes + r.len <= kMaxGsoBytes) {
+    // DATA going up goes to the spine's port of its slot: the same group only for the same port.
+    const bool same_dest =
+        g.type == r.type && (r.type != GS_MSG_DATA || (t.eps[g.ep_off].port_be == r.endpoints[0].port_be &&
+                                                       t.eps[g.ep_off].ipv4_be == r.endpoints[0].ipv4_be));
+    if (t.gso && same_dest && g.job_id == r.job_id && g.dest_rank == r.dest_rank &&
+        g.bytes == g.seg * g.nseg && r.len <= g.seg && g.nseg < kMaxGsoSegments &&
+        g.bytes + r.len <= kMaxGsoBytes) {
       ++g.nseg;
       g.bytes += r.len;
       t.arena_used += r.len;
@@ -322,6 +380,7 @@ void UdpBackend::queue(Thread& t, const IngestResult& r) {
   }
   Group g{};
   g.job_id = r.job_id;
+  g.type = r.type;
   g.dest_rank = r.dest_rank;
   g.n_eps = n_eps;
   g.ep_off = static_cast<uint32_t>(t.eps_used);
