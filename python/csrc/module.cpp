@@ -290,4 +290,30 @@ NB_MODULE(_core, m) {
       .def_prop_ro("slots", [](PyGroup& s) { return s.get().join_info().slots; })
       .def_prop_ro("payload_bytes", [](PyGroup& s) { return s.get().join_info().payload_bytes; })
       .def_prop_ro("closed", [](PyGroup& s) { return !s.g || s.g->closed(); });
+
+  // The timeline of a rank (src/worker/timeline.h), for gradswitch.timeline.
+  m.def(
+      "timeline_span",
+      [](unsigned rank, const std::string& lane, const std::string& name, int64_t begin_ns, int64_t end_ns,
+         const std::string& args, bool overlapping) {
+        std::shared_ptr<Timeline> t = Timeline::for_rank(rank);
+        if (t) t->span(lane, name, begin_ns, end_ns, args, overlapping ? t->new_async_id() : -1);
+        return t != nullptr;
+      },
+      "rank"_a, "lane"_a, "name"_a, "begin_ns"_a, "end_ns"_a, "args"_a = "", "overlapping"_a = false,
+      "Adds a span (time.monotonic_ns() times; args: JSON object members; overlapping: spans of the lane "
+      "may overlap without nesting) to the rank's timeline; False when GRADSWITCH_TIMELINE is unset.");
+  m.def(
+      "timeline_path",
+      [](unsigned rank) {
+        std::shared_ptr<Timeline> t = Timeline::for_rank(rank);
+        return t ? t->path() : std::string();
+      },
+      "rank"_a, "The rank's timeline file (opened now if needed); '' when GRADSWITCH_TIMELINE is unset.");
+  m.def(
+      "timeline_flush",
+      [](unsigned rank) {
+        if (std::shared_ptr<Timeline> t = Timeline::for_rank(rank)) t->flush();
+      },
+      "rank"_a, "Writes the rank's buffered timeline events to its file.");
 }

@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         "  bench    N local workers allreduce through a switch; prints bandwidth and packet rate\n"
         "  demo     a switch and 4 workers on loopback summing a 64 MiB tensor, checked\n"
         "  testbed  an emulated cluster in network namespaces (root)\n"
-        "  mpirun   an unmodified Open MPI program, its reductions summed by the switch (docs/mpi.md)",
+        "  mpirun   an unmodified Open MPI program, its reductions summed by the switch (docs/mpi.md)\n"
+        "  timeline merge or summarise worker timelines (GRADSWITCH_TIMELINE, docs/observability.md)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gradswitch {__version__}")
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         add_testbed_parser = None
     if add_testbed_parser:
         add_testbed_parser(sub)
+    from gradswitch import timeline
+
+    timeline.add_parser(sub)
 
     # Sub-commands that own their whole argument list are dispatched before argparse sees it.
     if argv and argv[0] == "switch":

@@ -14,6 +14,7 @@
 #include "common/counter.h"
 #include "gradswitch/control.h"
 #include "gradswitch/wire.h"
+#include "worker/log.h"
 #include "worker/ring/ring_peers.h"
 #include "worker/switch_notice.h"
 
@@ -132,6 +133,7 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
   } else if (!opt.optimizer_keys.empty() || opt.params != 0) {
     throw InvalidArgument("gradswitch: optimizer keys and params need an optimizer (Options::optimizer)");
   }
+  Timeline::for_rank(opt.rank);  // a timeline that cannot be written fails here, before the JOIN
   auto transport =
       make_udp_transport(opt.bind_ip, opt.sockbuf_bytes, gso, gro, given.empty() ? 0 : given[opt.rank].port);
   std::unique_ptr<ControlClient> control;
@@ -195,6 +197,7 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
   ctx_.counters = &counters_;
   ctx_.cancel = &cancel_;
   ctx_.job_text = describe_job();
+  timeline_ = Timeline::for_rank(opt_.rank);
   if (control_ || join_.data_port != 0)
     switch_path_ = std::make_unique<SwitchAllreduce>(ctx_, control_.get());
   ring_cfg_.peers = ring_peers.empty() ? parse_join_peers(join_.peers, opt_.world) : std::move(ring_peers);
@@ -209,15 +212,19 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
                   " did not send peers=; pass peers= instead)");
     start_ring("");
   }
+  if (log_enabled(LogLevel::kInfo))
+    log_line(LogLevel::kInfo, opt_.rank,
+             describe_job() + " joined" +
+                 (control_ ? " at " + opt_.switch_addr : std::string(" without a switch")) + ": wire " +
+                 opt_.wire + ", " + std::to_string(join_.slots) + " slots of " +
+                 std::to_string(join_.payload_bytes) + " B, " + std::to_string(join_.threads) +
+                 " data thread(s), algorithm " + algorithm() +
+                 (timeline_ ? ", timeline " + timeline_->path() : std::string()));
   thread_ = std::thread([this] { thread_main(); });
 }
 
 void Group::warn(const std::string& what) const {
-  const std::string prefix = "gradswitch: ";  // error texts carry it already
-  const char* text =
-      what.compare(0, prefix.size(), prefix) == 0 ? what.c_str() + prefix.size() : what.c_str();
-  std::fprintf(stderr, "gradswitch: warning: %s\n", text);
-  std::fflush(stderr);
+  log_line(LogLevel::kWarn, opt_.rank, what);
 }
 
 void Group::start_ring(const std::string& why) {
@@ -255,6 +262,7 @@ Handle Group::allreduce_async(const void* src, void* dst, size_t count, DType dt
 Handle Group::enqueue(Op op) {
   auto st = std::make_shared<Handle::State>();
   op.state = st;
+  if (timeline_ || log_enabled(LogLevel::kDebug)) op.queued_ns = timeline_now_ns();
   {
     std::lock_guard<std::mutex> lk(qmu_);
     if (stopping_) throw Error("gradswitch: the group of job '" + opt_.job + "' is closed");
@@ -289,6 +297,14 @@ void Group::close(bool abort) {
     // The UDP port is free again at once (a ring of fixed ports may be set up anew right away).
     std::lock_guard<std::mutex> lk(qmu_);
     transport_.reset();
+  }
+  if (timeline_) timeline_->flush();
+  if (log_enabled(LogLevel::kInfo)) {
+    const Stats st = counters_.snapshot();
+    log_line(LogLevel::kInfo, opt_.rank,
+             describe_job() + (abort ? " closed without LEAVE (abort)" : " left") + " after " +
+                 std::to_string(st.allreduces) + " allreduce(s), " + std::to_string(st.packets_sent) +
+                 " packets sent, " + std::to_string(st.retransmissions) + " retransmission(s)");
   }
   closed_.store(true);
 }

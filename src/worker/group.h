@@ -30,6 +30,7 @@
 #include "worker/path.h"
 #include "worker/ring/ring_allreduce.h"
 #include "worker/switch_allreduce.h"
+#include "worker/timeline.h"
 #include "worker/transport.h"
 
 namespace gradswitch::worker {
@@ -125,6 +126,7 @@ class Group {
     std::function<void()> fn;   // a control-plane operation instead of an allreduce
     const void* src = nullptr;  // what is summed
     uint8_t wire = 0;           // 0: the group's wire
+    int64_t queued_ns = 0;      // when it was queued (timeline, debug log)
   };
   Handle enqueue(Op op);
   void require_optimizer(const char* what) const;
@@ -135,6 +137,8 @@ class Group {
     AllreduceOp ar;
     std::vector<int8_t> exps;   // fixed32: this rank's block exponent per chunk
     std::vector<uint8_t> done;  // per chunk: its sum is in the tensor (switch path)
+    int64_t admitted_ns = 0;    // timeline, debug log
+    AllreduceTimes times;       // likewise (ar.times points here when either is on)
   };
   void thread_main();
   DataPath& path();  // the active data path
@@ -142,6 +146,12 @@ class Group {
   // false when there is nothing to sum. Throws for bad arguments or a failed group.
   bool prepare(Flight& f);
   void admit(Op&& op);
+  // Tells the waiter that an admitted allreduce finished (err: how it failed), after its timeline
+  // events and debug log line (group_trace.cpp).
+  void finish(Flight& f, std::exception_ptr err);
+  void trace_allreduce(const Flight& f, int64_t end_ns, const std::exception_ptr& err);
+  // `f`: the allreduce's flight, null for a control-plane operation.
+  void log_operation(const Op& op, const Flight* f, int64_t start_ns, const std::exception_ptr& err);
   // The data path failed: a lost switch hands the allreduces in flight to the ring (algorithm
   // auto); anything else fails them and the group.
   void stream_failed(std::exception_ptr err);
@@ -170,7 +180,8 @@ class Group {
   std::list<std::unique_ptr<Flight>> flights_;    // admitted, in order
   std::vector<AllreduceOp*> finished_;
   uint32_t seq_ = 0;
-  std::exception_ptr fatal_;  // set after a timeout or abort: the group is unusable
+  std::exception_ptr fatal_;            // set after a timeout or abort: the group is unusable
+  std::shared_ptr<Timeline> timeline_;  // GRADSWITCH_TIMELINE; null when off
 
   // Queue.
   std::mutex qmu_;

@@ -7,6 +7,7 @@
 #include "common/counter.h"
 #include "gradswitch/wire.h"
 #include "worker/group.h"
+#include "worker/log.h"
 #include "worker/switch_notice.h"
 
 namespace gradswitch::worker {
@@ -62,11 +63,13 @@ void Group::thread_main() {
     if (leave) break;
     if (run_control) {
       std::exception_ptr err;
+      const int64_t start_ns = log_enabled(LogLevel::kDebug) ? timeline_now_ns() : 0;
       try {
         control.fn();
       } catch (...) {
         err = std::current_exception();
       }
+      if (start_ns) log_operation(control, nullptr, start_ns, err);
       complete(*control.state, err);
       continue;
     }
@@ -82,7 +85,7 @@ void Group::thread_main() {
     for (AllreduceOp* ar : finished_) {
       auto it = std::find_if(flights_.begin(), flights_.end(), [&](auto& f) { return &f->ar == ar; });
       if (it == flights_.end()) continue;
-      complete(*(*it)->op.state, nullptr);
+      finish(**it, nullptr);
       flights_.erase(it);
     }
   }
@@ -104,6 +107,10 @@ void Group::wait_for_work(std::unique_lock<std::mutex>& lk) {
 void Group::admit(Op&& op) {
   auto f = std::make_unique<Flight>();
   f->op = std::move(op);
+  if (timeline_ || log_enabled(LogLevel::kDebug)) {
+    f->admitted_ns = timeline_now_ns();
+    f->ar.times = &f->times;
+  }
   try {
     if (!prepare(*f)) return complete(*f->op.state, nullptr);  // nothing to sum
     if (!ring_path_) {
@@ -113,7 +120,7 @@ void Group::admit(Op&& op) {
       counter_add(counters_.ring_allreduces);
     }
   } catch (...) {
-    return complete(*f->op.state, std::current_exception());
+    return finish(*f, std::current_exception());
   }
   // The switch may have ended the job while this rank was between allreduces.
   if (!ring_path_ && control_ && flights_.empty()) {
@@ -130,7 +137,7 @@ void Group::admit(Op&& op) {
   try {
     path().admit(&f->ar);  // the ring refuses float64 before sending anything
   } catch (...) {
-    return complete(*f->op.state, std::current_exception());
+    return finish(*f, std::current_exception());
   }
   flights_.push_back(std::move(f));
 }
@@ -145,7 +152,7 @@ void Group::stream_failed(std::exception_ptr err) {
   } catch (...) {
   }
   fatal_ = err;
-  for (auto& f : flights_) complete(*f->op.state, err);
+  for (auto& f : flights_) finish(*f, err);
   flights_.clear();
 }
 
@@ -167,6 +174,14 @@ void Group::fall_back(const std::string& why) {
     counter_add(counters_.ring_allreduces);
     ring_path_->admit(&f->ar);
   }
+}
+
+void Group::finish(Flight& f, std::exception_ptr err) {
+  if (f.admitted_ns) {
+    if (timeline_) trace_allreduce(f, timeline_now_ns(), err);
+    if (log_enabled(LogLevel::kDebug)) log_operation(f.op, &f, f.admitted_ns, err);
+  }
+  complete(*f.op.state, err);
 }
 
 bool Group::prepare(Flight& f) {

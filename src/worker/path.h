@@ -24,6 +24,35 @@ struct PathContext {
   std::string job_text;                       // "job 'x' (job_id 3, rank 0 of 4)", for messages
 };
 
+// When an allreduce's packets left and its results came back, and what was resent: what the
+// timeline (timeline.h) shows. The data path writes it on the group's thread while the allreduce
+// is in flight; the Group reads it once the allreduce finished. `retx` is reserved beforehand: no
+// allocation on the data path.
+struct AllreduceTimes {
+  static constexpr size_t kMaxRetxEvents = 32;  // the rest is counted in `retransmissions`
+  struct Retx {
+    int64_t at_ns;
+    unsigned slot;
+    size_t chunk;
+  };
+  int64_t first_send_ns = 0, first_result_ns = 0, last_result_ns = 0;
+  uint64_t retransmissions = 0;
+  std::vector<Retx> retx;
+
+  AllreduceTimes() { retx.reserve(kMaxRetxEvents); }
+  void sent(int64_t now) {
+    if (!first_send_ns) first_send_ns = now;
+  }
+  void result(int64_t now) {
+    if (!first_result_ns) first_result_ns = now;
+    last_result_ns = now;
+  }
+  void retransmit(int64_t now, unsigned slot, size_t chunk) {
+    ++retransmissions;
+    if (retx.size() < kMaxRetxEvents) retx.push_back({now, slot, chunk});
+  }
+};
+
 // One allreduce: the tensor (overwritten with the sum chunk by chunk), its chunks, and for
 // fixed32 this rank's block exponent of every chunk. The switch path also sums out of place: it
 // then reads `src` and writes the sum into `base`, or keeps no sum when `base` is nullptr (an MPI
@@ -38,6 +67,7 @@ struct AllreduceOp {
   // Per chunk, set once the chunk's sum is in the tensor (null: not tracked). What the ring needs
   // to finish an allreduce the switch left half done.
   std::vector<uint8_t>* done = nullptr;
+  AllreduceTimes* times = nullptr;  // set when the timeline is on
 };
 
 // How an allreduce moves: through the switch's window or along the ring. Allreduces admitted in

@@ -115,6 +115,7 @@ void SwitchAllreduce::send(unsigned slot) {
 // Claims the slot's timer for a new round and queues its packet.
 void SwitchAllreduce::launch(unsigned slot, int64_t now) {
   loss_.launch(window_.timer(slot), now);
+  if (AllreduceTimes* t = flight_[slot]->op->times) t->sent(now);
   send(slot);
 }
 
@@ -168,6 +169,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
   loss_.delivered(t, now);
   last_progress_ns_ = now;
+  if (op.times) op.times->result(now);
   if (r.bootstrap) {  // the exponent round's result carries the agreed exponent of this chunk
     prepare_chunk(slot, r.chunk, h.next_exp);
     launch(slot, now);
@@ -193,6 +195,7 @@ int64_t SwitchAllreduce::check_timers(int64_t now) {
   for (unsigned s : resend_) {
     window_.mark_retransmission(s);
     counter_add(ctx_.counters->retransmissions);
+    if (AllreduceTimes* t = flight_[s]->op->times) t->retransmit(now, s, window_.round(s).chunk);
     send(s);
   }
   return next;

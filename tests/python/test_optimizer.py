@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _ranks import in_threads
 from test_switch_daemon import HEADER, MAGIC, MSG_DATA, MSG_RESULT, Daemon, parse_ok, udp_socket
 
 FLOAT32, FLAG_RETX = 2, 2
@@ -644,21 +645,7 @@ def test_connect_optimizer_errors(switch):
 
 
 def _two_ranks(fn):
-    out, errors = [None, None], []
-
-    def run(r):
-        try:
-            out[r] = fn(r)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    ts = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(120)
-    assert not errors, errors
-    return out
+    return in_threads(fn)
 
 
 def test_switch_optimizer_is_torch_optim_with_scheduler_and_checkpoint(switch):

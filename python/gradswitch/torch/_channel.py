@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch.futures import Future
 
+from gradswitch import timeline as _timeline
+
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 NATIVE_DTYPES = (torch.float32, torch.float64, torch.int32)
 SUPPORTED_DTYPES = FLOAT_DTYPES + (torch.int32,)
@@ -87,8 +89,12 @@ class Channel:
         _live_channels.add(self)
 
     # ------------------------------------------------------------------ public
-    def submit(self, tensor: torch.Tensor, *, average: bool = False) -> Future:
-        """Queues an in-place sum (or average) of `tensor` over the ranks; the future yields `tensor`."""
+    def submit(
+        self, tensor: torch.Tensor, *, average: bool = False, label: str = "torch allreduce"
+    ) -> Future:
+        """Queues an in-place sum (or average) of `tensor` over the ranks; the future yields `tensor`.
+
+        `label` names the operation on the timeline (GRADSWITCH_TIMELINE): "DDP bucket 3", ..."""
         if self._closed:
             raise RuntimeError("gradswitch: this channel (process group / hook state) was shut down")
         if tensor.dtype not in SUPPORTED_DTYPES:
@@ -102,6 +108,8 @@ class Channel:
         if tensor.numel() == 0:
             fut.set_result(tensor)
             return fut
+        if _timeline.enabled():
+            self._trace(fut, tensor, average, label)
         self._begin()
         if tensor.device.type == "cuda":
             self._submit_cuda(tensor, average, fut)
@@ -111,6 +119,27 @@ class Channel:
             self._end()
             raise ValueError(f"gradswitch: tensors on {tensor.device} are not supported (CPU or CUDA)")
         return fut
+
+    def _trace(self, fut: Future, tensor: torch.Tensor, average: bool, label: str) -> None:
+        """Puts the operation on the timeline, from its submission to its future's completion."""
+        rank, begin = self.group.rank, time.monotonic_ns()
+        info = {
+            "bytes": tensor.numel() * tensor.element_size(),
+            "dtype": str(tensor.dtype).replace("torch.", ""),
+            "device": str(tensor.device),
+            "average": average,
+        }
+
+        def done(f: Future) -> None:
+            try:
+                f.value()
+                status = "ok"
+            except Exception as e:  # noqa: BLE001 - recorded, raised to the waiter by torch
+                status = str(e)
+            end = time.monotonic_ns()
+            _timeline.span(rank, "torch: collectives", label, begin, end, True, status=status, **info)
+
+        fut.add_done_callback(done)
 
     def stats(self) -> dict[str, float]:
         with self._cv:

@@ -125,7 +125,7 @@ class GradswitchState:
 
 def _bucket_hook(state: Any, bucket: dist.GradBucket, wire: str) -> Future:
     channel = _channel_of(state, wire)
-    return channel.submit(bucket.buffer(), average=True)
+    return channel.submit(bucket.buffer(), average=True, label=f"DDP bucket {bucket.index()}")
 
 
 def _channel_of(state: Any, wire: str) -> Channel:

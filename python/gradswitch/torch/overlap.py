@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 import gradswitch
+from gradswitch import timeline
 
 from ._backend import ProcessGroupGradswitch, gradswitch_group
 from ._channel import Channel
@@ -160,6 +161,7 @@ class ChunkedOverlap:
     def _on_grad(self, p: torch.Tensor) -> None:
         if not self._callback_queued:
             self._callback_queued = True
+            self._backward_begin_ns = time.monotonic_ns()
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
         if not self._communicating():
             return
@@ -181,7 +183,8 @@ class ChunkedOverlap:
     def _issue_ready(self) -> None:
         while self._next < len(self.chunks) and self._remaining[self._next] == 0:
             lo, hi = self.chunks[self._next]
-            self._futs.append(self.channel.submit(self.flat[lo:hi], average=self.average))
+            label = f"overlap chunk {self._next}"
+            self._futs.append(self.channel.submit(self.flat[lo:hi], average=self.average, label=label))
             self._next += 1
 
     def _flush(self) -> None:
@@ -202,6 +205,11 @@ class ChunkedOverlap:
         self._callback_queued = False
         if not communicating:
             return
+        if timeline.enabled():
+            timeline.span(
+                self.channel.group.rank, "torch: backward", "backward", self._backward_begin_ns,
+                time.monotonic_ns(), chunks=len(self.chunks),
+            )
         self._flush()
         if self.sync_in_backward:
             self.synchronize()
@@ -215,11 +223,17 @@ class ChunkedOverlap:
             self._flush()
         futs, self._futs = self._futs, []
         t0 = time.perf_counter()
+        begin_ns = time.monotonic_ns()
         try:
             for f in futs:
                 f.wait()
         finally:
             self.wait_s += time.perf_counter() - t0
+            if timeline.enabled():
+                timeline.span(
+                    self.channel.group.rank, "torch: backward", "wait for the last chunks", begin_ns,
+                    time.monotonic_ns(), chunks=len(futs),
+                )
             active = self._active
             self._reset()
         if not active:

@@ -104,6 +104,7 @@ void RingAllreduce::launch(unsigned slot, size_t c, bool bootstrap, int8_t agree
                            std::vector<AllreduceOp*>* finished) {
   const Flight& f = *flight_[slot];
   const AllreduceOp& op = *f.op;
+  if (op.times) op.times->sent(now);  // the round begins here (a forwarding rank sends on arrival)
   const bool fixed = op.ch.elem == GS_ELEM_FIXED32;
   Round& r = rounds_[slot];
   r.bootstrap = bootstrap;
@@ -168,6 +169,7 @@ void RingAllreduce::finish_round(unsigned slot, int8_t agreed_exp, int64_t now,
   r.state = State::kDone;
   last_progress_ns_ = now;
   Flight* f = flight_[slot];
+  if (AllreduceTimes* t = f->op->times) t->result(now);
   if (r.bootstrap) return launch(slot, r.chunk, false, agreed_exp, now, finished);
   size_t after = schedule_.following(*f, r.chunk);
   AllreduceOp* whole = f->op;
@@ -349,6 +351,7 @@ int64_t RingAllreduce::check_timers(int64_t now) {
     for (unsigned s : resend_) {
       window_.mark_retransmission(s);
       counter_add(ctx_.counters->retransmissions);
+      if (flight_[s] && flight_[s]->op->times) flight_[s]->op->times->retransmit(now, s, rounds_[s].chunk);
       queue(window_.packet(s), window_.round(s).len, next_, true);
     }
   }
