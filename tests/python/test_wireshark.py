@@ -10,6 +10,7 @@ rank's gradient and the sums. Any "Lua Error" fails the test.
 from __future__ import annotations
 
 import math
+import re
 import signal
 import struct
 import subprocess
@@ -205,7 +206,7 @@ def test_every_field_of_written_packets(tmp_path):
     add(5, 0x301, 7, 2, 5, 0x04, 1, 1, 3, 8, -128, 0, [-7])  # RING_RESULT, UNICAST
     add(6, 0x301, 7, 0, 0, 0x00, 0, 0, 3, 0, -128, 0)  # RING_DONE
     add(1, 0x100, 0xA5A5A5A5, 0, 7, 0x08, 3, 0, 4, 100, -3, -128)  # fixed32 exponent round, count 0
-    for reason in range(1, 6):  # ABORT: the reason travels in next_exp
+    for reason in range(1, 7):  # ABORT: the reason travels in next_exp
         add(3, 0x100, 0xA5A5A5A5, 0xFFFF if reason % 2 else 1, 0, 0, 0, 0, 1, 0, reason, 0)
     add(1, 0x100, 0xA5A5A5A5, 0, 0, 0xE0, 2, 2, 0, 0, -128, 0, [1.0, 2.0], reserved=0xBEEF)
     bad_len_index = len(cases)
@@ -249,7 +250,7 @@ def test_every_field_of_written_packets(tmp_path):
         if want["type"] == 3:
             assert int(row["gradswitch.abort_reason"]) == want["next_exp"], where
             assert row["gradswitch.next_exp"] == "", where
-            reason = ["rank_left", "idle", "shutdown", "operator", "mismatch"][want["next_exp"] - 1]
+            reason = ["rank_left", "idle", "shutdown", "operator", "mismatch", "uplink"][want["next_exp"] - 1]
             assert f"reason {reason}" in row["_ws.col.Info"], where
         else:
             assert int(row["gradswitch.next_exp"]) == want["next_exp"], where
@@ -351,3 +352,36 @@ def test_decodes_a_captured_testbed_allreduce(tmp_path):
             assert not missing, f"rank {rank} iteration {it}: chunks {missing} never captured"
     assert retx > 0, "no DATA packet decoded with the RETX flag, though workers retransmitted"
     assert results >= iters * (grad_chunks + 1) * 2, "a result per round and rank"
+
+
+def wire_enum(prefix: str) -> dict[str, int]:
+    """NAME -> value of every `GS_<prefix>_NAME = value` in include/gradswitch/wire.h."""
+    text = (REPO / "include" / "gradswitch" / "wire.h").read_text()
+    return {m[1]: int(m[2], 0) for m in re.finditer(rf"\bGS_{prefix}_(\w+) = (0x[0-9a-fA-F]+|\d+)", text)}
+
+
+def test_dissector_knows_every_value_of_wire_h(tmp_path):
+    """A value added to wire.h (a message type, element type, flag, ABORT reason) fails here until the
+    dissector names it."""
+    types, elems, flags, reasons = (wire_enum(p) for p in ("MSG", "ELEM", "FLAG", "ABORT"))
+    assert types and elems and len(flags) >= 5 and len(reasons) >= 5
+    packets, expect = [], []
+    for name, value in types.items():
+        packets.append(HEADER.pack(0x4753, 1, value, 1, 2, 0, 0, 0, 2, 0, 0, 0, -128, 0, 0))
+        expect.append(name)
+    for name, value in elems.items():
+        packets.append(HEADER.pack(0x4753, 1, 1, 1, 2, 0, 0, 0, value, 0, 0, 0, -128, 0, 0))
+        expect.append(f" {name.lower()}")
+    for name, value in reasons.items():
+        packets.append(HEADER.pack(0x4753, 1, 3, 1, 2, 0, 0, 0, 0, 0, 0, 0, value, 0, 0))
+        expect.append(f"reason {name.lower()}")
+    every_flag = sum(flags.values())
+    packets.append(HEADER.pack(0x4753, 1, 1, 1, 2, 0, 0, every_flag, 2, 0, 0, 0, -128, 0, 0))
+    pcap = tmp_path / "enums.pcap"
+    write_pcap(pcap, packets)
+    flag_fields = [f"gradswitch.flags.{n.lower()}" for n in flags]
+    rows = decode(pcap, ["_ws.col.Info", *flag_fields])
+    assert len(rows) == len(packets)
+    for row, want in zip(rows[:-1], expect, strict=True):
+        assert want in row["_ws.col.Info"], (want, row)
+    assert all(rows[-1][f] == "1" or is_set(rows[-1][f]) for f in flag_fields), rows[-1]

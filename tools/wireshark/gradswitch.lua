@@ -46,6 +46,7 @@ local abort_reasons = {
   [3] = "shutdown",
   [4] = "operator",
   [5] = "mismatch",
+  [6] = "uplink",
 }
 local FLAG_VERSION, FLAG_RETX, FLAG_UNICAST, FLAG_LAST, FLAG_SUM = 0x01, 0x02, 0x04, 0x08, 0x10
 local flag_names = {
