@@ -3,8 +3,8 @@
 // The defaults are the member initialisers of SwitchConfig; `switch_options()` describes each
 // option once (name, argument, help, how to parse and how to print it, its group), and
 // command_line.cpp parses the command line and builds `--help` from it. The DPDK backend's options
-// are a group of the same table (SwitchConfig::dpdk). Also here: the log level and the monotonic clock
-// that the data threads and the control plane share (the engine's last_activity_ns is on it).
+// are a group of the same table (SwitchConfig::dpdk). Also here: the monotonic clock that the data
+// threads and the control plane share (the engine's last_activity_ns is on it); the log is log.h.
 #pragma once
 
 #include <arpa/inet.h>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gradswitch/wire.h"
+#include "switch/log.h"
 
 #ifndef GRADSWITCH_VERSION
 #define GRADSWITCH_VERSION "0.1.0"
@@ -44,6 +45,7 @@ struct SwitchConfig {
   unsigned batch = 32;               // datagrams per recvmmsg/sendmmsg
   unsigned stats_interval_s = 0;     // periodic stats log line; 0 = off
   std::string log_level = "info";    // error | warn | info | debug
+  std::string log_format = "text";   // text | json (one object per line)
   std::string backend = "udp";       // udp | dpdk
   uint64_t max_memory = 1ull << 30;  // bytes of slot memory for all jobs together
   std::string udp_gso = "on";        // on | off: UDP_SEGMENT for results sent to one worker
@@ -379,6 +381,8 @@ inline const std::vector<OptionSpec>& switch_options() {
                     &SwitchConfig::stats_interval_s, 0, 86400),
         choice_option("log-level", "LEVEL", "error|warn|info|debug", &SwitchConfig::log_level,
                       {"error", "warn", "info", "debug"}),
+        choice_option("log-format", "FORMAT", "text|json: log lines as text, or one JSON object per line",
+                      &SwitchConfig::log_format, {"text", "json"}),
         choice_option("backend", "NAME", "data-plane I/O: udp (sockets) or dpdk (EAL arguments after --)",
                       &SwitchConfig::backend, {"udp", "dpdk"}),
         {"max-memory", "BYTES", "slot memory for all jobs together (suffix K, M, G); beyond it JOIN fails",
@@ -425,37 +429,6 @@ inline std::string validate_config(const SwitchConfig& c) {
            " (TCP and UDP could share it, but that is almost always a mistake)";
   return "";
 }
-
-// ---- logging (stderr, one line per call) ----
-enum class LogLevel : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
-
-inline std::atomic<int>& log_level_ref() {
-  static std::atomic<int> level{static_cast<int>(LogLevel::kInfo)};
-  return level;
-}
-inline void set_log_level(const std::string& name) {
-  int l = name == "error" ? 0 : name == "warn" ? 1 : name == "debug" ? 3 : 2;
-  log_level_ref().store(l, std::memory_order_relaxed);
-}
-inline bool log_enabled(LogLevel l) {
-  return static_cast<int>(l) <= log_level_ref().load(std::memory_order_relaxed);
-}
-
-__attribute__((format(printf, 2, 3))) inline void log_msg(LogLevel l, const char* fmt, ...) {
-  if (!log_enabled(l)) return;
-  static const char* const names[] = {"error", "warn", "info", "debug"};
-  char line[1024];
-  int n = std::snprintf(line, sizeof line, "gradswitchd %s: ", names[static_cast<int>(l)]);
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(line + n, sizeof line - n, fmt, ap);
-  va_end(ap);
-  std::fprintf(stderr, "%s\n", line);
-}
-#define GS_LOG_ERROR(...) ::gradswitch::log_msg(::gradswitch::LogLevel::kError, __VA_ARGS__)
-#define GS_LOG_WARN(...) ::gradswitch::log_msg(::gradswitch::LogLevel::kWarn, __VA_ARGS__)
-#define GS_LOG_INFO(...) ::gradswitch::log_msg(::gradswitch::LogLevel::kInfo, __VA_ARGS__)
-#define GS_LOG_DEBUG(...) ::gradswitch::log_msg(::gradswitch::LogLevel::kDebug, __VA_ARGS__)
 
 // CLOCK_MONOTONIC in nanoseconds: the clock of ingest()'s now_ns and JobStatus.last_activity_ns.
 inline uint64_t monotonic_ns() {

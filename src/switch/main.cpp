@@ -72,16 +72,17 @@ int main(int argc, char** argv) {
   }
   const SwitchConfig& config = args.config;
   set_log_level(config.log_level);
+  set_log_format(config.log_format);
 
   Engine engine(EngineConfig{config.threads, config.max_jobs});
   ControlPlane control(engine, config);
   if (!control.listen(&error)) {
-    std::fprintf(stderr, "gradswitchd: %s\n", error.c_str());
+    log_plain(LogLevel::kError, "gradswitchd: %s", error.c_str());
     return 1;
   }
   std::unique_ptr<Backend> backend = make_backend(engine, args, &error);
   if (!backend) {
-    std::fprintf(stderr, "gradswitchd: %s\n", error.c_str());
+    log_plain(LogLevel::kError, "gradswitchd: %s", error.c_str());
     return 1;
   }
   control.add_stats_source([&] { return format_backend_stats(*backend); });
@@ -92,9 +93,9 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::fprintf(stderr, "gradswitchd %s: control %s, data %s, mtu %u (payload %u B), simd %s\n",
-               GRADSWITCH_VERSION, control.describe().c_str(), backend->describe().c_str(), config.mtu,
-               config.payload_bytes(), kernels().name);
+  log_plain(LogLevel::kInfo, "gradswitchd %s: control %s, data %s, mtu %u (payload %u B), simd %s",
+            GRADSWITCH_VERSION, control.describe().c_str(), backend->describe().c_str(), config.mtu,
+            config.payload_bytes(), kernels().name);
   const uint64_t start_ns = monotonic_ns();
 
   // The control plane runs on its own thread until a signal (or the backend returning); then it
@@ -114,12 +115,12 @@ int main(int argc, char** argv) {
   control.close_all();  // every job ends and is destroyed
 
   const CounterValues t = engine.total_counters();
-  std::fprintf(stderr,
-               "gradswitchd: stopped after %.1f s: %llu jobs, pkts_in=%llu pkts_out=%llu completed=%llu "
-               "retx_answered=%llu drops=%llu%s%s\n",
-               (monotonic_ns() - start_ns) / 1e9, (unsigned long long)control.jobs_started(),
-               (unsigned long long)t.pkts_in, (unsigned long long)t.pkts_out, (unsigned long long)t.completed,
-               (unsigned long long)t.retx_answered, (unsigned long long)t.drops_total(), " ",
-               format_backend_stats(*backend).c_str());
+  log_plain(LogLevel::kInfo,
+            "gradswitchd: stopped after %.1f s: %llu jobs, pkts_in=%llu pkts_out=%llu completed=%llu "
+            "retx_answered=%llu drops=%llu%s%s",
+            (monotonic_ns() - start_ns) / 1e9, (unsigned long long)control.jobs_started(),
+            (unsigned long long)t.pkts_in, (unsigned long long)t.pkts_out, (unsigned long long)t.completed,
+            (unsigned long long)t.retx_answered, (unsigned long long)t.drops_total(), " ",
+            format_backend_stats(*backend).c_str());
   return backend_rc;
 }
