@@ -1,4 +1,4 @@
-// Per-communicator switch jobs and the in-order progress of their reductions (see comm_state.h).
+// Per-communicator switch jobs and the in-order completion of their reductions (see comm_state.h).
 #include "mpi/comm_state.h"
 
 #include <unistd.h>
@@ -9,7 +9,6 @@
 #include <random>
 
 #include "gradswitch/wire.h"
-#include "mpi/counters.h"
 #include "mpi/switch_call.h"
 
 namespace gradswitch::mpi {
@@ -29,11 +28,10 @@ std::string random_hex() {
 }  // namespace
 
 std::unique_ptr<CommState> CommState::create(MPI_Comm comm, bool can_use_switch, const Config& cfg,
-                                             std::string* warning) {
-  std::unique_ptr<CommState> s(new CommState);
+                                             Tally& tally) {
+  std::unique_ptr<CommState> s(new CommState(cfg, tally));
   PMPI_Comm_rank(comm, &s->rank_);
   PMPI_Comm_size(comm, &s->size_);
-  s->wire_ = cfg.wire;
   int mine = can_use_switch && s->size_ >= 2 && s->size_ <= static_cast<int>(GS_MAX_WORLD), all = 0;
   PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm);
   if (!all) return s;
@@ -64,18 +62,27 @@ std::unique_ptr<CommState> CommState::create(MPI_Comm comm, bool can_use_switch,
   PMPI_Allreduce(&vote, &verdict, 1, MPI_INT, MPI_MIN, s->private_);
   if (verdict != INT_MAX) {
     if (verdict == s->rank_)
-      *warning = "could not join a switch job for a communicator of " + std::to_string(s->size_) +
-                 " ranks (its reductions stay with MPI): " + error;
+      tally.warn("could not join a switch job for a communicator of " + std::to_string(s->size_) +
+                 " ranks (its reductions stay with MPI): " + error);
     if (s->group_) s->group_->close();
     s->group_.reset();
     PMPI_Comm_free(&s->private_);
     return s;
   }
   s->job_ = name;
+  s->helper_ = std::thread([p = s.get()] { p->helper_main(); });
   return s;
 }
 
 CommState::~CommState() {
+  if (helper_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    helper_.join();  // after the queue drained
+  }
   if (group_) {
     try {
       group_->close();
@@ -85,108 +92,93 @@ CommState::~CommState() {
   if (private_ != MPI_COMM_NULL) PMPI_Comm_free(&private_);
 }
 
-void CommState::enqueue(std::shared_ptr<Op> op) {
+void CommState::enqueue(const std::shared_ptr<Op>& op) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!group_closed_) {
+    try {
+      op->handle = start_switch(*group_, *op, cfg_.wire);
+      op->submitted = true;
+    } catch (const std::exception& e) {
+      op->error = e.what();
+    }
+  }
+  queue_.push_back(op);
+  cv_.notify_all();
+}
+
+void CommState::wait(const Op& op) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return op.done; });
+}
+
+bool CommState::idle() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return queue_.empty();
+}
+
+void CommState::helper_main() {
+  for (;;) {
+    std::shared_ptr<Op> op;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      op = queue_.front();
+    }
+    finish(*op);
+    tally_.done(*op);
+    if (op->user_req != MPI_REQUEST_NULL) {
+      PMPI_Grequest_complete(op->user_req);
+      if (op->strict_error) PMPI_Comm_call_errhandler(op->comm, MPI_ERR_OTHER);
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      op->done = true;
+      queue_.pop_front();
+    }
+    cv_.notify_all();
+  }
+}
+
+void CommState::finish(Op& op) {
+  if (op.submitted) {
+    try {
+      op.handle.wait();
+    } catch (const std::exception& e) {
+      op.error = e.what();
+    }
+  }
   if (!failed_) {
-    op->handle = start_switch(*group_, *op, wire_);
-    op->submitted = true;
+    // Did every rank get its sum? One int, MPI_MIN: INT_MAX when all did, else the lowest failing rank.
+    int vote = op.error.empty() ? INT_MAX : rank_, verdict = 0;
+    PMPI_Allreduce(&vote, &verdict, 1, MPI_INT, MPI_MIN, private_);
+    if (verdict == INT_MAX) {
+      op.by_switch = true;
+      return;
+    }
+    if (verdict == rank_)
+      tally_.warn("the switch failed during a reduction on job " + job_ + " (" + op.error + ")" +
+                  (cfg_.strict ? "" : "; MPI redoes it and this communicator's later reductions"));
+    // From this op on, MPI does this communicator's reductions, in the same order on every rank.
+    // Without LEAVE: the switch aborts the job, so the other ranks' groups stop at once too.
+    failed_ = true;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      group_closed_ = true;
+    }
+    group_->close(/*abort=*/true);
   }
-  queue_.push_back(std::move(op));
-}
-
-worker::Handle CommState::running_handle() const {
-  for (const auto& op : queue_)
-    if (op->stage == Op::Stage::kSwitch && op->submitted && !op->handle.done()) return op->handle;
-  return worker::Handle();
-}
-
-void CommState::fail() {
-  failed_ = true;
-  // Without LEAVE: the switch aborts the job, so the other ranks' groups stop at once too.
-  if (group_) group_->close(/*abort=*/true);
-}
-
-void CommState::start_fallback(Op& op) {
-  if (op.kind == Op::Kind::kReduce)
-    PMPI_Ireduce(op.input, op.output, op.count, op.type, MPI_SUM, op.root, private_, &op.mpi_req);
+  if (cfg_.strict)
+    op.strict_error = true;
   else
-    PMPI_Iallreduce(op.input, op.output, op.count, op.type, MPI_SUM, private_, &op.mpi_req);
-  op.stage = Op::Stage::kFallback;
+    redo_by_mpi(op);
 }
 
-bool CommState::progress(const Config& cfg, Counters& counters, std::string* warning) {
-  bool moved = false;
-  while (!queue_.empty()) {
-    Op& op = *queue_.front();
-    if (op.stage == Op::Stage::kSwitch) {
-      if (op.submitted) {
-        if (!op.handle.done()) return moved;
-        try {
-          op.handle.wait();
-        } catch (const std::exception& e) {
-          op.error = e.what();
-        }
-        op.submitted = false;
-      }
-      moved = true;
-      if (failed_) {
-        // Every rank reaches this op after the same failed agreement: no need to ask again.
-        if (cfg.strict) {
-          op.strict_error = true;
-          op.stage = Op::Stage::kDone;
-        } else {
-          start_fallback(op);
-        }
-      } else {
-        op.vote = op.error.empty() ? INT_MAX : rank_;
-        PMPI_Iallreduce(&op.vote, &op.verdict, 1, MPI_INT, MPI_MIN, private_, &op.mpi_req);
-        op.stage = Op::Stage::kAgree;
-      }
-    }
-    if (op.stage == Op::Stage::kAgree) {
-      int flag = 0;
-      PMPI_Test(&op.mpi_req, &flag, MPI_STATUS_IGNORE);
-      if (!flag) return moved;
-      moved = true;
-      if (op.verdict == INT_MAX) {
-        op.by_switch = true;
-        op.stage = Op::Stage::kDone;
-      } else {
-        // A rank has no sum (the switch or the network failed during the reduction). From this op
-        // on, MPI does this communicator's reductions, in the same order on every rank.
-        if (op.verdict == rank_)
-          *warning = "the switch failed during a reduction on job " + job_ + " (" + op.error + ")" +
-                     (cfg.strict ? "" : "; MPI redoes it and this communicator's later reductions");
-        fail();
-        if (cfg.strict) {
-          op.strict_error = true;
-          op.stage = Op::Stage::kDone;
-        } else {
-          start_fallback(op);
-        }
-      }
-    }
-    if (op.stage == Op::Stage::kFallback) {
-      int flag = 0;
-      PMPI_Test(&op.mpi_req, &flag, MPI_STATUS_IGNORE);
-      if (!flag) return moved;
-      moved = true;
-      op.stage = Op::Stage::kDone;
-    }
-    if (op.by_switch) {
-      (op.kind == Op::Kind::kAllreduce ? counters.allreduce
-       : op.kind == Op::Kind::kReduce  ? counters.reduce
-                                       : counters.iallreduce)++;
-      counters.switch_bytes += op.bytes();
-    } else if (!op.strict_error) {
-      counters.mpi_fallback++;
-    }
-    if (op.user_req != MPI_REQUEST_NULL) {
-      PMPI_Grequest_complete(op.user_req);
-      if (op.strict_error) PMPI_Comm_call_errhandler(op.comm, MPI_ERR_OTHER);
-    }
-    queue_.pop_front();
-  }
-  return moved;
+void CommState::redo_by_mpi(Op& op) {
+  if (op.kind == Op::Kind::kReduce)
+    PMPI_Reduce(op.input, op.output, op.count, op.type, MPI_SUM, op.root, private_);
+  else
+    PMPI_Allreduce(op.input, op.output, op.count, op.type, MPI_SUM, private_);
 }
 
 }  // namespace gradswitch::mpi

@@ -1,7 +1,9 @@
-// Formatting of the library's counters (see counters.h).
+// Counters of the library and its one warning (see counters.h).
 #include "mpi/counters.h"
 
 #include <cstdio>
+
+#include "mpi/op.h"
 
 namespace gradswitch::mpi {
 
@@ -30,6 +32,41 @@ std::string Counters::text(int world_rank, size_t min_bytes) const {
                 (unsigned long long)mpi_no_switch, (unsigned long long)mpi_fallback,
                 (unsigned long long)jobs);
   return buf;
+}
+
+void Tally::set_rank(int world_rank, bool strict) {
+  std::lock_guard<std::mutex> lk(mu_);
+  world_rank_ = world_rank;
+  strict_ = strict;
+}
+
+void Tally::done(const Op& op) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (op.by_switch) {
+    (op.kind == Op::Kind::kAllreduce ? c_.allreduce
+     : op.kind == Op::Kind::kReduce  ? c_.reduce
+                                     : c_.iallreduce)++;
+    c_.switch_bytes += op.bytes();
+  } else if (!op.strict_error) {
+    c_.mpi_fallback++;
+  }
+}
+
+Counters Tally::snapshot() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return c_;
+}
+
+void Tally::warn(const std::string& message) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (strict_) {
+    std::fprintf(stderr, "gradswitch-mpi: rank %d: error (GRADSWITCH_MPI_STRICT=1): %s\n", world_rank_,
+                 message.c_str());
+    return;
+  }
+  if (warned_) return;
+  warned_ = true;
+  std::fprintf(stderr, "gradswitch-mpi: rank %d: warning: %s\n", world_rank_, message.c_str());
 }
 
 }  // namespace gradswitch::mpi

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace gradswitch::mpi {
+
+struct Op;
 
 struct Counters {
   uint64_t allreduce = 0, reduce = 0, iallreduce = 0;  // reductions summed by the switch
@@ -22,6 +25,30 @@ struct Counters {
   std::string json(int world_rank) const;
   // A sentence for people, e.g. "rank 0: 12 reductions through the switch (...)".
   std::string text(int world_rank, size_t min_bytes) const;
+};
+
+// The counters and the one warning, shared by the program's threads and the helper threads.
+class Tally {
+ public:
+  void set_rank(int world_rank, bool strict);
+  // Counts a completed op (by the switch, or by MPI after a failure).
+  void done(const Op& op);
+  template <typename F>
+  void bump(F field) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++(c_.*field);
+  }
+  Counters snapshot();
+  int world_rank() const { return world_rank_; }
+  // Prints the process's first warning on stderr (strict mode: every error).
+  void warn(const std::string& message);
+
+ private:
+  std::mutex mu_;
+  Counters c_;
+  int world_rank_ = 0;
+  bool strict_ = false;
+  bool warned_ = false;
 };
 
 }  // namespace gradswitch::mpi

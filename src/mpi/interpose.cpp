@@ -3,6 +3,7 @@
 // taken over goes to the PMPI_ function unchanged. docs/mpi.md says what is intercepted.
 #include <mpi.h>
 
+#include <algorithm>
 #include <string>
 
 #include "mpi/runtime.h"
@@ -15,13 +16,27 @@ using gradswitch::mpi::Runtime;
 extern "C" {
 
 int MPI_Init(int* argc, char*** argv) {
-  int rc = PMPI_Init(argc, argv);
-  return rc == MPI_SUCCESS ? Runtime::get().on_init() : rc;
+  Runtime& rt = Runtime::get();
+  const int level = rt.thread_level_for(MPI_THREAD_SINGLE);
+  int provided = MPI_THREAD_SINGLE;
+  int rc =
+      level == MPI_THREAD_SINGLE ? PMPI_Init(argc, argv) : PMPI_Init_thread(argc, argv, level, &provided);
+  return rc == MPI_SUCCESS ? rt.on_init(provided) : rc;
 }
 
 int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
-  int rc = PMPI_Init_thread(argc, argv, required, provided);
-  return rc == MPI_SUCCESS ? Runtime::get().on_init() : rc;
+  Runtime& rt = Runtime::get();
+  int rc = PMPI_Init_thread(argc, argv, rt.thread_level_for(required), provided);
+  if (rc != MPI_SUCCESS) return rc;
+  rc = rt.on_init(*provided);
+  *provided = rt.program_thread_level();
+  return rc;
+}
+
+int MPI_Query_thread(int* provided) {
+  int rc = PMPI_Query_thread(provided);
+  if (rc == MPI_SUCCESS) *provided = std::min(*provided, Runtime::get().program_thread_level());
+  return rc;
 }
 
 int MPI_Finalize(void) {

@@ -17,12 +17,6 @@ namespace gradswitch::mpi {
 
 struct Op {
   enum class Kind : uint8_t { kAllreduce, kReduce, kIallreduce };
-  enum class Stage : uint8_t {
-    kSwitch,    // the switch part runs (or, on a failed communicator, waits to run by MPI)
-    kAgree,     // the agreement (MPI_MIN of one int on the private communicator) is in flight
-    kFallback,  // MPI redoes the reduction on the private communicator
-    kDone,
-  };
 
   Kind kind = Kind::kAllreduce;
   MPI_Comm comm = MPI_COMM_NULL;  // the program's communicator (its error handler reports strict failures)
@@ -36,15 +30,15 @@ struct Op {
   Elem elem = Elem::kNone;
   std::vector<uint8_t> saved;
 
-  Stage stage = Stage::kSwitch;
   bool submitted = false;  // the switch part was queued on the group
   worker::Handle handle;
-  std::string error;  // why the switch part failed on this rank ("" = it succeeded)
-  int vote = 0, verdict = 0;
-  MPI_Request mpi_req = MPI_REQUEST_NULL;   // the agreement or the fallback in flight
   MPI_Request user_req = MPI_REQUEST_NULL;  // MPI_Iallreduce: the generalized request handed out
-  bool by_switch = false;                   // final: the switch's sum (true) or MPI's (false)
-  bool strict_error = false;                // GRADSWITCH_MPI_STRICT: failed, reported as an error
+
+  // Set by the communicator's helper thread when the op is complete.
+  std::string error;          // why the switch part failed on this rank ("" = it succeeded)
+  bool by_switch = false;     // the switch's sum (true) or MPI's (false)
+  bool strict_error = false;  // GRADSWITCH_MPI_STRICT: failed, reported as an error
+  bool done = false;
 
   size_t bytes() const { return static_cast<size_t>(count) * elem_bytes(elem); }
 };

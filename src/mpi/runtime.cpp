@@ -1,14 +1,13 @@
-// Process-wide state of the MPI library and the two ways a reduction runs (see runtime.h).
+// Process-wide state of the MPI library and running a reduction through the switch (see runtime.h).
 #include "mpi/runtime.h"
 
-#include <sched.h>
-
+#include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 
 #include "mpi/datatypes.h"
-#include "mpi/switch_call.h"
 #include "worker/control.h"
 
 namespace gradswitch::mpi {
@@ -16,8 +15,8 @@ namespace gradswitch::mpi {
 namespace {
 
 // Attribute delete callback: the program freed a communicator (or MPI_Finalize frees them).
-int forget_comm(MPI_Comm comm, int, void* state, void*) {
-  Runtime::get().forget(comm, static_cast<CommState*>(state));
+int forget_comm(MPI_Comm, int, void* state, void*) {
+  Runtime::get().forget(static_cast<CommState*>(state));
   return MPI_SUCCESS;
 }
 
@@ -58,57 +57,54 @@ Runtime& Runtime::get() {
   return *rt;
 }
 
-int Runtime::on_init() {
+int Runtime::thread_level_for(int requested) {
   std::lock_guard<std::mutex> lk(mu_);
-  PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   cfg_ = config_from_env();
+  program_level_ = requested;
+  // Only a library that will try the switch needs the helper threads' MPI_THREAD_MULTIPLE.
+  return cfg_.problem.empty() && !cfg_.switch_addr.empty() ? MPI_THREAD_MULTIPLE : requested;
+}
+
+int Runtime::on_init(int provided) {
+  std::lock_guard<std::mutex> lk(mu_);
+  int world_rank = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  tally_.set_rank(world_rank, cfg_.strict);
+  program_level_ = std::min(program_level_, provided);
   PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, forget_comm, &keyval_, nullptr);
   std::string why = cfg_.problem;
   if (why.empty() && cfg_.switch_addr.empty()) why = "GRADSWITCH_SWITCH is not set (host:port of the switch)";
+  if (why.empty() && provided < MPI_THREAD_MULTIPLE)
+    why = "this MPI does not provide MPI_THREAD_MULTIPLE, which the library's helper threads need";
   if (why.empty()) why = probe(cfg_.switch_addr, 5.0);
   // Every rank must agree, or a communicator's ranks would take different paths.
-  int vote = why.empty() ? INT_MAX : world_rank_, verdict = 0;
+  int vote = why.empty() ? INT_MAX : world_rank, verdict = 0;
   PMPI_Allreduce(&vote, &verdict, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   active_ = verdict == INT_MAX;
   if (active_) return MPI_SUCCESS;
-  if (cfg_.strict) {
-    if (verdict == world_rank_)
-      std::fprintf(stderr, "gradswitch-mpi: rank %d: error (GRADSWITCH_MPI_STRICT=1): %s\n", world_rank_,
-                   why.c_str());
-    PMPI_Comm_call_errhandler(MPI_COMM_WORLD, MPI_ERR_OTHER);
-    return MPI_ERR_OTHER;
-  }
-  if (verdict == world_rank_) report(why + "; every reduction uses MPI");
-  return MPI_SUCCESS;
-}
-
-void Runtime::report(const std::string& warning) {
-  if (cfg_.strict) {
-    std::fprintf(stderr, "gradswitch-mpi: rank %d: error (GRADSWITCH_MPI_STRICT=1): %s\n", world_rank_,
-                 warning.c_str());
-    return;
-  }
-  if (warned_) return;
-  warned_ = true;
-  std::fprintf(stderr, "gradswitch-mpi: rank %d: warning: %s\n", world_rank_, warning.c_str());
+  if (verdict == world_rank) tally_.warn(why + (cfg_.strict ? "" : "; every reduction uses MPI"));
+  if (!cfg_.strict) return MPI_SUCCESS;
+  PMPI_Comm_call_errhandler(MPI_COMM_WORLD, MPI_ERR_OTHER);
+  return MPI_ERR_OTHER;
 }
 
 CommState* Runtime::route(const Call& c) {
   std::lock_guard<std::mutex> lk(mu_);
   if (keyval_ == MPI_KEYVAL_INVALID || finalized_) return nullptr;  // MPI_Init did not come through here
+  retire_freed();
   const Elem e = classify(c.type);
   int inter = 0;
   if (c.op != MPI_SUM || e == Elem::kNone || c.count <= 0 || c.comm == MPI_COMM_NULL ||
       PMPI_Comm_test_inter(c.comm, &inter) != MPI_SUCCESS || inter) {
-    counters_.mpi_other++;
+    tally_.bump(&Counters::mpi_other);
     return nullptr;
   }
   if (static_cast<size_t>(c.count) * elem_bytes(e) < cfg_.min_bytes) {
-    counters_.mpi_small++;
+    tally_.bump(&Counters::mpi_small);
     return nullptr;
   }
   if (!active_) {
-    counters_.mpi_no_switch++;
+    tally_.bump(&Counters::mpi_no_switch);
     return nullptr;
   }
   void* attr = nullptr;
@@ -116,26 +112,24 @@ CommState* Runtime::route(const Call& c) {
   PMPI_Comm_get_attr(c.comm, keyval_, &attr, &found);
   CommState* cs = found ? static_cast<CommState*>(attr) : nullptr;
   if (!cs) {
-    std::string warning;
-    comms_.push_back(CommState::create(c.comm, active_, cfg_, &warning));
+    comms_.push_back(CommState::create(c.comm, active_, cfg_, tally_));
     cs = comms_.back().get();
     PMPI_Comm_set_attr(c.comm, keyval_, cs);
-    if (!warning.empty()) report(warning);
     if (cs->uses_switch()) {
-      counters_.jobs++;
+      tally_.bump(&Counters::jobs);
       if (cfg_.verbose)
         std::fprintf(stderr, "gradswitch-mpi: rank %d: joined switch job %s (%d ranks, rank %d)\n",
-                     world_rank_, cs->job().c_str(), cs->size(), cs->rank());
+                     tally_.world_rank(), cs->job().c_str(), cs->size(), cs->rank());
     }
   }
   if (!cs->uses_switch()) {
-    counters_.mpi_no_switch++;
+    tally_.bump(&Counters::mpi_no_switch);
     return nullptr;
   }
   return cs;
 }
 
-std::shared_ptr<Op> Runtime::make_op(const Call& c) {
+std::shared_ptr<Op> Runtime::make_op(const CommState& cs, const Call& c) {
   auto op = std::make_shared<Op>();
   op->kind = c.kind;
   op->comm = c.comm;
@@ -143,9 +137,7 @@ std::shared_ptr<Op> Runtime::make_op(const Call& c) {
   op->type = c.type;
   op->root = c.root;
   op->elem = classify(c.type);
-  int rank = 0;
-  PMPI_Comm_rank(c.comm, &rank);
-  const bool gets_sum = c.kind != Op::Kind::kReduce || rank == c.root;
+  const bool gets_sum = c.kind != Op::Kind::kReduce || cs.rank() == c.root;
   if (c.sendbuf == MPI_IN_PLACE && gets_sum) {
     // The buffer is both contribution and result: keep the contribution for a fallback.
     const auto* p = static_cast<const uint8_t*>(c.recvbuf);
@@ -158,150 +150,66 @@ std::shared_ptr<Op> Runtime::make_op(const Call& c) {
   return op;
 }
 
-bool Runtime::progress_locked() {
-  bool moved = false;
-  std::string warning;
-  for (auto& cs : comms_) {
-    moved |= cs->progress(cfg_, counters_, &warning);
-    if (!warning.empty()) report(warning), warning.clear();
-  }
-  for (auto it = requests_.begin(); it != requests_.end();)
-    it = it->second->stage == Op::Stage::kDone ? requests_.erase(it) : std::next(it);
-  for (auto it = comms_.begin(); it != comms_.end();)
-    it = (*it)->freed && (*it)->idle() ? comms_.erase(it) : std::next(it);
-  return moved;
-}
-
-worker::Handle Runtime::running_locked() {
-  for (auto& cs : comms_) {
-    worker::Handle h = cs->running_handle();
-    if (!h.done()) return h;
-  }
-  return worker::Handle();
-}
-
-void Runtime::sleep_on(const worker::Handle& running) {
-  // On a running switch part, sleep until it finishes (briefly: MPI requests may need polling
-  // meanwhile); with only MPI requests in flight, poll them again soon.
-  if (!running.done())
-    running.wait_for(0.0005);
-  else
-    sched_yield();
-}
-
-void Runtime::wait_op(const std::shared_ptr<Op>& op, std::unique_lock<std::mutex>& lk) {
-  while (op->stage != Op::Stage::kDone) {
-    if (progress_locked()) continue;
-    worker::Handle running = running_locked();
-    lk.unlock();
-    sleep_on(running);
-    lk.lock();
-  }
-}
-
 int Runtime::run_blocking(CommState& cs, const Call& c) {
-  std::unique_lock<std::mutex> lk(mu_);
-  auto op = make_op(c);
+  auto op = make_op(cs, c);
   cs.enqueue(op);
-  wait_op(op, lk);
-  if (op->strict_error) {
-    lk.unlock();
-    PMPI_Comm_call_errhandler(c.comm, MPI_ERR_OTHER);
-    return MPI_ERR_OTHER;
-  }
-  return MPI_SUCCESS;
+  cs.wait(*op);
+  if (!op->strict_error) return MPI_SUCCESS;
+  PMPI_Comm_call_errhandler(c.comm, MPI_ERR_OTHER);
+  return MPI_ERR_OTHER;
 }
 
 int Runtime::start(CommState& cs, const Call& c, MPI_Request* request) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto op = make_op(c);
+  auto op = make_op(cs, c);
   int rc = PMPI_Grequest_start(query_request, free_request, cancel_request, nullptr, &op->user_req);
   if (rc != MPI_SUCCESS) return rc;
-  requests_[op->user_req] = op;
-  cs.enqueue(op);
   *request = op->user_req;
+  cs.enqueue(op);
   return MPI_SUCCESS;
 }
 
-bool Runtime::busy() {
+void Runtime::forget(CommState* state) {
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& cs : comms_)
-    if (!cs->idle()) return true;
-  return false;
+    if (cs.get() == state) cs->freed = true;
 }
 
-bool Runtime::progress_all() {
-  std::lock_guard<std::mutex> lk(mu_);
-  return progress_locked();
-}
-
-void Runtime::idle() {
-  worker::Handle running;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    running = running_locked();
-  }
-  sleep_on(running);
-}
-
-bool Runtime::owns(MPI_Request request) {
-  std::lock_guard<std::mutex> lk(mu_);
-  return request != MPI_REQUEST_NULL && requests_.count(request);
-}
-
-void Runtime::wait_owned(MPI_Request request) {
-  std::unique_lock<std::mutex> lk(mu_);
-  auto it = requests_.find(request);
-  if (it == requests_.end()) return;
-  std::shared_ptr<Op> op = it->second;
-  wait_op(op, lk);
-}
-
-void Runtime::forget(MPI_Comm, CommState* state) {
-  std::lock_guard<std::mutex> lk(mu_);
-  for (auto& cs : comms_)
-    if (cs.get() == state) cs->freed = true;  // destroyed (job left) once its queue drains
+void Runtime::retire_freed() {
+  // Destroyed here, in a program thread, not in the attribute callback: leaving the job and freeing
+  // the private communicator are MPI and network calls.
+  for (auto it = comms_.begin(); it != comms_.end();)
+    it = (*it)->freed && (*it)->idle() ? comms_.erase(it) : std::next(it);
 }
 
 void Runtime::on_finalize() {
-  std::unique_lock<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(mu_);
   if (finalized_ || keyval_ == MPI_KEYVAL_INVALID) return;
-  // Reductions the program started and never waited for still complete on every rank.
-  for (;;) {
-    bool pending = false;
-    for (auto& cs : comms_) pending |= !cs->idle();
-    if (!pending) break;
-    if (!progress_locked()) {
-      worker::Handle running = running_locked();
-      lk.unlock();
-      sleep_on(running);
-      lk.lock();
-    }
-  }
-  comms_.clear();  // leaves every switch job, frees the private communicators
-  requests_.clear();
+  // Reductions the program started and never waited for still complete (on every rank): each
+  // communicator's destructor drains its queue, leaves its job and frees its private communicator.
+  comms_.clear();
   finalized_ = true;
   write_stats();
 }
 
 std::string Runtime::stats_json() {
-  std::lock_guard<std::mutex> lk(mu_);
-  return counters_.json(world_rank_);
+  return tally_.snapshot().json(tally_.world_rank());
 }
 
 void Runtime::write_stats() {
   if (cfg_.stats.empty() || cfg_.stats == "0") return;
+  const Counters c = tally_.snapshot();
+  const int rank = tally_.world_rank();
   if (cfg_.stats == "1") {
-    std::fprintf(stderr, "gradswitch-mpi: %s\n", counters_.text(world_rank_, cfg_.min_bytes).c_str());
+    std::fprintf(stderr, "gradswitch-mpi: %s\n", c.text(rank, cfg_.min_bytes).c_str());
     return;
   }
-  std::string path = cfg_.stats + "." + std::to_string(world_rank_) + ".json";
+  std::string path = cfg_.stats + "." + std::to_string(rank) + ".json";
   if (FILE* f = std::fopen(path.c_str(), "w")) {
-    std::fprintf(f, "%s\n", counters_.json(world_rank_).c_str());
+    std::fprintf(f, "%s\n", c.json(rank).c_str());
     std::fclose(f);
   } else {
-    std::fprintf(stderr, "gradswitch-mpi: rank %d: cannot write GRADSWITCH_MPI_STATS file %s: %s\n",
-                 world_rank_, path.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "gradswitch-mpi: rank %d: cannot write GRADSWITCH_MPI_STATS file %s: %s\n", rank,
+                 path.c_str(), std::strerror(errno));
   }
 }
 

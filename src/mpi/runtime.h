@@ -1,8 +1,9 @@
-// The library's process-wide state: settings, counters, the communicators it knows, and the
-// two ways a reduction runs through the switch (blocking, and as a generalized request).
+// The library's process-wide state: settings, counters, the communicators it knows, and running a
+// reduction through the switch (blocking, or as a generalized request for MPI_Iallreduce).
 //
-// Locking: one mutex guards everything here. It is held while the library works and released
-// while it waits (for the switch, or for MPI to progress), so other threads' MPI calls proceed.
+// Threads: the library asks MPI for MPI_THREAD_MULTIPLE (the program sees the level it asked for),
+// so that each communicator's helper thread can run the library's own MPI calls (comm_state.h).
+// One mutex guards the registry of communicators; waits happen outside it.
 #pragma once
 
 #include <mpi.h>
@@ -10,7 +11,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "mpi/comm_state.h"
@@ -36,10 +36,15 @@ class Runtime {
  public:
   static Runtime& get();
 
-  // Right after PMPI_Init/PMPI_Init_thread succeeded: reads the settings and checks, on every
+  // Before PMPI_Init*: the thread level to ask MPI for, given what the program asked for.
+  int thread_level_for(int requested);
+  // Right after PMPI_Init/PMPI_Init_thread succeeded (`provided`: what MPI gave): checks, on every
   // rank, that the switch answers (collective over MPI_COMM_WORLD). Returns an MPI error code
   // (strict mode only; MPI_SUCCESS otherwise).
-  int on_init();
+  int on_init(int provided);
+  // What MPI_Init_thread / MPI_Query_thread report to the program: the level it asked for, at most
+  // what MPI gave.
+  int program_thread_level() const { return program_level_; }
   // Right before PMPI_Finalize: completes what is in flight, leaves every switch job, reports.
   void on_finalize();
 
@@ -48,46 +53,28 @@ class Runtime {
   CommState* route(const Call& c);
   // Runs a routed call to completion; returns its MPI result code.
   int run_blocking(CommState& cs, const Call& c);
-  // Starts a routed MPI_Iallreduce; `*request` completes through MPI_Wait/MPI_Test.
+  // Starts a routed MPI_Iallreduce; `*request` is a generalized request the helper completes.
   int start(CommState& cs, const Call& c, MPI_Request* request);
 
-  // ---- used by the request functions (requests.cpp)
-  // Whether any reduction of the library is in flight (then waits must keep it moving).
-  bool busy();
-  // Advances every queue once; true when anything moved.
-  bool progress_all();
-  // Sleeps a little (on a running switch part if there is one) with the lock released.
-  void idle();
-  // True when `request` is one of the library's (an MPI_Iallreduce through the switch).
-  bool owns(MPI_Request request);
-  // Blocks (keeping everything moving) until the library's `request` is complete.
-  void wait_owned(MPI_Request request);
-
   // A communicator the program freed (attribute delete callback).
-  void forget(MPI_Comm comm, CommState* state);
+  void forget(CommState* state);
 
   std::string stats_json();
 
  private:
   Runtime() = default;
-  std::shared_ptr<Op> make_op(const Call& c);
-  void wait_op(const std::shared_ptr<Op>& op, std::unique_lock<std::mutex>& lk);
-  worker::Handle running_locked();
-  static void sleep_on(const worker::Handle& running);
-  bool progress_locked();
-  void report(const std::string& warning);
+  std::shared_ptr<Op> make_op(const CommState& cs, const Call& c);
+  void retire_freed();
   void write_stats();
 
   std::mutex mu_;
   Config cfg_;
-  bool active_ = false;  // settings usable and the switch answered every rank at MPI_Init
+  Tally tally_;
+  bool active_ = false;  // settings usable, MPI_THREAD_MULTIPLE, and the switch answered every rank
   bool finalized_ = false;
-  bool warned_ = false;  // one warning per process
-  int world_rank_ = 0;
+  int program_level_ = MPI_THREAD_SINGLE;
   int keyval_ = MPI_KEYVAL_INVALID;
-  Counters counters_;
   std::vector<std::unique_ptr<CommState>> comms_;
-  std::unordered_map<MPI_Request, std::shared_ptr<Op>> requests_;
 };
 
 }  // namespace gradswitch::mpi

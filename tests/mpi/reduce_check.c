@@ -1,7 +1,8 @@
 /* An ordinary MPI program (it knows nothing of gradswitch), built with mpicc by the tests and run
  * with and without libgradswitch_mpi.so preloaded. It reduces float, double and int buffers in the
  * ways MPI programs do (MPI_Allreduce, MPI_Reduce to a non-zero root, MPI_Iallreduce completed by
- * MPI_Wait / MPI_Waitall / MPI_Test, MPI_IN_PLACE, communicators from MPI_Comm_split and
+ * MPI_Wait / MPI_Waitall / MPI_Test (also while other ranks sit in MPI_Barrier), MPI_IN_PLACE,
+ * communicators from MPI_Comm_split and
  * MPI_Comm_dup, a small message, another op) and writes every result it holds to
  * OUTDIR/rank<R>.bin, so that the two runs can be compared.
  *
@@ -93,6 +94,19 @@ static void reduce_on(MPI_Comm comm, int n, uint32_t tag) {
   fill_int(is, n, seed + 9);
   MPI_Iallreduce(is, ir, n, MPI_INT, MPI_SUM, comm, &reqs[0]);
   MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+  put(ir, n * sizeof *ir);
+
+  /* Rank 0 waits for a non-blocking reduction while the others already sit in MPI_Barrier: MPI
+   * progresses non-blocking collectives on their own, so this completes (and must through the switch). */
+  fill_int(is, n, seed + 12);
+  MPI_Iallreduce(is, ir, n, MPI_INT, MPI_SUM, comm, &reqs[0]);
+  if (rank == 0) {
+    MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+    MPI_Barrier(comm);
+  } else {
+    MPI_Barrier(comm);
+    MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+  }
   put(ir, n * sizeof *ir);
 
   /* Below any sensible threshold, and an op the switch does not do: both stay with MPI. */

@@ -136,7 +136,8 @@ def c_segments(rank: int, n: int) -> list[tuple[str, np.dtype, int]]:
             ("iallreduce", np.int32, n),
             ("iallreduce-test", np.float64, n),
         ]
-        seg += [("iallreduce-wait", np.int32, n), ("small", np.int32, 16), ("max", np.int32, n)]
+        seg += [("iallreduce-wait", np.int32, n), ("iallreduce-barrier", np.int32, n)]
+        seg += [("small", np.int32, 16), ("max", np.int32, n)]
         out += [(f"{comm}-{what}", np.dtype(t), c) for what, t, c in seg]
     return out
 
@@ -192,12 +193,12 @@ def test_c_program_same_results_through_the_switch(library, c_program, switch, t
     ok(mpirun([*c_program, str(plain), str(N)]))
     for rank in range(RANKS):
         compare(read_c(lib, rank), read_c(plain, rank), C_MAX_INPUT)
-    # Each rank: per communicator 3 MPI_Allreduce, 2 MPI_Reduce, 4 MPI_Iallreduce through the switch,
+    # Each rank: per communicator 3 MPI_Allreduce, 2 MPI_Reduce, 5 MPI_Iallreduce through the switch,
     # a 64-byte one and an MPI_MAX by MPI; 4 blocks on 3 communicators (the world twice).
     for s in stats(lib / "stats"):
-        assert (s["allreduce"], s["reduce"], s["iallreduce"]) == (12, 8, 16), s
+        assert (s["allreduce"], s["reduce"], s["iallreduce"]) == (12, 8, 20), s
         assert (s["mpi_small"], s["mpi_other"], s["mpi_no_switch"], s["mpi_fallback"]) == (4, 4, 0, 0), s
-        assert s["jobs"] == 3 and s["switch_bytes"] == 4 * 48 * N, s
+        assert s["jobs"] == 3 and s["switch_bytes"] == 4 * 52 * N, s
     after = switch.stats()
     # The world, its two halves (two jobs) and the dup; every reduction summed there.
     assert after["jobs_started"] - before["jobs_started"] == 4
@@ -254,7 +255,7 @@ def test_unreachable_switch_falls_back_with_one_warning(library, c_program, tmp_
     for rank in range(RANKS):  # all by MPI: the same bytes
         assert (lib / f"rank{rank}.bin").read_bytes() == (plain / f"rank{rank}.bin").read_bytes()
     for s in stats(lib / "stats"):
-        assert s["allreduce"] + s["reduce"] + s["iallreduce"] == 0 and s["mpi_no_switch"] == 36, s
+        assert s["allreduce"] + s["reduce"] + s["iallreduce"] == 0 and s["mpi_no_switch"] == 40, s
     # A malformed setting is named, and the library stays out of the way.
     r = mpirun([*c_program, str(lib), "1000"], preload(library, "127.0.0.1:1", wire="float128"))
     ok(r)
