@@ -235,10 +235,12 @@ def run_mpi(
     timeout: float = 180,
     library: bool = False,
     library_env: dict[str, str] | None = None,
+    switch_options: dict | None = None,
 ) -> Result:
     """The MPI program in `mode`; with `library`, preloading libgradswitch_mpi.so with gradswitchd on the
-    switch (1 thread) and `library_env` (e.g. {"GRADSWITCH_MPI_WIRE": "fixed32"}) exported to the ranks.
-    Result.extra then holds the library's counters summed over ranks and the switch's STATS deltas."""
+    switch (gradswitch_sys.SwitchDaemon with `switch_options`, e.g. {"slots": 32, "threads": 1}) and
+    `library_env` (e.g. {"GRADSWITCH_MPI_WIRE": "fixed32"}) exported to the ranks. Result.extra then
+    holds the library's counters summed over ranks and the switch's STATS deltas."""
     if mode not in MPI_MODES:
         raise BaselineError(f"unknown MPI mode {mode!r}: one of {', '.join(MPI_MODES)}")
     n = _workers(tb, workers)
@@ -251,7 +253,7 @@ def run_mpi(
             from .._paths import mpi_library
             from .gradswitch_sys import SwitchDaemon
 
-            daemon = SwitchDaemon(tb).start()
+            daemon = SwitchDaemon(tb, **(switch_options or {})).start()
             before = daemon.stats()
             env = {
                 "LD_PRELOAD": mpi_library(),
