@@ -410,11 +410,16 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   }
 
   // 5. The slot version's round: start or join it.
-  const uint8_t* payload = packet + GS_HEADER_BYTES;
-  if (reinterpret_cast<uintptr_t>(payload) % elem_size != 0) {  // e.g. after a 42-byte L2-L4 header
-    std::memcpy(ts.aligned_payload, payload, payload_len);
+  // The kernels read the payload as elements, aligned to their size; after a 42-byte L2-L4 header
+  // (the DPDK backend) it is not, and is copied aligned first. Only when read as elements: a round's
+  // first contribution of 4- or 8-byte elements is a plain byte copy and needs no aligned copy.
+  const uint8_t* const raw_payload = packet + GS_HEADER_BYTES;
+  const uint8_t* payload = raw_payload;
+  auto align_payload = [&] {
+    if (reinterpret_cast<uintptr_t>(raw_payload) % elem_size == 0) return;
+    std::memcpy(ts.aligned_payload, raw_payload, payload_len);
     payload = ts.aligned_payload;
-  }
+  };
   const Kernels& k = kernels();
   if (same_round) {
     if (sv.seen.load(std::memory_order_relaxed) & bit) {
@@ -435,6 +440,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
       return abort_everyone(DropReason::kInconsistent, GS_ABORT_MISMATCH, h.rank, &m);
     }
     uint8_t* sum = sv.result + GS_HEADER_BYTES;
+    align_payload();
     switch (h.elem_type) {
       case GS_ELEM_FLOAT32:
         k.add_f32(reinterpret_cast<float*>(sum), reinterpret_cast<const float*>(payload), h.count);
@@ -472,12 +478,16 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     sv.seen.store(bit, std::memory_order_relaxed);
     sv.seq.store(h.seq, std::memory_order_relaxed);
     sv.offset.store(h.offset, std::memory_order_relaxed);
-    if (h.elem_type == GS_ELEM_FLOAT16)
-      k.f16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
-    else if (h.elem_type == GS_ELEM_BFLOAT16)
-      k.bf16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
-    else
-      std::memcpy(sv.result + GS_HEADER_BYTES, payload, payload_len);
+    if (h.elem_type == GS_ELEM_FLOAT16 || h.elem_type == GS_ELEM_BFLOAT16) {
+      align_payload();
+      const auto* p16 = reinterpret_cast<const uint16_t*>(payload);
+      if (h.elem_type == GS_ELEM_FLOAT16)
+        k.f16_to_f32(sv.accum, p16, h.count);
+      else
+        k.bf16_to_f32(sv.accum, p16, h.count);
+    } else {
+      std::memcpy(sv.result + GS_HEADER_BYTES, raw_payload, payload_len);
+    }
     sv.state.store(RoundState::kOpen, std::memory_order_relaxed);
   }
 
