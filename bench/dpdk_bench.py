@@ -30,7 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -108,10 +110,15 @@ def stats(ns: str) -> dict[str, int]:
 class Bed:
     """A topology with a switch (DPDK on `lcores`, or the UDP backend behind a bridge), host 1 holding."""
 
+    tags_in_use: set[str] = set()
+
     def __init__(self, backend: str, size: int, tmp: Path, lcores: str = "1"):
         self.backend, self.size, self.tmp = backend, size, tmp
         self.jumbo = size > 1518
         self.topo = T.Topology(2)
+        while self.topo.tag in Bed.tags_in_use:  # two beds side by side need distinct names
+            self.topo = T.Topology(2)
+        Bed.tags_in_use.add(self.topo.tag)
         self.sw: T.DpdkSwitch | None = None
         self.udp: subprocess.Popen | None = None
         self.holders: list[subprocess.Popen] = []
@@ -161,9 +168,25 @@ class Bed:
             T._run("ip", "-n", ns, "addr", "add", f"{t.agg_ip}/24", "dev", "br0")
             T._run("ip", "-n", ns, "link", "set", "br0", "up")
             self.log = open(self.tmp / f"udp-{t.tag}.log", "w")
-            cmd = ["ip", "netns", "exec", ns, "taskset", "-c", "1", str(T.find_switch_binary())]
+            binary = str(T.find_switch_binary())
             self.udp = subprocess.Popen(
-                [*cmd, "--backend", "udp", "--threads", "1", *mtu], stdout=self.log, stderr=subprocess.STDOUT
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "taskset",
+                    "-c",
+                    "1",
+                    binary,
+                    "--backend",
+                    "udp",
+                    "--threads",
+                    "1",
+                ]
+                + mtu,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
             )
             for _ in range(50):
                 if t.exec(0, "ping", "-c", "1", "-W", "1", t.agg_ip).returncode == 0:
@@ -274,6 +297,7 @@ class Bed:
                 self.udp.wait()
             self.log.close()
         self.topo.down()
+        Bed.tags_in_use.discard(self.topo.tag)
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,6 +413,56 @@ def onset(
     }
 
 
+PROFILE_GROUPS = (  # (name, test on "dso symbol") in order; the first that matches takes the sample
+    (
+        "engine (checks, sums, result header)",
+        lambda d, s: "gradswitchd" in d and ("Engine" in s or "Kernels" in s),
+    ),
+    ("switch: parse, tables, frames, loop", lambda d, s: "gradswitchd" in d),
+    ("DPDK (af_xdp PMD, mempool, rings)", lambda d, s: "librte" in d),
+    ("libc (memcpy, clock)", lambda d, s: "libc" in d or "vdso" in d),
+    ("kernel (AF_XDP, veth, the receiving host's stack)", lambda d, s: "kernel" in d),
+)
+
+
+def switch_thread(bed: Bed) -> int:
+    """The switch's main lcore thread: the daemon's main thread (`ip netns exec` execs it in place)."""
+    pid = bed.sw.proc.pid
+    if Path(f"/proc/{pid}/comm").read_text().strip() != "gradswitchd":
+        pid = int(T._run("pgrep", "-P", str(pid)).stdout.split()[0])
+    return pid
+
+
+def profile(size: int, mode: str, seconds: float, tmp: Path, out_dir: Path) -> dict:
+    """perf samples (cpu-clock: this VM has no hardware counters) of the switch lcore with the generator
+    at full speed, where the lcore is busy nearly all the time: the share of each part of the path."""
+    data = out_dir / f"perf-{mode}-{size}.data"
+    with Bed("dpdk", size, tmp) as bed:
+        job = bed.new_job() if mode == "agg" else (0, 0)
+        gen = bed.generate(mode, 0, seconds + 2, job)
+        time.sleep(1.0)
+        tid = switch_thread(bed)
+        T._run("perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-t", str(tid), "-o", str(data),
+               "--", "sleep", str(seconds))  # fmt: skip
+        gen.communicate(timeout=seconds + 60)
+    rep = T._run("perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "dso,sym",
+                 "-F", "overhead,dso,sym", check=False).stdout  # fmt: skip
+    (out_dir / f"perf-{mode}-{size}.txt").write_text(rep)
+    shares = {name: 0.0 for name, _ in PROFILE_GROUPS}
+    top = []
+    for line in rep.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) < 3 or not parts[0].endswith("%"):
+            continue
+        pct, dso, sym = float(parts[0][:-1]), parts[1], parts[2].split("]", 1)[-1].strip()
+        top.append((pct, dso, sym))
+        for name, test in PROFILE_GROUPS:
+            if test(dso, sym):
+                shares[name] += pct
+                break
+    return {"size": size, "mode": mode, "shares": shares, "top": top[:15], "report": str(data)}
+
+
 def tsc_hz_of_machine(tmp: Path) -> float:
     with Bed("dpdk", 512, tmp) as bed:
         return float(stats(bed.ns)["dpdk.tsc_hz"])
@@ -405,10 +479,13 @@ def main() -> int:
     )
     ap.add_argument("--rate", type=float, default=100000, help="offered frames/s for cycles per packet")
     ap.add_argument("--seconds", type=float, default=3.0, help="generator time per measurement")
+    ap.add_argument("--repeat", type=int, default=3, help="repetitions of each cost measurement (medians)")
     ap.add_argument("--onset-sizes", default="128,512,1518", help="frame sizes of the drop-onset sweep")
     ap.add_argument("--onset-rates", default="100,150,200,250,300,350,400,500,600,800", help="kpps steps")
     ap.add_argument("--scaling-sizes", default="512,1518", help="frame sizes of the 1 vs 2 lcore runs")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: cost,onset,scaling")
+    ap.add_argument("--perf", metavar="DIR", help="also profile the switch lcore (perf), reports in DIR")
+    ap.add_argument("--perf-sizes", default="512,1518", help="frame sizes of the --perf profiles")
     ap.add_argument("--json", help="write every measurement here")
     a = ap.parse_args()
     why = T.dpdk_unavailable_reason()
@@ -429,16 +506,21 @@ def main() -> int:
         "onset": [],
     }
     data["scaling"] = []
+    data["profile"] = []
 
     if "cost" not in skip:
+        # Both switches stand side by side; the three measurements of a repetition run back to back,
+        # so that a ratio compares runs a few seconds apart (the machine's load drifts).
         for size in ints(a.sizes):
-            for backend, mode in (("dpdk", "fwd"), ("dpdk", "agg"), ("udp", "agg")):
-                if mode == "agg" and size < 128:
-                    continue  # 64-byte frames cannot carry a gradswitch header plus data
-                with Bed(backend, size, tmp) as bed:
-                    r = run_once(bed, mode, a.rate, a.seconds, tsc_hz)
-                data["cost"].append(r)
-                print(json.dumps(r), flush=True)
+            with Bed("dpdk", size, tmp) as dpdk, Bed("udp", size, tmp) as udp:
+                for rep in range(a.repeat):
+                    for bed, mode in ((dpdk, "fwd"), (dpdk, "agg"), (udp, "agg")):
+                        if mode == "agg" and size < 128:
+                            continue  # 64-byte frames cannot carry a gradswitch header plus data
+                        r = run_once(bed, mode, a.rate, a.seconds, tsc_hz)
+                        r["rep"] = rep
+                        data["cost"].append(r)
+                        print(json.dumps(r), flush=True)
     if "onset" not in skip:
         rates = [k * 1e3 for k in ints(a.onset_rates)]
         for size in ints(a.onset_sizes):
@@ -451,6 +533,16 @@ def main() -> int:
                     r = run_once(bed, "agg", 0, a.seconds, tsc_hz)
                 data["scaling"].append(r)
                 print(json.dumps(r), flush=True)
+    if a.perf:
+        if not shutil.which("perf"):
+            print(
+                "--perf needs perf (Debian: linux-perf; scripts/install-deps.sh installs it)", file=sys.stderr
+            )
+            return 1
+        Path(a.perf).mkdir(parents=True, exist_ok=True)
+        for size in ints(a.perf_sizes):
+            for mode in ("fwd", "agg"):
+                data["profile"].append(profile(size, mode, a.seconds, tmp, Path(a.perf)))
     if a.json:
         Path(a.json).write_text(json.dumps(data, indent=1))
     report(data)
@@ -460,29 +552,36 @@ def main() -> int:
 def report(data: dict) -> None:
     cost = data["cost"]
 
-    def pick(backend, mode, size):
-        return next((r for r in cost if (r["backend"], r["mode"], r["size"]) == (backend, mode, size)), None)
+    def cycles(backend, mode, size) -> dict[int, float]:
+        return {
+            r["rep"]: r["cycles_per_packet"]
+            for r in cost
+            if (r["backend"], r["mode"], r["size"]) == (backend, mode, size)
+        }
+
+    def median(xs) -> float:
+        xs = sorted(x for x in xs if x == x)
+        return statistics.median(xs) if xs else float("nan")
+
+    def paired(num: dict, den: dict) -> float:
+        return median(num[k] / den[k] for k in num if k in den)
 
     if cost:
         rate = cost[0]["offered_pps"]
+        reps = len({r["rep"] for r in cost})
         print(
-            f"\nCycles per packet at {rate / 1e3:.0f} kpps offered ({data['cpus']} CPUs; TSC "
-            f"{data['tsc_hz'] / 1e9:.2f} GHz)"
+            f"\nCycles per packet at {rate / 1e3:.0f} kpps offered, median of {reps} ({data['cpus']} CPUs; "
+            f"TSC {data['tsc_hz'] / 1e9:.2f} GHz); ratios: median of the ratios of runs side by side"
         )
-        print(
-            "| frame | DPDK fwd | DPDK agg | agg / fwd | UDP backend agg | DPDK / UDP "
-            "| loss fwd / agg / udp |"
-        )
-        print("|---:|---:|---:|---:|---:|---:|---|")
+        print("| frame | DPDK fwd | DPDK agg | agg / fwd | UDP backend agg | DPDK agg / UDP | max loss |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for size in sorted({r["size"] for r in cost}):
-            f, g, u = pick("dpdk", "fwd", size), pick("dpdk", "agg", size), pick("udp", "agg", size)
-            fc = f["cycles_per_packet"] if f else float("nan")
-            gc = g["cycles_per_packet"] if g else float("nan")
-            uc = u["cycles_per_packet"] if u else float("nan")
-            losses = " / ".join(fmt(r["loss"] * 100, ".2f") + "%" if r else "–" for r in (f, g, u))
+            f, g, u = cycles("dpdk", "fwd", size), cycles("dpdk", "agg", size), cycles("udp", "agg", size)
+            loss = max(r["loss"] for r in cost if r["size"] == size)
             print(
-                f"| {size} | {fmt(fc)} | {fmt(gc)} | {fmt(gc / fc, '.2f')} | {fmt(uc)} "
-                f"| {fmt(gc / uc, '.2f')} | {losses} |"
+                f"| {size} | {fmt(median(f.values()))} | {fmt(median(g.values()))} "
+                f"| {fmt(paired(g, f), '.2f')} | {fmt(median(u.values()))} | {fmt(paired(g, u), '.2f')} "
+                f"| {loss * 100:.2f}% |"
             )
     if data["onset"]:
         print("\nDrop onset (open loop, >= 0.1% of the generator's frames lost)")
@@ -494,6 +593,18 @@ def report(data: dict) -> None:
                 f"| {o['size']} | {o['backend']} | {o['mode']} "
                 f"| {o['last_clean_pps'] / 1e3:.0f} kpps | {on} |"
             )
+    if data.get("profile"):
+        print("\nWhere the switch lcore's time goes (perf cpu-clock samples, generator at full speed)")
+        sizes = sorted({p["size"] for p in data["profile"]})
+        print("| part | " + " | ".join(f"{m} {s} B" for s in sizes for m in ("fwd", "agg")) + " |")
+        print("|---|" + "---:|" * (2 * len(sizes)))
+        for name, _ in PROFILE_GROUPS:
+            cells = []
+            for s in sizes:
+                for m in ("fwd", "agg"):
+                    p = next((p for p in data["profile"] if (p["size"], p["mode"]) == (s, m)), None)
+                    cells.append(f"{p['shares'][name]:.1f}%" if p else "–")
+            print(f"| {name} | " + " | ".join(cells) + " |")
     if data["scaling"]:
         print("\nScaling (generator at full speed; 2 lcores share CPU 0 with the generator)")
         print("| frame | lcores | frames in | results out | cycles per packet (all lcores) | loss |")

@@ -12,11 +12,22 @@
 
 namespace gradswitch::dpdk {
 
-// The unfolded sum of `len` bytes at `data`, added to `sum`. 32-bit loads into a 64-bit accumulator
-// (a carry every 2^32 words at worst, far beyond a frame) let the compiler vectorise the loop.
+// The unfolded sum of `len` bytes at `data`, added to `sum`. 32-bit words into 64-bit accumulators
+// (they cannot overflow within a frame); four of them, so that the adds do not wait on each other:
+// a result's payload is summed once per result, on the packet path.
 inline uint64_t checksum_add(uint64_t sum, const void* data, size_t len) {
   const auto* p = static_cast<const uint8_t*>(data);
   size_t i = 0;
+  uint64_t a = 0, b = 0, c = 0;
+  for (; i + 16 <= len; i += 16) {
+    uint32_t w[4];
+    std::memcpy(w, p + i, 16);
+    sum += w[0];
+    a += w[1];
+    b += w[2];
+    c += w[3];
+  }
+  sum += a + b + c;
   for (; i + 4 <= len; i += 4) {
     uint32_t w;
     std::memcpy(&w, p + i, 4);
