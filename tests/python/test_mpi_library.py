@@ -215,7 +215,12 @@ def test_fixed32_runs_are_bitwise_identical(library, c_program, switch, tmp_path
     for i in range(2):
         d = tmp_path / f"fixed{i}"
         d.mkdir()
-        ok(mpirun([*c_program, str(d), str(N)], preload(library, switch.address, wire="fixed32")))
+        if i == 0:  # `gradswitch mpirun` with a switch of its own for the run
+            r = mpirun([*c_program, str(d), str(N)], wrapper=["--local-switch", "--wire", "fixed32"])
+            assert "gradswitch mpirun: switch at 127.0.0.1:" in r.stderr
+        else:
+            r = mpirun([*c_program, str(d), str(N)], preload(library, switch.address, wire="fixed32"))
+        ok(r)
         runs.append(d)
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -307,3 +312,38 @@ def test_switch_killed_mid_run_falls_back_to_mpi(library, switch, tmp_path):
         assert int(res["bad"]) == 0 and int(res["rounds"]) >= 2
     for s in stats(tmp_path / "stats"):
         assert s["allreduce"] >= 2 and s["mpi_fallback"] >= 1, s
+
+
+def test_mpirun_wrapper_command_line(tmp_path):
+    from gradswitch.mpirun import split_args
+
+    assert split_args(["--switch", "h:1", "--stats", "-np", "4", "./a", "--stats"]) == (
+        ["--switch", "h:1", "--stats"],
+        ["-np", "4", "./a", "--stats"],
+    )
+    assert split_args(["--wire=fixed32", "--", "--switch", "x"]) == (["--wire=fixed32"], ["--switch", "x"])
+    lib = tmp_path / "libgradswitch_mpi.so"
+    lib.write_bytes(b"")
+    cmd = [
+        sys.executable,
+        "-m",
+        "gradswitch.cli",
+        "mpirun",
+        "--library",
+        str(lib),
+        "--switch",
+        "10.0.0.1:7700",
+    ]
+    r = subprocess.run(
+        [*cmd, "--min-bytes", "1M", "--dry-run", "-np", "2", "./app"], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    assert f"-x LD_PRELOAD={lib}" in r.stdout and "-x GRADSWITCH_SWITCH=10.0.0.1:7700" in r.stdout
+    assert "-x GRADSWITCH_MPI_MIN_BYTES=1M" in r.stdout and r.stdout.strip().endswith("-np 2 ./app")
+    r = subprocess.run(
+        [*cmd[:-2], "-np", "2", "./app"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GRADSWITCH_SWITCH": ""},
+    )
+    assert r.returncode != 0 and "which switch?" in r.stderr
