@@ -13,8 +13,9 @@ small:  MPI_Allreduce of small tensors with GRADSWITCH_MPI_MIN_BYTES=0 (every si
         vs plain MPI: where the switch starts to win sets the library's threshold; `at threshold`
         repeats the library's default so that the latency there is measured as users get it.
 
-Progress goes to stdout; results.json and report.md to --out. Whole-machine CPU (both cores) and the
-CPU of each testbed host's processes are recorded per run, to tell a link-bound from a CPU-bound run.
+Progress goes to stdout; results.json and report.md to --out. Whole-machine CPU (both cores) over
+each run and the ranks' CPU inside their timed calls (from the ranks' own reports) are recorded, to
+tell a link-bound from a CPU-bound run.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from suite import MODELS, nbytes_of  # noqa: E402  (paper 000 Table 3)
-from suite_measure import NsCpuSampler, busy_fraction, machine_cpu  # noqa: E402
+from suite_measure import busy_fraction, machine_cpu  # noqa: E402
 
 SMALL = [16 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 4 << 20]
 
@@ -44,13 +45,11 @@ def measure(tb, system: str, nbytes: int, iters: int, workers: int, args) -> dic
         kw["library_env"] = dict(args.library_env)
     m0 = machine_cpu()
     t0 = time.time()
-    with NsCpuSampler(tb) as cpu:
-        r = run(system, tb, nbytes, iters, workers, args.warmup, **kw)
+    r = run(system, tb, nbytes, iters, workers, args.warmup, **kw)
     rec = r.as_dict()
     rec.update(
         wall_s=time.time() - t0,
-        machine_busy=busy_fraction(m0, machine_cpu()),
-        host_cpu_s={h: round(c, 3) for h, c in cpu.per_host().items()},
+        machine_busy=busy_fraction(m0, machine_cpu()),  # the whole run, start-up included
         library_env=kw.get("library_env", {}),
     )
     return rec
@@ -59,6 +58,12 @@ def measure(tb, system: str, nbytes: int, iters: int, workers: int, args) -> dic
 def log(t0: float, msg: str) -> None:
     el = time.time() - t0
     print(f"[{int(el // 60):3d}:{int(el % 60):02d}] {msg}", flush=True)
+
+
+def worker_cpu(rec: dict) -> float:
+    """Mean CPU seconds a worker rank spent inside one timed call (the library's threads included)."""
+    cpus = [c for c in rec["extra"].get("worker_cpu_s", []) if c is not None]
+    return sum(cpus) / len(cpus) / max(1, len(rec["times"])) if cpus else float("nan")
 
 
 def report(res: dict) -> str:
@@ -82,13 +87,14 @@ def report(res: dict) -> str:
             "## Time to reduce (paper 000 Fig. 13 analog)",
             "",
             "| model | MB | MPI_Reduce (host) | with the library | speedup | MPI_Allreduce "
-            "| with the library | speedup | busy (plain / library) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+            "| with the library | speedup | machine busy, plain / library (reduce; allreduce) "
+            "| worker CPU per call, plain / library (reduce; allreduce) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
         ]
         by = {(r["model"], r["system"]): r for r in models}
         for name, mb in cfg["models"]:
             row = [name, f"{mb:g}"]
-            busy = []
+            busy, cpu = [], []
             for plain in ("mpi_reduce", "mpi_allreduce"):
                 a, b = by.get((name, plain)), by.get((name, plain + "_gs"))
                 if not a or not b:
@@ -101,7 +107,8 @@ def report(res: dict) -> str:
                     f"**{a['median_s'] / b['median_s']:.2f}x**" + ("" if ok else " (WRONG SUM)"),
                 ]
                 busy.append(f"{a['machine_busy'] * 100:.0f}% / {b['machine_busy'] * 100:.0f}%")
-            lines.append("| " + " | ".join(row + ["; ".join(busy)]) + " |")
+                cpu.append(f"{worker_cpu(a):.2f} / {worker_cpu(b):.2f} s")
+            lines.append("| " + " | ".join(row + ["; ".join(busy), "; ".join(cpu)]) + " |")
         lines.append("")
     small = [r for r in res["runs"] if r["series"] == "small"]
     if small:
