@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <random>
 #include <string>
 
@@ -221,6 +222,22 @@ void SwitchAllreduce::admit(AllreduceOp* op) {
   flush();
 }
 
+std::exception_ptr SwitchAllreduce::take(size_t got, int64_t now, std::vector<AllreduceOp*>* finished) {
+  std::exception_ptr lost;
+  uint64_t rbytes = 0;
+  for (size_t i = 0; i < got; ++i) {
+    rbytes += in_[i].len;
+    try {
+      receive(in_[i].data, in_[i].len, now, finished);
+    } catch (const SwitchLostError&) {  // the switch is going: the results behind it still count
+      if (!lost) lost = std::current_exception();
+    }
+  }
+  counter_add(ctx_.counters->packets_received, got);
+  counter_add(ctx_.counters->bytes_received, rbytes);
+  return lost;
+}
+
 void SwitchAllreduce::step(std::vector<AllreduceOp*>* finished) {
   if (ctx_.cancel->load(std::memory_order_relaxed) && !schedule_.empty())
     throw Error("gradswitch: allreduce seq " + std::to_string(front_op().seq) + " cancelled: the group of " +
@@ -232,26 +249,31 @@ void SwitchAllreduce::step(std::vector<AllreduceOp*>* finished) {
   // queued, not lost, and must not retransmit the whole window.
   size_t got = tx.recv_batch(in_.data(), in_.size(), wait_ns_);
   int64_t now = now_ns();
-  uint64_t rbytes = 0;
-  for (size_t i = 0; i < got; ++i) {
-    rbytes += in_[i].len;
-    receive(in_[i].data, in_[i].len, now, finished);
-  }
-  counter_add(ctx_.counters->packets_received, got);
-  counter_add(ctx_.counters->bytes_received, rbytes);
+  std::exception_ptr lost = take(got, now, finished);
   flush();
   // The control connection: an abort or the switch going away ends the stream at once (the
-  // transport's wait wakes up on it; while results stream, look every few ms). Results already
-  // received are taken first: what a rank holds when the switch is gone is what the ring
-  // (algorithm auto) needs not to redo.
-  if (control_ && !schedule_.empty() && (got == 0 || now - last_notice_check_ >= kNoticeCheckNs)) {
+  // transport's wait wakes up on it; while results stream, look every few ms).
+  if (!lost && control_ && !schedule_.empty() && (got == 0 || now - last_notice_check_ >= kNoticeCheckNs)) {
     last_notice_check_ = now;
     if (SwitchNotice n = control_->poll_notice()) {
-      while ((got = tx.recv_batch(in_.data(), in_.size(), 0)) > 0)
-        for (size_t i = 0; i < got && !schedule_.empty(); ++i)
-          receive(in_[i].data, in_[i].len, now, finished);
-      if (!schedule_.empty()) throw_notice(ctx_, *control_, n, front_op(), /*started=*/true);
+      try {
+        throw_notice(ctx_, *control_, n, front_op(), /*started=*/true);
+      } catch (...) {
+        lost = std::current_exception();
+      }
     }
+  }
+  if (lost) {
+    // Results the switch sent before it went may still sit in queues on the way: take them until
+    // the socket has been quiet for a few round trips (bounded), so that the ranks agree as far as
+    // possible on which sums exist, which is what the ring (algorithm auto) then completes.
+    const int64_t quiet =
+        std::clamp<int64_t>(static_cast<int64_t>(4 * loss_.rtt().srtt_ns()), 10'000'000, 50'000'000);
+    const int64_t until = now + 200'000'000;
+    while (!schedule_.empty() && now_ns() < until && (got = tx.recv_batch(in_.data(), in_.size(), quiet)) > 0)
+      take(got, now, finished);
+    out_.clear();  // nothing more goes to a switch that is gone
+    std::rethrow_exception(lost);
   }
   if (schedule_.empty()) {
     wait_ns_ = 0;

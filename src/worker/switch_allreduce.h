@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "common/rng.h"
@@ -36,6 +37,9 @@ class SwitchAllreduce : public DataPath {
   void launch(unsigned slot, int64_t now);
   void send(unsigned slot);
   void flush();
+  // Handles a received batch; returns a SwitchLostError met on the way (an ABORT for the switch's
+  // shutdown) instead of throwing it, so that the results behind it are taken too.
+  std::exception_ptr take(size_t got, int64_t now, std::vector<AllreduceOp*>* finished);
   // Handles one received datagram.
   void receive(const uint8_t* p, uint32_t len, int64_t now, std::vector<AllreduceOp*>* finished);
   // Loss detection after the socket was drained; returns the next timer deadline.

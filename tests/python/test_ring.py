@@ -177,8 +177,9 @@ def test_ring_peers_checked():
 # ---------------------------------------------------------------------------- fallback
 
 
-def _fallback_worker(q, rank, world, switch, peers, sizes, ready, timeout):
-    """Allreduces of `sizes` (the first is the one the switch dies in), each checked exactly."""
+def _fallback_worker(q, rank, world, switch, peers, sizes, ready, timeout, queued):
+    """Allreduces of `sizes` (the first is the one the switch dies in), each checked exactly; with
+    `queued`, all submitted at once (several in flight when the switch dies)."""
     out = {"results": [], "times": []}
     try:
         inputs = [_cheap_input(rank, n) for n in sizes]
@@ -194,9 +195,13 @@ def _fallback_worker(q, rank, world, switch, peers, sizes, ready, timeout):
             timeout=timeout,
         ) as g:
             ready.put(rank)
+            handles = [g.allreduce_async(x) for x in inputs] if queued else []
             for i, x in enumerate(inputs):
                 t0 = time.perf_counter()
-                g.allreduce(x)
+                if queued:
+                    handles[i].wait()
+                else:
+                    g.allreduce(x)
                 out["times"].append((time.perf_counter() - t0, g.algorithm))
                 ok = bool(np.array_equal(x, want[x.size]))
                 out["results"].append(("fallback", "fixed32", "exact", x.size, ok, f"#{i}"))
@@ -227,12 +232,14 @@ BIG = 16 * 1024 * 1024  # 64 MB of float32: 46,604 chunks of 360 elements
 
 
 @pytest.mark.parametrize(
-    ("signal_name", "fraction"), [("kill", 0.0), ("kill", 0.3), ("kill", 0.9), ("term", 0.6)]
+    ("signal_name", "fraction", "queued"),
+    [("kill", 0.0, False), ("kill", 0.3, False), ("kill", 0.9, True), ("term", 0.6, True)],
 )
-def test_switch_killed_mid_allreduce_falls_back_to_ring(switch_factory, signal_name, fraction):
+def test_switch_killed_mid_allreduce_falls_back_to_ring(switch_factory, signal_name, fraction, queued):
     """SIGKILL (or SIGTERM) the switch at a point of a 64 MB allreduce of N = 4 ranks (after
     `fraction` of its rounds completed at the switch): that allreduce and the next 10 complete
-    with the exact sum on every rank, on the ring, after one fallback each."""
+    with the exact sum on every rank, on the ring, after one fallback each. `queued`: all eleven
+    submitted at once, so that several are in flight (streaming) when the switch dies."""
     import multiprocessing as mp
     import queue as queue_mod
 
@@ -244,7 +251,9 @@ def test_switch_killed_mid_allreduce_falls_back_to_ring(switch_factory, signal_n
     q, ready = ctx.Queue(), ctx.Queue()
     procs = [
         ctx.Process(
-            target=_fallback_worker, args=(q, r, world, sw.address, peers, sizes, ready, 10.0), daemon=True
+            target=_fallback_worker,
+            args=(q, r, world, sw.address, peers, sizes, ready, 10.0, queued),
+            daemon=True,
         )
         for r in range(world)
     ]
