@@ -12,7 +12,8 @@ One rank per host (testbed / several machines): run on every host with the same 
         --switch 10.0.0.254:7700 --json out.json
 
 Configurations: gloo-ddp (DDP over gloo's ring allreduce), gs-ddp (DDP over the "gradswitch" process
-group, 25 MB buckets), gs-overlap[:KB] (ChunkedOverlap, chunks of KB KiB), gs-hook (DDP over gloo with
+group, 25 MB buckets), gs-ring-ddp (the same over the ring among the workers, algorithm="ring", paper
+001), gs-overlap[:KB] (ChunkedOverlap, chunks of KB KiB), gs-hook (DDP over gloo with
 gradswitch's allreduce_hook), local (no communication: the compute-only reference). For each it reports
 the median time of an iteration (forward, backward with its communication, SGD step) and of the backward
 pass plus communication; exposed communication = that minus the local backward. A final all-reduce
@@ -80,7 +81,7 @@ def expand_configs(args) -> list[str]:
     return out
 
 
-def run_config(name: str, args, rank: int, world: int, gloo_pg, state) -> dict:
+def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=None) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import gradswitch.torch as gst
@@ -93,6 +94,8 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state) -> dict:
         net = DDP(model, process_group=gloo_pg, bucket_cap_mb=args.bucket_mb)
     elif name == "gs-ddp":
         net = DDP(model, bucket_cap_mb=args.bucket_mb)  # default group: gradswitch
+    elif name == "gs-ring-ddp":
+        net = DDP(model, process_group=ring_pg, bucket_cap_mb=args.bucket_mb)
     elif name == "gs-hook":
         net = DDP(model, process_group=gloo_pg, bucket_cap_mb=args.bucket_mb)
         net.register_comm_hook(state, gst.state_hook)
@@ -147,6 +150,14 @@ def worker(rank: int, world: int, args) -> list[dict]:
     )
     gloo_pg = dist.new_group(backend="gloo")
     configs = expand_configs(args)
+    ring_pg = (
+        dist.new_group(
+            backend="gradswitch",
+            pg_options=gst.Options(switch=args.switch, wire=args.wire, timeout=60, algorithm="ring"),
+        )
+        if "gs-ring-ddp" in configs
+        else None
+    )
     state = (
         gst.GradswitchState(args.switch, process_group=gloo_pg, wire=args.wire)
         if "gs-hook" in configs
@@ -157,7 +168,7 @@ def worker(rank: int, world: int, args) -> list[dict]:
     )
     results = []
     for name in configs:
-        r = run_config(name, args, rank, world, gloo_pg, state)
+        r = run_config(name, args, rank, world, gloo_pg, state, ring_pg)
         results.append(r)
         if rank == 0:
             print(
@@ -187,6 +198,10 @@ def worker(rank: int, world: int, args) -> list[dict]:
         by = {r["config"]: r for r in results}
         if "gloo-ddp" in by and "gs-ddp" in by:
             out["speedup_gs_ddp_vs_gloo"] = by["gloo-ddp"]["iteration_s"] / by["gs-ddp"]["iteration_s"]
+        if "gloo-ddp" in by and "gs-ring-ddp" in by:
+            out["speedup_gs_ring_ddp_vs_gloo"] = (
+                by["gloo-ddp"]["iteration_s"] / by["gs-ring-ddp"]["iteration_s"]
+            )
         print(json.dumps({k: v for k, v in out.items() if k != "results"}), flush=True)
         if args.json:
             with open(args.json, "w") as f:
