@@ -126,6 +126,7 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
   const uint32_t id = (generation << 8) | index;
   Job* job = new (std::nothrow) Job(id, spec, config_.threads);
   if (!job) return fail("out of memory for the job's slots");
+  job->abort_counts = aborts_.data();
   if (spec.optimizer) {
     try {
       job->optimizer = std::make_unique<Optimizer>(*spec.optimizer, spec.payload_bytes / 4);
@@ -155,6 +156,8 @@ bool Job::try_abort(uint8_t reason, uint16_t rank, const Mismatch* m, uint8_t sp
   uplink_reason = spine_reason;
   uplink_rank = spine_rank;
   aborted.store(true, std::memory_order_release);
+  if (abort_counts && reason < Engine::kAbortReasons)
+    abort_counts[reason].fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -200,6 +203,7 @@ void Engine::destroy_job(uint32_t job_id) {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+  wait_for_readers();
   delete job;
 }
 
@@ -341,6 +345,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   const int64_t last = rank_seq.load(std::memory_order_relaxed);
   if (last < 0 || seq_after(h.seq, static_cast<uint32_t>(last)))
     rank_seq.store(h.seq, std::memory_order_relaxed);
+  js->clock.seen(h.seq, now_ns);
 
   const uint8_t version = h.flags & GS_FLAG_VERSION;
   const bool ends_tensor = (h.flags & GS_FLAG_LAST) != 0;
@@ -478,6 +483,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     sv.seen.store(bit, std::memory_order_relaxed);
     sv.seq.store(h.seq, std::memory_order_relaxed);
     sv.offset.store(h.offset, std::memory_order_relaxed);
+    sv.opened_ns.store(now_ns, std::memory_order_relaxed);
     if (h.elem_type == GS_ELEM_FLOAT16 || h.elem_type == GS_ELEM_BFLOAT16) {
       align_payload();
       const auto* p16 = reinterpret_cast<const uint16_t*>(payload);
@@ -512,11 +518,11 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     auto* sum = reinterpret_cast<float*>(sv.result + GS_HEADER_BYTES);
     job->optimizer->step(h.offset, sv.count, sum, spec.world, sum);
   }
-  return publish_result(thread, *job, h.slot, version, r);
+  return publish_result(thread, *job, h.slot, version, r, now_ns);
 }
 
 IngestResult Engine::publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version,
-                                    IngestResult& r) {
+                                    IngestResult& r, uint64_t now_ns) {
   SlotVersion& sv = job.slots[slot].version[version];
   const uint32_t seq = sv.seq.load(std::memory_order_relaxed);
   HeaderBuilder(GS_MSG_RESULT, job.id, job.spec.key)
@@ -530,6 +536,16 @@ IngestResult Engine::publish_result(unsigned thread, Job& job, uint16_t slot, ui
   sv.state.store(RoundState::kComplete, std::memory_order_relaxed);
   counter_add(job.per_thread[thread].counters.completed);
   counter_add(threads_[thread].totals.completed);
+  JobThreadState& js = job.per_thread[thread];
+  if (const uint64_t opened = sv.opened_ns.load(std::memory_order_relaxed); opened && now_ns >= opened) {
+    js.round_times.observe(now_ns - opened);
+    threads_[thread].round_times.observe(now_ns - opened);
+  }
+  if (sv.last && sv.count > 0)  // the tensor's last chunk (fixed32: its data round, not the exponent's)
+    if (const uint64_t took = js.clock.finish(seq, now_ns)) {
+      js.allreduce_times.observe(took);
+      threads_[thread].allreduce_times.observe(took);
+    }
   r.kind = IngestResult::kSend;
   r.dest_rank = GS_RANK_ALL;
   r.data = sv.result;

@@ -11,11 +11,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "gradswitch/wire.h"
 #include "switch/engine/counters.h"
+#include "switch/engine/latency.h"
 #include "switch/engine/optimizer.h"
 
 namespace gradswitch {
@@ -125,6 +127,15 @@ struct JobStatus {
   CounterValues counters;
 };
 
+// A round that waits for contributions (Engine::open_rounds).
+struct OpenRound {
+  uint16_t slot = 0;
+  uint8_t version = 0;
+  uint32_t seq = 0, offset = 0;
+  uint64_t seen = 0;       // ranks that contributed
+  uint64_t opened_ns = 0;  // when the first one arrived (monotonic_ns)
+};
+
 struct SlotStatus {
   bool open = false;      // a round is in progress
   bool uplink = false;    // a leaf's round, complete in the rack, waits for the spine's result
@@ -171,6 +182,32 @@ class Engine {
   Optimizer* job_optimizer(uint32_t job_id) const;
   CounterValues total_counters() const;
 
+  // ---- observers (engine_observe.cpp) ----
+  // Readers on a thread other than the control plane's (the metrics endpoint) hold a ReadGuard
+  // while they use job_ids(), job_status(), job_latency() or open_rounds(): destroy_job waits for
+  // them as it waits for data threads in a burst. One reader at a time; never held by a data thread.
+  class ReadGuard {
+   public:
+    explicit ReadGuard(const Engine& e);
+    ~ReadGuard();
+    ReadGuard(const ReadGuard&) = delete;
+    ReadGuard& operator=(const ReadGuard&) = delete;
+
+   private:
+    const Engine& e_;
+  };
+  // Rounds (first contribution to completion) and allreduces (first DATA packet of a seq seen by the
+  // data thread that completes its last chunk, to that completion), over every job since start.
+  LatencyValues total_round_times() const;
+  LatencyValues total_allreduce_times() const;
+  bool job_latency(uint32_t job_id, LatencyValues* rounds, LatencyValues* allreduces) const;
+  // Jobs aborted since start, by reason (index: gs_abort_reason; 0 unused).
+  static constexpr size_t kAbortReasons = 8;
+  std::array<uint64_t, kAbortReasons> aborts() const;
+  // The job's open rounds (a contribution arrived, not every rank's yet), oldest first; false when
+  // the job is unknown.
+  bool open_rounds(uint32_t job_id, std::vector<OpenRound>* out) const;
+
   // ---- data side (thread `thread` only) ----
   // A data thread brackets each burst of ingest() calls; between bursts it is quiescent.
   void begin_burst(unsigned thread);
@@ -194,6 +231,7 @@ class Engine {
   struct alignas(64) ThreadState {
     std::atomic<uint64_t> burst_seq{0};  // odd while inside a burst
     Counters totals;
+    LatencyHistogram round_times, allreduce_times;
     alignas(8) uint8_t abort_packet[GS_HEADER_BYTES];
     alignas(64) uint8_t aligned_payload[GS_MAX_PAYLOAD_BYTES];
   };
@@ -206,8 +244,14 @@ class Engine {
   static IngestResult& going_up(const Job& job, uint16_t slot, SlotVersion& sv, IngestResult& r);
   // A complete round: writes the RESULT header before its sum (the shadow copy) and sends it to
   // every member.
-  IngestResult publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r);
+  IngestResult publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
+                              uint64_t now_ns);
+  // Waits until no ReadGuard holds a job that destroy_job just unpublished.
+  void wait_for_readers() const;
 
+  mutable std::mutex reader_mu_;                 // one ReadGuard at a time
+  mutable std::atomic<uint64_t> reader_seq_{0};  // odd while a ReadGuard is held
+  std::array<std::atomic<uint64_t>, kAbortReasons> aborts_{};
   EngineConfig config_;
   std::unique_ptr<ThreadState[]> threads_;
   std::unique_ptr<std::atomic<Job*>[]> table_;

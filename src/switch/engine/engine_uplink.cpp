@@ -166,7 +166,7 @@ IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_
   else
     std::memcpy(out, payload, payload_len);
   sv.next_exp = h.next_exp;  // the maximum over every rack
-  return publish_result(thread, *job, h.slot, version, r);
+  return publish_result(thread, *job, h.slot, version, r, now_ns);
 }
 
 }  // namespace gradswitch

@@ -11,6 +11,7 @@
 #include "gradswitch/wire.h"
 #include "switch/engine/counters.h"
 #include "switch/engine/engine.h"
+#include "switch/engine/latency.h"
 
 namespace gradswitch {
 
@@ -33,6 +34,7 @@ struct SlotVersion {
   std::atomic<uint64_t> seen{0};
   std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> offset{0};
+  std::atomic<uint64_t> opened_ns{0};  // when the round's first contribution arrived
   uint16_t arrived = 0;
   uint16_t count = 0;
   uint8_t elem_type = 0;
@@ -57,6 +59,8 @@ struct alignas(64) JobThreadState {
   Counters counters;
   std::atomic<uint64_t> last_activity_ns{0};
   std::array<std::atomic<int64_t>, GS_MAX_WORLD> rank_seq;  // -1: nothing seen yet
+  LatencyHistogram round_times, allreduce_times;
+  AllreduceClock clock;
   JobThreadState() {
     for (auto& s : rank_seq) s.store(-1, std::memory_order_relaxed);
   }
@@ -82,6 +86,9 @@ class Job {
   uint8_t abort_reason = 0;
   uint16_t abort_rank = GS_RANK_ALL;
   Mismatch mismatch;  // abort_reason == GS_ABORT_MISMATCH
+
+  // The engine's count of aborts by reason (Engine::aborts()), bumped by the claimer.
+  std::atomic<uint64_t>* abort_counts = nullptr;
 
   // Ranks that left with LEAVE: a round that still needs one of them can never complete.
   std::atomic<uint64_t> left{0};
