@@ -38,18 +38,20 @@ struct SwitchConfig {
   unsigned slots = 256;       // slots per job = the workers' window
   unsigned mtu = 1500;        // IP MTU; payload = (mtu - 60) rounded down to 4 bytes
   unsigned max_jobs = 64;
-  unsigned join_timeout_s = 60;      // all ranks must have joined within this
-  unsigned idle_timeout_s = 600;     // a job without packets or requests this long is aborted
-  double drop_rate = 0.0;            // injected loss of received data packets (tests)
-  uint64_t seed = 1;                 // seed of the injected loss
-  unsigned batch = 32;               // datagrams per recvmmsg/sendmmsg
-  unsigned stats_interval_s = 0;     // periodic stats log line; 0 = off
-  std::string log_level = "info";    // error | warn | info | debug
-  std::string log_format = "text";   // text | json (one object per line)
-  std::string backend = "udp";       // udp | dpdk
-  uint64_t max_memory = 1ull << 30;  // bytes of slot memory for all jobs together
-  std::string udp_gso = "on";        // on | off: UDP_SEGMENT for results sent to one worker
-  std::string uplink;                // IPv4:PORT of a spine's control plane: this switch is a leaf
+  unsigned join_timeout_s = 60;            // all ranks must have joined within this
+  unsigned idle_timeout_s = 600;           // a job without packets or requests this long is aborted
+  double drop_rate = 0.0;                  // injected loss of received data packets (tests)
+  uint64_t seed = 1;                       // seed of the injected loss
+  unsigned batch = 32;                     // datagrams per recvmmsg/sendmmsg
+  unsigned stats_interval_s = 0;           // periodic stats log line; 0 = off
+  std::string log_level = "info";          // error | warn | info | debug
+  std::string log_format = "text";         // text | json (one object per line)
+  uint16_t metrics_port = 0;               // HTTP GET /metrics (Prometheus); 0 = off
+  std::string metrics_host = "127.0.0.1";  // where it listens (every job is visible there)
+  std::string backend = "udp";             // udp | dpdk
+  uint64_t max_memory = 1ull << 30;        // bytes of slot memory for all jobs together
+  std::string udp_gso = "on";              // on | off: UDP_SEGMENT for results sent to one worker
+  std::string uplink;                      // IPv4:PORT of a spine's control plane: this switch is a leaf
 
   // The DPDK backend's own options (--backend dpdk; docs/dpdk.md).
   struct Dpdk {
@@ -383,6 +385,12 @@ inline const std::vector<OptionSpec>& switch_options() {
                       {"error", "warn", "info", "debug"}),
         choice_option("log-format", "FORMAT", "text|json: log lines as text, or one JSON object per line",
                       &SwitchConfig::log_format, {"text", "json"}),
+        uint_option("metrics-port", "PORT",
+                    "serve Prometheus metrics on http://METRICS-HOST:PORT/metrics (0 = no metrics endpoint)",
+                    &SwitchConfig::metrics_port, 0, 65535),
+        text_option("metrics-host", "ADDR",
+                    "IPv4 address of the metrics endpoint; it shows every job, so keep it for operators",
+                    &SwitchConfig::metrics_host, false, config_detail::valid_ipv4),
         choice_option("backend", "NAME", "data-plane I/O: udp (sockets) or dpdk (EAL arguments after --)",
                       &SwitchConfig::backend, {"udp", "dpdk"}),
         {"max-memory", "BYTES", "slot memory for all jobs together (suffix K, M, G); beyond it JOIN fails",
@@ -423,6 +431,8 @@ inline std::string validate_config(const SwitchConfig& c) {
   if (c.data_port + c.threads - 1 > 65535)
     return "--data-port " + std::to_string(c.data_port) + " with --threads " + std::to_string(c.threads) +
            " needs UDP ports beyond 65535";
+  if (c.metrics_port != 0 && c.metrics_port == c.control_port)
+    return "--metrics-port " + std::to_string(c.metrics_port) + " is the control port: choose another one";
   if (c.control_port >= c.data_port && c.control_port < c.data_port + c.threads)
     return "--control-port " + std::to_string(c.control_port) + " overlaps the data ports " +
            std::to_string(c.data_port) + "-" + std::to_string(c.data_port + c.threads - 1) +

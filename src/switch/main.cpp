@@ -14,6 +14,8 @@
 #include "switch/control/control_plane.h"
 #include "switch/engine/engine.h"
 #include "switch/io/udp/udp_backend.h"
+#include "switch/metrics/collector.h"
+#include "switch/metrics/http_server.h"
 #ifdef GRADSWITCH_HAVE_DPDK
 #include "switch/io/dpdk/dpdk_backend.h"
 #endif
@@ -86,6 +88,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   control.add_stats_source([&] { return format_backend_stats(*backend); });
+  metrics::Collector collector(engine, *backend, control, config);
+  metrics::HttpServer metrics_server(config.metrics_host, config.metrics_port,
+                                     [&] { return collector.render(); });
+  if (config.metrics_port != 0 && !metrics_server.start(&error)) {
+    log_plain(LogLevel::kError, "gradswitchd: %s", error.c_str());
+    return 1;
+  }
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -96,6 +105,7 @@ int main(int argc, char** argv) {
   log_plain(LogLevel::kInfo, "gradswitchd %s: control %s, data %s, mtu %u (payload %u B), simd %s",
             GRADSWITCH_VERSION, control.describe().c_str(), backend->describe().c_str(), config.mtu,
             config.payload_bytes(), kernels().name);
+  if (config.metrics_port != 0) GS_LOG_INFO("metrics on %s", metrics_server.url().c_str());
   const uint64_t start_ns = monotonic_ns();
 
   // The control plane runs on its own thread until a signal (or the backend returning); then it
@@ -112,7 +122,8 @@ int main(int argc, char** argv) {
   const int backend_rc = backend->run(data_stop);
   g_stop.store(true);
   control_thread.join();
-  control.close_all();  // every job ends and is destroyed
+  metrics_server.stop();  // before the jobs go: a last scrape still reads them
+  control.close_all();    // every job ends and is destroyed
 
   const CounterValues t = engine.total_counters();
   log_plain(LogLevel::kInfo,

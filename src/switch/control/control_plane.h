@@ -61,6 +61,16 @@ class ControlPlane {
   void add_stats_source(std::function<std::string()> source);
 
   uint64_t jobs_started() const { return jobs_started_; }
+
+  // What other threads (the metrics endpoint) may read about the control plane: published by the
+  // control-plane thread at the end of every step().
+  struct Gauges {
+    std::atomic<uint64_t> joining{0};         // jobs waiting for their ranks
+    std::atomic<uint64_t> reserved_bytes{0};  // memory of running and joining jobs
+    std::atomic<uint64_t> jobs_started{0};
+    std::atomic<uint64_t> connections{0};
+  };
+  const Gauges& gauges() const { return gauges_; }
   size_t connections() const { return conns_.size(); }
 
  private:
@@ -133,6 +143,7 @@ class ControlPlane {
   std::vector<std::function<void(const JobEvent&)>> listeners_;
   std::vector<std::function<std::string()>> stats_sources_;
   uint64_t jobs_started_ = 0;
+  Gauges gauges_;
   uint64_t next_timer_check_ns_ = 0;
   uint64_t next_stats_ns_ = 0;
   bool shutting_down_ = false;

@@ -101,6 +101,10 @@ void ControlPlane::step(int timeout_ms, uint64_t now_ns) {
   }
   check_timers(now_ns);
   sweep(now_ns);
+  gauges_.joining.store(pending_.size(), std::memory_order_relaxed);
+  gauges_.reserved_bytes.store(reserved_memory(), std::memory_order_relaxed);
+  gauges_.jobs_started.store(jobs_started_, std::memory_order_relaxed);
+  gauges_.connections.store(conns_.size(), std::memory_order_relaxed);
 }
 
 void ControlPlane::accept_all(uint64_t now_ns) {
