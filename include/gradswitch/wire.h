@@ -50,6 +50,9 @@ enum gs_msg_type {
   GS_MSG_RING_PARTIAL = 4, /* to the next rank: the sum of one chunk over the ranks so far */
   GS_MSG_RING_RESULT = 5,  /* to the previous rank: the chunk's finished sum */
   GS_MSG_RING_DONE = 6,    /* to the next rank: the sender holds every sum of allreduce `seq` */
+  /* switch -> worker: a retransmitted DATA found the round open with the sender's contribution
+   * already in it (nothing was lost; the round waits for other ranks). Header only. */
+  GS_MSG_HELD = 7,
 };
 
 enum gs_elem_type {
@@ -67,6 +70,9 @@ enum gs_flags {
   GS_FLAG_UNICAST = 0x04, /* RESULT: answer to a retransmission, sent to one worker */
   GS_FLAG_LAST = 0x08,    /* DATA: this chunk ends the sender's tensor (lengths are checked with it) */
   GS_FLAG_SUM = 0x10,     /* RING_PARTIAL/RESULT: the payload is a finished sum a rank already held */
+  /* RESULT (UNICAST) / HELD: the switch already held the sender's contribution to this round when
+   * the retransmission arrived, as TCP's DSACK (RFC 2883) reports a duplicate segment. */
+  GS_FLAG_DSACK = 0x20,
 };
 
 enum gs_abort_reason {
@@ -96,7 +102,7 @@ enum gs_abort_reason {
  *   24   4  offset     index of the first element of this chunk in the tensor
  *   28   1  next_exp   int8: fixed32 block exponent (DATA: sender's, RESULT: maximum); ABORT: reason
  *   29   1  scale_exp  int8: fixed32 exponent this payload was quantised with
- *   30   2  reserved   sent as 0, ignored on receipt
+ *   30   2  completer  RESULT: the rank whose DATA completed the round; other types: sent as 0, ignored
  */
 struct gs_header {
   uint16_t magic;
@@ -113,7 +119,7 @@ struct gs_header {
   uint32_t offset;
   int8_t next_exp;
   int8_t scale_exp;
-  uint16_t reserved;
+  uint16_t completer;
 };
 
 GS_STATIC_ASSERT(sizeof(struct gs_header) == GS_HEADER_BYTES, "gradswitch header must be 32 bytes");
@@ -128,7 +134,7 @@ GS_STATIC_ASSERT(offsetof(struct gs_header, seq) == 20, "seq offset");
 GS_STATIC_ASSERT(offsetof(struct gs_header, offset) == 24, "offset offset");
 GS_STATIC_ASSERT(offsetof(struct gs_header, next_exp) == 28, "next_exp offset");
 GS_STATIC_ASSERT(offsetof(struct gs_header, scale_exp) == 29, "scale_exp offset");
-GS_STATIC_ASSERT(offsetof(struct gs_header, reserved) == 30, "reserved offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, completer) == 30, "completer offset");
 GS_STATIC_ASSERT(GS_DEFAULT_PAYLOAD_BYTES >= 1400, "default payload must carry at least 1400 bytes");
 /* float64 elements travel as the host's double: the in-memory and wire layouts must agree. */
 GS_STATIC_ASSERT(sizeof(double) == 8 && DBL_MANT_DIG == 53 && DBL_MAX_EXP == 1024,
@@ -193,7 +199,7 @@ static inline void gs_header_decode(const void* buf, struct gs_header* h) {
   h->count = gs_bswap16(h->count);
   h->seq = gs_bswap32(h->seq);
   h->offset = gs_bswap32(h->offset);
-  h->reserved = gs_bswap16(h->reserved);
+  h->completer = gs_bswap16(h->completer);
 }
 
 /* Encodes a host-order header into the 32 bytes at `buf`. */
@@ -207,7 +213,7 @@ static inline void gs_header_encode(const struct gs_header* h, void* buf) {
   n.count = gs_bswap16(n.count);
   n.seq = gs_bswap32(n.seq);
   n.offset = gs_bswap32(n.offset);
-  n.reserved = gs_bswap16(n.reserved);
+  n.completer = gs_bswap16(n.completer);
   memcpy(buf, &n, sizeof n);
 }
 

@@ -128,10 +128,10 @@ int main(int argc, char** argv) {
   const CounterValues t = engine.total_counters();
   log_plain(LogLevel::kInfo,
             "gradswitchd: stopped after %.1f s: %llu jobs, pkts_in=%llu pkts_out=%llu completed=%llu "
-            "retx_answered=%llu drops=%llu%s%s",
+            "retx_answered=%llu held_answered=%llu drops=%llu%s%s",
             (monotonic_ns() - start_ns) / 1e9, (unsigned long long)control.jobs_started(),
             (unsigned long long)t.pkts_in, (unsigned long long)t.pkts_out, (unsigned long long)t.completed,
-            (unsigned long long)t.retx_answered, (unsigned long long)t.drops_total(), " ",
-            format_backend_stats(*backend).c_str());
+            (unsigned long long)t.retx_answered, (unsigned long long)t.held_answered,
+            (unsigned long long)t.drops_total(), " ", format_backend_stats(*backend).c_str());
   return backend_rc;
 }

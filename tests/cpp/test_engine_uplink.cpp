@@ -47,9 +47,11 @@ struct Leaf {
                          GS_HEADER_BYTES + size_t{count} * gs_elem_size(elem), 1);
   }
   IngestResult from_spine(uint8_t type, uint8_t elem, const void* payload, uint16_t count,
-                          Endpoint from = kSpinePort, uint32_t job = kSpineJob,
-                          int8_t next_exp = GS_EXP_NONE) {
+                          Endpoint from = kSpinePort, uint32_t job = kSpineJob, int8_t next_exp = GS_EXP_NONE,
+                          uint16_t completer = 0) {
     auto p = packet(type, job, kSpineKey, GS_RANK_ALL, elem, payload, count, 0, next_exp);
+    p[offsetof(gs_header, completer)] = static_cast<uint8_t>(completer >> 8);
+    p[offsetof(gs_header, completer) + 1] = static_cast<uint8_t>(completer);
     return engine.ingest_uplink(0, p.data(), p.size(), from, 2);
   }
   static std::vector<uint8_t> packet(uint8_t type, uint32_t job, uint32_t key, uint16_t rank, uint8_t elem,
@@ -106,8 +108,11 @@ TEST(only_members_contribute_and_a_complete_rack_round_goes_up) {
   std::memcpy(partial, up.data + GS_HEADER_BYTES, 12);
   CHECK(partial[0] == 11 && partial[1] == 22 && partial[2] == 33);
 
-  // A member's retransmission while the spine has not answered: held, not a new round.
-  CHECK(ok.data(1, GS_ELEM_INT32, a, 3, GS_FLAG_RETX).kind == IngestResult::kAbsorbed);
+  // A member's retransmission while the spine has not answered: held, not a new round; the
+  // member is told so (HELD with DSACK: its contribution is here, the round waits for the spine).
+  IngestResult held = ok.data(1, GS_ELEM_INT32, a, 3, GS_FLAG_RETX);
+  CHECK(held.kind == IngestResult::kSend && held.type == GS_MSG_HELD && held.len == GS_HEADER_BYTES);
+  CHECK(header_of(held).flags == GS_FLAG_DSACK && header_of(held).rank == 1);
   SlotStatus s;
   CHECK(ok.engine.slot_status(ok.id, 0, 0, &s) && s.uplink && !s.complete);
 
@@ -126,6 +131,7 @@ TEST(only_members_contribute_and_a_complete_rack_round_goes_up) {
   CHECK(down.kind == IngestResult::kSend && down.type == GS_MSG_RESULT && down.world == 2 && down.slot == 0);
   h = header_of(down);
   CHECK(h.job_id == ok.id && h.key == ok.key && h.rank == GS_RANK_ALL && h.count == 3);
+  CHECK(h.completer == GS_RANK_ALL);  // the spine names rack 0: another rack completed the round
   CHECK(std::memcmp(down.data + GS_HEADER_BYTES, total, 12) == 0);
   // A second answer (to the resend) finds nothing waiting.
   CHECK(ok.from_spine(GS_MSG_RESULT, GS_ELEM_INT32, total, 3).reason == DropReason::kUplinkStale);
@@ -148,8 +154,11 @@ TEST(float16_sums_go_up_in_fp32_and_come_down_rounded_once) {
   std::memcpy(&partial, up.data + GS_HEADER_BYTES, 4);
   CHECK(partial == 2049.0f);
   const float total = 2051.0f;  // + the other rack's 2
-  IngestResult down = leaf.from_spine(GS_MSG_RESULT, GS_ELEM_FLOAT32, &total, 1);
+  // This rack (spine rank 1) completed the spine's round, and in the rack rank 2 completed it.
+  IngestResult down = leaf.from_spine(GS_MSG_RESULT, GS_ELEM_FLOAT32, &total, 1, kSpinePort, kSpineJob,
+                                      GS_EXP_NONE, /*completer=*/1);
   CHECK(down.kind == IngestResult::kSend && header_of(down).elem_type == GS_ELEM_FLOAT16 && down.len == 34);
+  CHECK(header_of(down).completer == 2);
   uint16_t h;
   std::memcpy(&h, down.data + GS_HEADER_BYTES, 2);
   CHECK(f16_to_f32_scalar(h) == 2052.0f);  // 2051 rounded to nearest even in fp16 (spacing 2)

@@ -48,6 +48,7 @@ FIELDS = [
     "gradswitch.flags.unicast",
     "gradswitch.flags.last",
     "gradswitch.flags.sum",
+    "gradswitch.flags.dsack",
     "gradswitch.elem_type",
     "gradswitch.count",
     "gradswitch.seq",
@@ -56,6 +57,7 @@ FIELDS = [
     "gradswitch.abort_reason",
     "gradswitch.scale_exp",
     "gradswitch.reserved",
+    "gradswitch.completer",
 ]
 
 
@@ -199,7 +201,9 @@ def test_every_field_of_written_packets(tmp_path):
     add(1, 0x100, 0xA5A5A5A5, 0, 0, 0x00, 1, 4, 0, 0, -128, 0, [1, -2, 2**31 - 1, -(2**31)])
     add(1, 0x100, 0xA5A5A5A5, 1, 1, 0x01 | 0x02, 2, 3, 7, 360, -128, 0, [1.5, -0.25, 3e38])
     add(2, 0x100, 0xA5A5A5A5, 0xFFFF, 2, 0x01, 3, 2, 0xFFFFFFFF, 720, 3, 26, [2**26, -3 * 2**24])
-    add(2, 0x100, 0xA5A5A5A5, 1, 3, 0x04, 4, 3, 5, 16, -128, 0, [1.0, -2.5, 65504.0])
+    # a UNICAST+DSACK answer whose round rank 2 completed
+    add(2, 0x100, 0xA5A5A5A5, 1, 3, 0x24, 4, 3, 5, 16, -128, 0, [1.0, -2.5, 65504.0], reserved=2)
+    add(7, 0x100, 0xA5A5A5A5, 1, 3, 0x21, 4, 0, 5, 16, -128, 0)  # HELD, DSACK
     add(1, 0x200, 0x01020304, 63, 65535, 0x08 | 0x01, 5, 3, 9, 4294967295 - 3, -128, 0, [1.0, -0.5, 256.0])
     add(1, 0x300, 7, 2, 4, 0x08, 6, 2, 1, 2, -128, 0, [2.0**53, 0.1])
     add(4, 0x301, 7, 1, 5, 0x12, 2, 1, 3, 8, -128, 0, [42.0])  # RING_PARTIAL, RETX|SUM
@@ -238,15 +242,19 @@ def test_every_field_of_written_packets(tmp_path):
         assert int(row["gradswitch.slot"]) == want["slot"], where
         assert int(row["gradswitch.flags"], 16) == want["flags"], where
         assert int(row["gradswitch.flags.version"]) == want["flags"] & 1, where
-        for name, bit in (("retx", 2), ("unicast", 4), ("last", 8), ("sum", 16)):
+        for name, bit in (("retx", 2), ("unicast", 4), ("last", 8), ("sum", 16), ("dsack", 32)):
             assert is_set(row[f"gradswitch.flags.{name}"]) == bool(want["flags"] & bit), (name, where)
         assert int(row["gradswitch.elem_type"]) == want["elem"], where
         assert int(row["gradswitch.count"]) == want["count"], where
         assert int(row["gradswitch.seq"]) == want["seq"], where
         assert int(row["gradswitch.offset"]) == want["offset"], where
         assert int(row["gradswitch.scale_exp"]) == want["scale"], where
-        assert int(row["gradswitch.reserved"], 16) == want["reserved"], where
-        assert bool(row["gradswitch.reserved_set"]) == (want["reserved"] != 0), where
+        if want["type"] == 2:  # RESULT: bytes 30-31 are the completer
+            assert int(row["gradswitch.completer"]) == want["reserved"], where
+            assert row["gradswitch.reserved"] == "", where
+        else:
+            assert int(row["gradswitch.reserved"], 16) == want["reserved"], where
+            assert bool(row["gradswitch.reserved_set"]) == (want["reserved"] != 0), where
         if want["type"] == 3:
             assert int(row["gradswitch.abort_reason"]) == want["next_exp"], where
             assert row["gradswitch.next_exp"] == "", where

@@ -29,6 +29,7 @@ local msg_types = {
   [4] = "RING_PARTIAL",
   [5] = "RING_RESULT",
   [6] = "RING_DONE",
+  [7] = "HELD",
 }
 -- Element types: name and size in bytes.
 local elem_types = {
@@ -48,12 +49,13 @@ local abort_reasons = {
   [5] = "mismatch",
   [6] = "uplink",
 }
-local FLAG_VERSION, FLAG_RETX, FLAG_UNICAST, FLAG_LAST, FLAG_SUM = 0x01, 0x02, 0x04, 0x08, 0x10
+local FLAG_VERSION, FLAG_RETX, FLAG_UNICAST, FLAG_LAST, FLAG_SUM, FLAG_DSACK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 local flag_names = {
   { FLAG_RETX, "RETX" },
   { FLAG_UNICAST, "UNICAST" },
   { FLAG_LAST, "LAST" },
   { FLAG_SUM, "SUM" },
+  { FLAG_DSACK, "DSACK" },
 }
 
 local gs = Proto("gradswitch", "gradswitch in-network allreduce")
@@ -73,7 +75,9 @@ local f = {
     FLAG_UNICAST),
   flag_last = ProtoField.bool("gradswitch.flags.last", "Last chunk of the tensor (LAST)", 8, nil, FLAG_LAST),
   flag_sum = ProtoField.bool("gradswitch.flags.sum", "Finished sum (SUM, ring)", 8, nil, FLAG_SUM),
-  flag_other = ProtoField.uint8("gradswitch.flags.undefined", "Undefined bits", base.HEX, nil, 0xE0),
+  flag_dsack = ProtoField.bool("gradswitch.flags.dsack", "The switch already held this contribution (DSACK)", 8,
+    nil, FLAG_DSACK),
+  flag_other = ProtoField.uint8("gradswitch.flags.undefined", "Undefined bits", base.HEX, nil, 0xC0),
   elem_type = ProtoField.uint8("gradswitch.elem_type", "Element type", base.DEC, elem_types),
   count = ProtoField.uint16("gradswitch.count", "Count", base.DEC),
   seq = ProtoField.uint32("gradswitch.seq", "Allreduce seq", base.DEC),
@@ -82,6 +86,8 @@ local f = {
   abort_reason = ProtoField.uint8("gradswitch.abort_reason", "Abort reason", base.DEC, abort_reasons),
   scale_exp = ProtoField.int8("gradswitch.scale_exp", "Scale exponent", base.DEC),
   reserved = ProtoField.uint16("gradswitch.reserved", "Reserved", base.HEX),
+  completer = ProtoField.uint16("gradswitch.completer", "Completer (the rank whose DATA completed the round)",
+    base.DEC),
   payload = ProtoField.bytes("gradswitch.payload", "Payload"),
   elements = ProtoField.none("gradswitch.elements", "Elements"),
   int32 = ProtoField.int32("gradswitch.int32", "int32", base.DEC),
@@ -235,6 +241,7 @@ local function dissect(tvb, pinfo, tree)
   fl:add(f.flag_unicast, tvb(16, 1))
   fl:add(f.flag_last, tvb(16, 1))
   fl:add(f.flag_sum, tvb(16, 1))
+  fl:add(f.flag_dsack, tvb(16, 1))
   fl:add(f.flag_other, tvb(16, 1))
   if bit32.band(flags, FLAG_RETX) ~= 0 then fl:add_proto_expert_info(e.retx) end
   local elem_item = root:add(f.elem_type, tvb(17, 1))
@@ -249,11 +256,15 @@ local function dissect(tvb, pinfo, tree)
   end
   local scale_item = root:add(f.scale_exp, tvb(29, 1))
   if scale_exp == GS_EXP_NONE then scale_item:append_text(" (none)") end
-  local reserved_item = root:add(f.reserved, tvb(30, 2))
-  if tvb(30, 2):uint() ~= 0 then reserved_item:add_proto_expert_info(e.reserved) end
+  if mtype == 2 then
+    root:add(f.completer, tvb(30, 2))
+  else
+    local reserved_item = root:add(f.reserved, tvb(30, 2))
+    if tvb(30, 2):uint() ~= 0 then reserved_item:add_proto_expert_info(e.reserved) end
+  end
 
   local size = elem_sizes[elem]
-  local has_elements = mtype ~= 3 and mtype ~= 6
+  local has_elements = mtype ~= 3 and mtype ~= 6 and mtype ~= 7
   if has_elements and not size then
     elem_item:add_proto_expert_info(e.elem)
   elseif has_elements and len ~= GS_HEADER_BYTES + count * size then

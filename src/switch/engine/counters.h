@@ -42,6 +42,7 @@ struct CounterValues {
   uint64_t retx_answered = 0;  // retransmissions answered from the shadow copy
   uint64_t sent_up = 0;        // leaf: rounds complete in the rack, sent up to the spine
   uint64_t resent_up = 0;      // leaf: of those, sent again after their loss timer
+  uint64_t held_answered = 0;  // retransmitted duplicates of an open round answered with HELD
   std::array<uint64_t, kDropReasons> drops{};
   uint64_t drops_total() const {
     uint64_t s = 0;
@@ -59,7 +60,7 @@ class Counters {
   CounterValues read() const;
 
   std::atomic<uint64_t> pkts_in{0}, bytes_in{0}, pkts_out{0}, bytes_out{0};
-  std::atomic<uint64_t> completed{0}, duplicates{0}, retx_answered{0};
+  std::atomic<uint64_t> completed{0}, duplicates{0}, retx_answered{0}, held_answered{0};
   std::atomic<uint64_t> sent_up{0}, resent_up{0};
   std::array<std::atomic<uint64_t>, kDropReasons> drops{};
 };

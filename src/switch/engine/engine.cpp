@@ -391,7 +391,8 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     uint8_t* out = sv.result;
     const uint16_t rank_be = gs_bswap16(h.rank);
     std::memcpy(out + offsetof(gs_header, rank), &rank_be, 2);
-    out[offsetof(gs_header, flags)] = static_cast<uint8_t>(version | GS_FLAG_UNICAST);
+    // DSACK: a complete round holds every contribution, the sender's included.
+    out[offsetof(gs_header, flags)] = static_cast<uint8_t>(version | GS_FLAG_UNICAST | GS_FLAG_DSACK);
     r.kind = IngestResult::kSend;
     r.dest_rank = job->endpoint_index[h.rank];
     r.data = out;
@@ -431,6 +432,24 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
       counter_add(js->counters.duplicates);
       counter_add(ts.totals.duplicates);
       r.kind = IngestResult::kAbsorbed;
+      if (!(h.flags & GS_FLAG_RETX)) return r;  // a network duplicate: answering would amplify it
+      // A resend of a contribution the open round holds: tell the sender that nothing was lost and
+      // that the round waits for other ranks (docs/protocol.md section 3), so it can undo.
+      counter_add(js->counters.held_answered);
+      counter_add(ts.totals.held_answered);
+      HeaderBuilder(GS_MSG_HELD, h.job_id, spec.key)
+          .rank(h.rank)
+          .slot(h.slot)
+          .flags(static_cast<uint8_t>(version | GS_FLAG_DSACK))
+          .elems(sv.elem_type, 0)
+          .round(h.seq, h.offset)
+          .encode(ts.held_packet);
+      r.kind = IngestResult::kSend;
+      r.dest_rank = job->endpoint_index[h.rank];
+      r.data = ts.held_packet;
+      r.len = GS_HEADER_BYTES;
+      r.type = GS_MSG_HELD;
+      r.seq = h.seq;
       return r;
     }
     if (h.count != sv.count || h.elem_type != sv.elem_type || h.scale_exp != sv.scale_exp ||
@@ -501,6 +520,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     r.kind = IngestResult::kAbsorbed;
     return r;
   }
+  sv.completer = h.rank;
   if (spec.uplink) return send_up(thread, *job, h.slot, version, r);
 
   // 4. Complete: write the result header (and narrow 16-bit sums), keep it as the shadow copy,
@@ -532,6 +552,7 @@ IngestResult Engine::publish_result(unsigned thread, Job& job, uint16_t slot, ui
       .elems(sv.elem_type, sv.count)
       .round(seq, sv.offset.load(std::memory_order_relaxed))
       .exps(sv.next_exp, sv.scale_exp)
+      .completer(sv.completer)
       .encode(sv.result);
   sv.state.store(RoundState::kComplete, std::memory_order_relaxed);
   counter_add(job.per_thread[thread].counters.completed);

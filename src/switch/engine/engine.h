@@ -81,8 +81,8 @@ struct IngestResult {
   const Endpoint* endpoints = nullptr;
   uint16_t world = 0;  // endpoints in `endpoints`
   // kSend: what `data` carries, so that no backend re-reads the header the engine wrote: the
-  // message type (GS_MSG_RESULT or GS_MSG_ABORT; GS_MSG_DATA going up from a leaf), the allreduce's
-  // seq, the slot, and the elements of a RESULT or DATA (0 for an ABORT).
+  // message type (GS_MSG_RESULT, GS_MSG_ABORT or GS_MSG_HELD; GS_MSG_DATA going up from a leaf),
+  // the allreduce's seq, the slot, and the elements of a RESULT or DATA (0 otherwise).
   uint8_t type = 0;
   uint32_t seq = 0;
   uint16_t count = 0;
@@ -233,6 +233,7 @@ class Engine {
     Counters totals;
     LatencyHistogram round_times, allreduce_times;
     alignas(8) uint8_t abort_packet[GS_HEADER_BYTES];
+    alignas(8) uint8_t held_packet[GS_HEADER_BYTES];
     alignas(64) uint8_t aligned_payload[GS_MAX_PAYLOAD_BYTES];
   };
 

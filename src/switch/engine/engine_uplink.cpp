@@ -95,7 +95,8 @@ IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_
   gs_header_decode(packet, &h);
   if (h.magic != GS_MAGIC) return drop(DropReason::kBadMagic);
   if (h.version != GS_VERSION) return drop(DropReason::kBadVersion);
-  if (h.type != GS_MSG_RESULT && h.type != GS_MSG_ABORT) return drop(DropReason::kBadType);
+  if (h.type != GS_MSG_RESULT && h.type != GS_MSG_ABORT && h.type != GS_MSG_HELD)
+    return drop(DropReason::kBadType);
   Job* job = find_uplink_job(h.job_id);
   if (!job) return drop(DropReason::kUnknownJob);
   const JobSpec& spec = job->spec;
@@ -110,6 +111,12 @@ IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_
     from_spine |= e.ipv4_be == source.ipv4_be && e.port_be == source.port_be;
   if (!from_spine) return drop(DropReason::kBadSource);
   js->last_activity_ns.store(now_ns, std::memory_order_relaxed);
+  if (h.type == GS_MSG_HELD) {
+    // The spine holds the rack's resent partial sum: the round waits for other racks. The leaf's
+    // own resend timer keeps running (the spine's RESULT may still be lost).
+    r.kind = IngestResult::kAbsorbed;
+    return r;
+  }
 
   if (h.type == GS_MSG_ABORT) {
     // The spine ended its job: so ends the rack's, and every member learns it now (with the reason
@@ -166,6 +173,8 @@ IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_
   else
     std::memcpy(out, payload, payload_len);
   sv.next_exp = h.next_exp;  // the maximum over every rack
+  // The rack's last contribution completed the round only if the rack completed the spine's.
+  if (h.completer != up.rank) sv.completer = GS_RANK_ALL;
   return publish_result(thread, *job, h.slot, version, r, now_ns);
 }
 

@@ -41,6 +41,9 @@ struct SlotVersion {
   int8_t scale_exp = 0;
   int8_t next_exp = GS_EXP_NONE;
   bool last = false;  // the round's first contribution carried GS_FLAG_LAST
+  // The rank whose contribution completed the round (RESULT's `completer`); GS_RANK_ALL on a leaf
+  // when the spine's round was completed by another rack.
+  uint16_t completer = 0;
   // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
   // types accumulate in place here (the payload starts 32-byte aligned); 16-bit types accumulate in
   // `accum` and are narrowed at the end. A leaf sends a round up from the same memory: `result` with

@@ -58,6 +58,9 @@ constexpr CounterField kCounterFields[] = {
      &CounterValues::duplicates},
     {"retransmissions_answered_total", "Retransmitted contributions answered from a round's shadow copy.",
      &CounterValues::retx_answered},
+    {"retransmissions_held_total",
+     "Retransmitted contributions an open round already held, answered with HELD (the resend was spurious).",
+     &CounterValues::held_answered},
 };
 
 void counters(Exposition& e, const std::string& prefix,
