@@ -272,6 +272,11 @@ NB_MODULE(_core, m) {
              d["packets_received"] = s.packets_received;
              d["bytes_received"] = s.bytes_received;
              d["retransmissions"] = s.retransmissions;
+             d["retx_rack"] = s.retx_rack;
+             d["retx_timeout"] = s.retx_timeout;
+             d["retx_probe"] = s.retx_probe;
+             d["spurious_retransmissions"] = s.spurious_retransmissions;
+             d["held_answers"] = s.held_answers;
              d["injected_drops"] = s.injected_drops;
              d["ignored"] = s.ignored;
              d["unicast_results"] = s.unicast_results;

@@ -2,7 +2,9 @@
 
 Each worker sums a tensor of `size` bytes `iters` times and checks every result against the
 exact expected sum. Printed: per-worker algorithm bandwidth (tensor bytes / time per allreduce,
-as nccl-tests' algbw), the switch's packet rate, and retransmission counters.
+as nccl-tests' algbw), the switch's packet rate, and retransmission counters (per worker: resends,
+those proven spurious by the switch's DSACK/HELD answers or a late original result, and why each was
+sent: RACK, a timer with a later round answered, a lone probe).
 """
 
 from __future__ import annotations
@@ -192,12 +194,21 @@ def run(args, *, out=sys.stdout) -> int:
         print(f"rank {rank} FAILED: {msg}", file=out)
     if failed or len(reports) < args.workers:
         return 1
-    print(f"{'rank':>4} {'mean ms':>9} {'best ms':>9} {'algbw Gbit/s':>13} {'retransmits':>11}", file=out)
+    print(
+        f"{'rank':>4} {'mean ms':>9} {'best ms':>9} {'algbw Gbit/s':>13} {'retransmits':>11} "
+        f"{'spurious':>8}  by cause (rack/timer/probe)",
+        file=out,
+    )
     for rank, _, times, stats in sorted(reports):
         mean = sum(times) / len(times)
-        retx = stats.get("retransmissions", "-") if isinstance(stats, dict) else "-"
+        st = stats if isinstance(stats, dict) else {}
+        retx = st.get("retransmissions", "-")
+        spurious = st.get("spurious_retransmissions", "-")
+        causes = "/".join(str(st.get(k, "-")) for k in ("retx_rack", "retx_timeout", "retx_probe"))
+        algbw = args.size * 8 / mean / 1e9
         print(
-            f"{rank:>4} {mean * 1e3:9.2f} {min(times) * 1e3:9.2f} {args.size * 8 / mean / 1e9:13.2f} {retx:>11}",  # noqa: E501
+            f"{rank:>4} {mean * 1e3:9.2f} {min(times) * 1e3:9.2f} {algbw:13.2f} {retx:>11} "
+            f"{spurious:>8}  {causes}",
             file=out,
         )
     if before and after:
@@ -206,7 +217,9 @@ def run(args, *, out=sys.stdout) -> int:
             f"switch: {pkts} packets in, {after['pkts_out'] - before['pkts_out']} out, "
             f"{pkts / wall / 1e6:.3f} Mpps in over the {wall:.1f} s run (incl. start-up); "
             f"retransmissions answered {after['retx_answered'] - before['retx_answered']}, "
-            f"duplicates {after['duplicates'] - before['duplicates']}, drops {after['drops'] - before['drops']}",  # noqa: E501
+            f"duplicates {after['duplicates'] - before['duplicates']} "
+            f"(held answered {after.get('held_answered', 0) - before.get('held_answered', 0)}), "
+            f"drops {after['drops'] - before['drops']}",
             file=out,
         )
     print("all results exact: OK", file=out)

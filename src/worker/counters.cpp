@@ -12,6 +12,11 @@ Stats Counters::snapshot() const {
   s.packets_received = r(packets_received);
   s.bytes_received = r(bytes_received);
   s.retransmissions = r(retransmissions);
+  s.retx_rack = r(retx_rack);
+  s.retx_timeout = r(retx_timeout);
+  s.retx_probe = r(retx_probe);
+  s.spurious_retransmissions = r(spurious_retransmissions);
+  s.held_answers = r(held_answers);
   s.injected_drops = r(injected_drops);
   s.ignored = r(ignored);
   s.unicast_results = r(unicast_results);

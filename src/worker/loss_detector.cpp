@@ -1,4 +1,4 @@
-// RTT estimation and the RACK-style loss detector with single probes (see loss_detector.h).
+// RTT estimation and the RACK-style loss detector with single probes and undo (see loss_detector.h).
 #include "worker/loss_detector.h"
 
 #include <algorithm>
@@ -7,7 +7,21 @@
 
 namespace gradswitch::worker {
 
+namespace {
+
+// Below this, timing on a general-purpose host (timer slack, wake-ups) is noise, not reordering.
+constexpr int64_t kReorderBaseNs = 500'000;
+constexpr unsigned kMaxReorderMult = 32;
+// RFC 8985's reo_wnd_persist: RACK losses after which a widened window returns to one step.
+constexpr unsigned kReorderPersist = 16;
+// The learned timer floor halves after this long without a spurious timeout: stalls of a busy
+// host recur within seconds; a path that got faster is trusted again soon after.
+constexpr int64_t kFloorHalfLifeNs = 2'000'000'000;
+
+}  // namespace
+
 void RttEstimator::sample(int64_t ns) {
+  if (ns <= 0) ns = 1;
   double s = static_cast<double>(ns);
   if (srtt_ns_ <= 0) {
     srtt_ns_ = s;
@@ -16,41 +30,92 @@ void RttEstimator::sample(int64_t ns) {
     rttvar_ns_ = 0.75 * rttvar_ns_ + 0.25 * std::fabs(srtt_ns_ - s);
     srtt_ns_ = 0.875 * srtt_ns_ + 0.125 * s;
   }
+  if (min_ns_ == 0 || ns < min_ns_) min_ns_ = ns;
 }
 
 int64_t RttEstimator::initial_rto(int64_t rto_min_ns, int64_t rto_max_ns) const {
-  if (srtt_ns_ <= 0) return rto_min_ns;
+  if (srtt_ns_ <= 0) return std::min(rto_min_ns, rto_max_ns);
   int64_t r = static_cast<int64_t>(srtt_ns_ + 4 * rttvar_ns_);
-  return std::clamp(r, rto_min_ns, rto_max_ns);
+  return std::clamp(r, std::min(rto_min_ns, rto_max_ns), rto_max_ns);
 }
 
 LossDetector::LossDetector(int64_t rto_min_ns, int64_t rto_max_ns)
-    : rto_min_(rto_min_ns), rto_max_(std::max(rto_max_ns, rto_min_ns)) {}
+    : rto_min_(rto_min_ns), rto_max_(std::max(rto_max_ns, rto_min_ns)), floor_ns_(rto_min_ns) {}
+
+int64_t LossDetector::reorder_window_ns() const {
+  const int64_t base = std::max<int64_t>(rtt_.min_ns() / 4, kReorderBaseNs);
+  const int64_t cap = std::max(static_cast<int64_t>(rtt_.srtt_ns()), base);
+  return std::min(static_cast<int64_t>(reo_mult_) * base, cap);
+}
 
 void LossDetector::begin() {
   newest_delivered_tx_ns_ = 0;
 }
 
 void LossDetector::launch(RoundTimer& t, int64_t now) {
+  decay_floor(now);
   t.busy = true;
+  t.held = false;
+  t.cause = RetxCause::kNone;
   t.tries = 0;
   t.sent_ns = now;
   t.last_tx_ns = now;
-  t.rto_ns = rtt_.initial_rto(rto_min_, rto_max_);
+  t.rto_ns = rtt_.initial_rto(floor_ns_, rto_max_);
   t.deadline_ns = now + t.rto_ns;
 }
 
 void LossDetector::delivered(RoundTimer& t, int64_t now) {
   if (t.tries == 0) rtt_.sample(now - t.sent_ns);
-  newest_delivered_tx_ns_ = std::max(newest_delivered_tx_ns_, t.last_tx_ns);
+  newest_delivered_tx_ns_ = std::max(newest_delivered_tx_ns_, t.tries ? t.sent_ns : t.last_tx_ns);
   t.busy = false;
 }
 
-void LossDetector::mark_resent(RoundTimer& t, int64_t now) const {
+bool LossDetector::held(RoundTimer& t, int64_t now) {
+  if (!t.busy || t.held || t.tries == 0) return false;
+  t.held = true;
+  if (t.cause == RetxCause::kRack) spurious(RetxCause::kRack, 0, now);
+  // The answer now waits for the other contributions: give it a full timer from here.
+  t.deadline_ns = now + t.rto_ns;
+  return true;
+}
+
+void LossDetector::spurious(RetxCause cause, int64_t rtt_ns, int64_t now) {
+  if (cause == RetxCause::kRack) {
+    rack_losses_since_spurious_ = 0;
+    if (now - reo_raised_ns_ >= static_cast<int64_t>(rtt_.srtt_ns())) {
+      reo_mult_ = std::min(reo_mult_ + 1, kMaxReorderMult);
+      reo_raised_ns_ = now;
+    }
+  }
+  if (rtt_ns > 0) {
+    rtt_.sample(rtt_ns);
+    if (cause == RetxCause::kTimeout || cause == RetxCause::kProbe) raise_floor(rtt_ns, now);
+  }
+}
+
+void LossDetector::raise_floor(int64_t rtt_ns, int64_t now) {
+  const int64_t want = std::clamp(rtt_ns + rtt_ns / 4, rto_min_, rto_max_);
+  if (want > floor_ns_) floor_ns_ = want;
+  floor_raised_ns_ = now;
+}
+
+void LossDetector::decay_floor(int64_t now) {
+  if (floor_ns_ > rto_min_ && now - floor_raised_ns_ >= kFloorHalfLifeNs) {
+    floor_ns_ = std::max(rto_min_, floor_ns_ / 2);
+    floor_raised_ns_ = now;
+  }
+}
+
+void LossDetector::mark_resent(RoundTimer& t, int64_t now, RetxCause cause) {
   t.tries++;
+  t.cause = cause;
   t.last_tx_ns = now;
   t.rto_ns = std::min(t.rto_ns * 2, rto_max_);
   t.deadline_ns = now + t.rto_ns;
+  if (cause == RetxCause::kRack && reo_mult_ > 1 && ++rack_losses_since_spurious_ >= kReorderPersist) {
+    reo_mult_ = 1;
+    rack_losses_since_spurious_ = 0;
+  }
 }
 
 void LossDetector::back_off(RoundTimer& t, int64_t now) const {
@@ -60,23 +125,31 @@ void LossDetector::back_off(RoundTimer& t, int64_t now) const {
 
 int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vector<unsigned>* resend,
                            size_t first, size_t stride) {
-  const int64_t reorder_ns = std::max<int64_t>(static_cast<int64_t>(rtt_.srtt_ns() / 4), 500'000);
+  decay_floor(now);
+  const int64_t reorder_ns = reorder_window_ns();
   const int64_t srtt = static_cast<int64_t>(rtt_.srtt_ns());
+  // One probe: the expired round whose latest transmission is oldest, preferring rounds the peer
+  // has not said it holds (their data may be lost; a HELD round only waits for its result). After
+  // each probe its round is the youngest, so probes rotate through the unconfirmed rounds: every
+  // rank learns which of its own rounds the others wait for, whatever order it sent them in.
   int probe = -1;
   for (size_t i = first; i < n; i += stride) {
     RoundTimer& t = timers[i];
     if (!t.busy) continue;
-    const bool overtaken =
-        t.last_tx_ns + reorder_ns < newest_delivered_tx_ns_ && now - t.last_tx_ns >= srtt + reorder_ns;
-    if (overtaken || (t.deadline_ns <= now && t.last_tx_ns < newest_delivered_tx_ns_)) {
-      mark_resent(t, now);
+    const bool overtaken = !t.held && t.last_tx_ns + reorder_ns < newest_delivered_tx_ns_ &&
+                           now - t.last_tx_ns >= srtt + reorder_ns;
+    const bool expired = t.deadline_ns <= now;
+    if (overtaken || (expired && t.last_tx_ns < newest_delivered_tx_ns_)) {
+      mark_resent(t, now, overtaken ? RetxCause::kRack : RetxCause::kTimeout);
       resend->push_back(static_cast<unsigned>(i));
-    } else if (t.deadline_ns <= now) {
-      if (probe < 0 || t.last_tx_ns < timers[probe].last_tx_ns) probe = static_cast<int>(i);
+    } else if (expired) {
+      const RoundTimer* p = probe < 0 ? nullptr : &timers[probe];
+      if (!p || (p->held && !t.held) || (p->held == t.held && t.last_tx_ns < p->last_tx_ns))
+        probe = static_cast<int>(i);
     }
   }
   if (probe >= 0) {
-    mark_resent(timers[probe], now);
+    mark_resent(timers[probe], now, RetxCause::kProbe);
     resend->push_back(static_cast<unsigned>(probe));
   }
   int64_t next = std::numeric_limits<int64_t>::max();

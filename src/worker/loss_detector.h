@@ -1,7 +1,10 @@
 // Loss detection for rounds in flight (docs/protocol.md section 4): RTT estimation, RACK-style
-// "a later round came back first" (RFC 8985), and single probes when timers expire with nothing
-// newer delivered. It knows only send times and deliveries, never packets, so the switch's window
-// and the ring use it alike, and tests drive it with a hand-made clock.
+// "a later round came back first" (RFC 8985) with an adaptive reordering window, single probes
+// when timers expire with nothing newer delivered, and the undo side: a retransmission that the
+// peer proves unnecessary (DSACK, HELD, or the original answer arriving late) widens the
+// reordering window or raises the timer's floor, so the same delay does not fool it twice. It
+// knows only send times and deliveries, never packets, so the switch's window and the ring use it
+// alike, and tests drive it with a hand-made clock.
 #pragma once
 
 #include <cstddef>
@@ -10,23 +13,35 @@
 
 namespace gradswitch::worker {
 
-// Smoothed round-trip time and its variation (RFC 6298 gains).
+// Smoothed round-trip time and its variation (RFC 6298 gains), and the lowest sample seen.
 class RttEstimator {
  public:
   void sample(int64_t ns);
   bool has_sample() const { return srtt_ns_ > 0; }
   double srtt_ns() const { return srtt_ns_; }
   double rttvar_ns() const { return rttvar_ns_; }
+  int64_t min_ns() const { return min_ns_; }  // 0 before any sample
   // A new round's first timeout: srtt + 4 rttvar within [rto_min, rto_max]; rto_min before any sample.
   int64_t initial_rto(int64_t rto_min_ns, int64_t rto_max_ns) const;
 
  private:
   double srtt_ns_ = 0, rttvar_ns_ = 0;
+  int64_t min_ns_ = 0;
+};
+
+// Why a round's latest retransmission was sent.
+enum class RetxCause : uint8_t {
+  kNone,     // never retransmitted
+  kRack,     // a round sent after it was delivered first, and the reordering window passed
+  kTimeout,  // its timer expired and a later round had been delivered
+  kProbe,    // timers expired with nothing later delivered: the oldest round, resent alone
 };
 
 // The timing of one round in flight (a slot's outstanding packet).
 struct RoundTimer {
   bool busy = false;
+  bool held = false;  // the peer said it holds this round's data (HELD): only its answer is awaited
+  RetxCause cause = RetxCause::kNone;
   uint32_t tries = 0;      // retransmissions so far
   int64_t sent_ns = 0;     // first transmission
   int64_t last_tx_ns = 0;  // latest (re)transmission
@@ -40,36 +55,66 @@ class LossDetector {
 
   const RttEstimator& rtt() const { return rtt_; }
   int64_t rto_min_ns() const { return rto_min_; }
+  // The timer's learned floor (>= rto_min): raised by timeouts proven spurious, halved after
+  // every 2 s without one.
+  int64_t rto_floor_ns() const { return floor_ns_; }
+  // RACK's reordering window: mult x max(min_rtt / 4, 0.5 ms), at most max(srtt, that base).
+  int64_t reorder_window_ns() const;
+  unsigned reorder_mult() const { return reo_mult_; }
 
-  // A new allreduce begins: forgets which rounds were delivered (the RTT estimate stays).
+  // A new allreduce begins: forgets which rounds were delivered (the estimates stay).
   void begin();
   // A round is sent for the first time.
   void launch(RoundTimer& t, int64_t now);
-  // A round's answer arrived: an RTT sample when it was never resent (Karn), and the newest
-  // send time delivered so far (RACK).
+  // A round's answer arrived. RTT sample when it was never resent (Karn). The send time delivered
+  // so far (RACK) counts a resent round at its first transmission: the answer may be the original's.
   void delivered(RoundTimer& t, int64_t now);
+  // The peer holds the round's data (HELD) while it is in flight: its latest retransmission was
+  // spurious. Returns true the first time (the caller counts it). The round leaves RACK (it is not
+  // lost; its answer waits for other ranks) and keeps a timer for the answer itself. A RACK
+  // resend widens the reordering window; the timer's floor does not learn from it: waiting for
+  // a rank that is late (or has not begun this allreduce) says nothing about this path, and a
+  // floor that high would delay the recovery of real tail losses.
+  bool held(RoundTimer& t, int64_t now);
+  // A delivered round's retransmission turned out spurious after the fact: the original answer
+  // arrived after the answer to the retransmission, or the retransmission was answered from the
+  // peer's copy (DSACK) after the original answer had arrived: the path (or the switch) was
+  // stalled, not lossy. `rtt_ns`, the original's round-trip time, is a valid RTT sample, and
+  // after a timer-driven resend it raises the timer's floor.
+  void spurious(RetxCause cause, int64_t rtt_ns, int64_t now);
 
   // Decides which busy rounds of `timers` to resend at `now`. A round is resent when a round sent
-  // after its latest transmission has been delivered and srtt + a reordering window have passed
-  // (it was overtaken: probably lost), or when its timer expired and such a later round was
-  // delivered. When timers expire with nothing later delivered (a slow peer, or everything lost)
-  // only the oldest of them is resent, as a probe; the others back off without sending. Indices
-  // of the rounds to resend are appended to `*resend` in index order, the probe last; each is
-  // already marked as retransmitted (tries, backed-off timer). Returns the earliest deadline of
-  // the busy rounds after the scan (INT64_MAX when none is busy). Only the timers first,
-  // first + stride, ... below n are this detector's (the ring keeps one detector per position).
+  // after its latest transmission has been delivered and srtt + the reordering window have passed
+  // (it was overtaken: probably lost; not for held rounds), or when its timer expired and such a
+  // later round was delivered. When timers expire with nothing later delivered (a slow peer, or
+  // everything lost) only one of them is resent, as a probe: the one sent longest ago, preferring
+  // rounds not held; the others back off without sending. Indices of the rounds to resend are appended to
+  // `*resend` in index order, the probe last; each is already marked as retransmitted (tries, cause,
+  // backed-off timer). Returns the earliest deadline of the busy rounds after the scan (INT64_MAX when none
+  // is busy). Only the timers first, first + stride, ... below n are this detector's (the ring keeps one
+  // detector per position; the switch path one per switch thread, whose results keep their order).
   int64_t scan(RoundTimer* timers, size_t n, int64_t now, std::vector<unsigned>* resend, size_t first = 0,
                size_t stride = 1);
 
  private:
-  void mark_resent(RoundTimer& t, int64_t now) const;
+  void mark_resent(RoundTimer& t, int64_t now, RetxCause cause);
   void back_off(RoundTimer& t, int64_t now) const;
+  void raise_floor(int64_t rtt_ns, int64_t now);
+  void decay_floor(int64_t now);
 
   int64_t rto_min_, rto_max_;
   RttEstimator rtt_;
   // Send time of the most recently sent round whose answer has arrived: a busy round transmitted
   // before it is probably lost, since answers come back in about send order.
   int64_t newest_delivered_tx_ns_ = 0;
+  // RFC 8985 section 6.2: the reordering window grows by one step per round trip in which a
+  // RACK retransmission proved spurious, and returns to one step after 16 RACK losses without.
+  unsigned reo_mult_ = 1;
+  unsigned rack_losses_since_spurious_ = 0;
+  int64_t reo_raised_ns_ = 0;
+  // Timer floor learned from spurious timeouts (scheduling stalls of the peer or of this host).
+  int64_t floor_ns_;
+  int64_t floor_raised_ns_ = 0;
 };
 
 }  // namespace gradswitch::worker

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -47,8 +48,10 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       window_(ctx.join->slots, ctx.join->payload_bytes),
       schedule_(ctx.join->slots),
       flight_(ctx.join->slots, nullptr),
-      loss_(static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9),
-            static_cast<int64_t>(ctx.opt->rto_max_s * 1e9)),
+      loss_(std::max<unsigned>(ctx.join->threads, 1),
+            LossDetector(static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9),
+                         static_cast<int64_t>(ctx.opt->rto_max_s * 1e9))),
+      last_(2 * size_t{ctx.join->slots}),
       drops_(ctx.opt->drop_rate, ctx.opt->seed, ctx.opt->rank),
       in_(1024) {
   out_.reserve(ctx.join->slots + 64);
@@ -115,7 +118,7 @@ void SwitchAllreduce::send(unsigned slot) {
 
 // Claims the slot's timer for a new round and queues its packet.
 void SwitchAllreduce::launch(unsigned slot, int64_t now) {
-  loss_.launch(window_.timer(slot), now);
+  detector(slot).launch(window_.timer(slot), now);
   if (AllreduceTimes* t = flight_[slot]->op->times) t->sent(now);
   send(slot);
 }
@@ -146,29 +149,44 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   }
   if (h.type == GS_MSG_ABORT && !schedule_.empty())
     throw_aborted(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, front_op());
-  if (h.type != GS_MSG_RESULT || (h.rank != GS_RANK_ALL && h.rank != ctx_.opt->rank) ||
-      h.slot >= window_.slots()) {
+  if ((h.type != GS_MSG_RESULT && h.type != GS_MSG_HELD) ||
+      (h.rank != GS_RANK_ALL && h.rank != ctx_.opt->rank) || h.slot >= window_.slots()) {
     counter_add(k.ignored);
     return;
   }
   const unsigned slot = h.slot;
   SlotRound& r = window_.round(slot);
   RoundTimer& t = window_.timer(slot);
-  if (!t.busy) {
+  Flight* f = flight_[slot];
+  const bool current = t.busy && (h.flags & GS_FLAG_VERSION) == (r.hdr.flags & GS_FLAG_VERSION) &&
+                       h.seq == f->op->seq && h.offset == r.hdr.offset;
+  if (h.type == GS_MSG_HELD) {
+    // The switch holds this rank's contribution: the resend was not needed, the round waits for
+    // other ranks. Not progress (the timeout still runs), only the end of a loss suspicion.
+    counter_add(k.held_answers);
+    if (!current) {
+      late_answer(h, now);
+    } else if (t.tries > 0) {  // each HELD answers one resend that found the contribution there
+      counter_add(k.spurious_retransmissions);
+      detector(slot).held(t, now);
+    }
+    return;
+  }
+  if (!current) {
+    late_answer(h, now);
     counter_add(k.ignored);
     return;
   }
-  Flight* f = flight_[slot];
   const AllreduceOp& op = *f->op;
-  if ((h.flags & GS_FLAG_VERSION) != (r.hdr.flags & GS_FLAG_VERSION) || h.seq != op.seq ||
-      h.offset != r.hdr.offset || h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
+  if (h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
       len < GS_HEADER_BYTES + static_cast<size_t>(h.count) * op.ch.elem_bytes ||
       (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale)) {
     counter_add(k.ignored);
     return;
   }
   if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
-  loss_.delivered(t, now);
+  remember_delivered(slot, h, t, now);
+  detector(slot).delivered(t, now);
   last_progress_ns_ = now;
   if (op.times) op.times->result(now);
   if (r.bootstrap) {  // the exponent round's result carries the agreed exponent of this chunk
@@ -190,14 +208,64 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   }
 }
 
+void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t,
+                                         int64_t now) {
+  DeliveredRound& d = last_[2 * slot + (h.flags & GS_FLAG_VERSION)];
+  d.valid = true;
+  d.retransmitted = t.tries > 0;
+  d.multicast_seen = !(h.flags & GS_FLAG_UNICAST);
+  d.taught = t.held;  // a held round waited for another rank: nothing to learn about this path
+  d.version = h.flags & GS_FLAG_VERSION;
+  d.cause = t.cause;
+  d.seq = h.seq;
+  d.offset = h.offset;
+  d.sent_ns = t.sent_ns;
+  d.delivered_ns = now;
+}
+
+// Each answer that proves one resend of a delivered round unneeded counts once: a HELD; a
+// UNICAST+DSACK once the round's own RESULT is known to have arrived; and that RESULT arriving
+// after the UNICAST answer that delivered the round (the original result was late, not lost).
+// A UNICAST answer before the round's own RESULT was seen proves nothing: the RESULT may be lost.
+void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
+  DeliveredRound& d = last_[2 * h.slot + (h.flags & GS_FLAG_VERSION)];
+  if (!d.valid || !d.retransmitted || d.version != (h.flags & GS_FLAG_VERSION) || d.seq != h.seq ||
+      d.offset != h.offset)
+    return;
+  int64_t original_rtt;
+  if (h.type == GS_MSG_RESULT && !(h.flags & GS_FLAG_UNICAST)) {
+    if (d.multicast_seen) return;  // a duplicate of it
+    d.multicast_seen = true;
+    original_rtt = now - d.sent_ns;
+  } else if (h.type == GS_MSG_HELD || (d.multicast_seen && (h.flags & GS_FLAG_DSACK))) {
+    original_rtt = d.delivered_ns - d.sent_ns;
+  } else {
+    return;
+  }
+  counter_add(ctx_.counters->spurious_retransmissions);
+  if (d.taught) return;
+  d.taught = true;
+  // After a HELD the RESULT that delivered the round may have waited for another rank.
+  detector(h.slot).spurious(d.cause, h.type == GS_MSG_HELD ? 0 : original_rtt, now);
+}
+
 int64_t SwitchAllreduce::check_timers(int64_t now) {
-  resend_.clear();
-  int64_t next = loss_.scan(window_.timers(), window_.slots(), now, &resend_);
-  for (unsigned s : resend_) {
-    window_.mark_retransmission(s);
-    counter_add(ctx_.counters->retransmissions);
-    if (AllreduceTimes* t = flight_[s]->op->times) t->retransmit(now, s, window_.round(s).chunk);
-    send(s);
+  int64_t next = std::numeric_limits<int64_t>::max();
+  const unsigned T = static_cast<unsigned>(loss_.size());
+  Counters& k = *ctx_.counters;
+  for (unsigned th = 0; th < T && th < window_.slots(); ++th) {
+    resend_.clear();
+    next = std::min(next, loss_[th].scan(window_.timers(), window_.slots(), now, &resend_, th, T));
+    for (unsigned s : resend_) {
+      window_.mark_retransmission(s);
+      counter_add(k.retransmissions);
+      const RetxCause cause = window_.timer(s).cause;
+      counter_add(cause == RetxCause::kRack      ? k.retx_rack
+                  : cause == RetxCause::kTimeout ? k.retx_timeout
+                                                 : k.retx_probe);
+      if (AllreduceTimes* t = flight_[s]->op->times) t->retransmit(now, s, window_.round(s).chunk);
+      send(s);
+    }
   }
   return next;
 }
@@ -205,7 +273,7 @@ int64_t SwitchAllreduce::check_timers(int64_t now) {
 void SwitchAllreduce::admit(AllreduceOp* op) {
   int64_t now = now_ns();
   if (schedule_.empty()) {  // the stream starts (again): idle time is no lack of progress
-    loss_.begin();
+    for (LossDetector& d : loss_) d.begin();
     last_progress_ns_ = last_timer_check_ = last_notice_check_ = now;
     wait_ns_ = 0;
   }
@@ -268,7 +336,7 @@ void SwitchAllreduce::step(std::vector<AllreduceOp*>* finished) {
     // the socket has been quiet for a few round trips (bounded), so that the ranks agree as far as
     // possible on which sums exist, which is what the ring (algorithm auto) then completes.
     const int64_t quiet =
-        std::clamp<int64_t>(static_cast<int64_t>(4 * loss_.rtt().srtt_ns()), 10'000'000, 50'000'000);
+        std::clamp<int64_t>(static_cast<int64_t>(4 * loss_[0].rtt().srtt_ns()), 10'000'000, 50'000'000);
     const int64_t until = now + 200'000'000;
     while (!schedule_.empty() && now_ns() < until && (got = tx.recv_batch(in_.data(), in_.size(), quiet)) > 0)
       take(got, now, finished);
@@ -279,7 +347,7 @@ void SwitchAllreduce::step(std::vector<AllreduceOp*>* finished) {
     wait_ns_ = 0;
     return;
   }
-  if (tx.more_pending() && now - last_timer_check_ < loss_.rto_min_ns()) {
+  if (tx.more_pending() && now - last_timer_check_ < loss_[0].rto_min_ns()) {
     wait_ns_ = 0;  // more datagrams are probably queued
     return;
   }

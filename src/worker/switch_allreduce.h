@@ -1,7 +1,10 @@
 // The allreduce through the switch (docs/protocol.md section 4): tensors stream through the job's
 // slot pool, one chunk per round, each slot reused as soon as its result arrives, successive
-// allreduces back to back (stream_schedule.h); lost rounds are found by the LossDetector and
-// resent; fixed32 agrees block exponents through the same rounds (section 5).
+// allreduces back to back (stream_schedule.h); lost rounds are found by the LossDetectors (one
+// per switch thread: each thread's results keep their order, threads' results do not) and
+// resent, and the switch's DSACK answers, or an original result that arrives after the answer to
+// its resend, undo what a spurious resend taught them; fixed32 agrees block exponents through the
+// same rounds (section 5).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,18 @@ class SwitchAllreduce : public DataPath {
 
  private:
   using Flight = StreamSchedule::Flight;
+  // The round a slot version delivered last, kept until that slot version delivers again (two
+  // rounds later): an answer that arrives for it afterwards tells whether its resend was needed.
+  struct DeliveredRound {
+    bool valid = false;
+    bool retransmitted = false;
+    bool multicast_seen = false;  // the round's own RESULT arrived: it needed no resend to come
+    bool taught = false;          // its detector already learned from it (once per round)
+    uint8_t version = 0;
+    RetxCause cause = RetxCause::kNone;
+    uint32_t seq = 0, offset = 0;
+    int64_t sent_ns = 0, delivered_ns = 0;
+  };
 
   // Starts slot `s`'s next round if its allreduce was admitted (fixed32: its exponent round first).
   void start_slot(unsigned s, int64_t now);
@@ -42,6 +57,11 @@ class SwitchAllreduce : public DataPath {
   std::exception_ptr take(size_t got, int64_t now, std::vector<AllreduceOp*>* finished);
   // Handles one received datagram.
   void receive(const uint8_t* p, uint32_t len, int64_t now, std::vector<AllreduceOp*>* finished);
+  // Keeps what a delivered round needs for late_answer().
+  void remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t, int64_t now);
+  // A HELD, or an answer for the round a slot version delivered before: proof of a spurious resend?
+  void late_answer(const gs_header& h, int64_t now);
+  LossDetector& detector(unsigned slot) { return loss_[slot % loss_.size()]; }
   // Loss detection after the socket was drained; returns the next timer deadline.
   int64_t check_timers(int64_t now);
   [[noreturn]] void fail_timeout();
@@ -51,9 +71,10 @@ class SwitchAllreduce : public DataPath {
   ControlClient* control_;
   Window window_;
   StreamSchedule schedule_;
-  std::vector<Flight*> flight_;  // per slot: the allreduce of its current round
-  LossDetector loss_;
-  LossInjector drops_;  // the drop_rate test hook, seeded from (seed, rank)
+  std::vector<Flight*> flight_;       // per slot: the allreduce of its current round
+  std::vector<LossDetector> loss_;    // per switch thread: slot s is served by thread s % threads
+  std::vector<DeliveredRound> last_;  // per slot and version: [2 * slot + version]
+  LossInjector drops_;                // the drop_rate test hook, seeded from (seed, rank)
   std::vector<OutPacket> out_;
   std::vector<unsigned> resend_;
   std::vector<InPacket> in_;

@@ -1,5 +1,6 @@
 // Worker Group against an in-process reference switch (no sockets): every wire, fixed32
 // exponent agreement and bitwise reproducibility, loss on both sides, timeout and abort errors.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -25,7 +26,8 @@ using namespace gradswitch::worker;
 namespace {
 
 // A minimal reference switch following the data-plane rules (one round per slot version,
-// identified by seq/offset; shadow copy answers retransmissions; ABORT once aborted).
+// identified by seq/offset; shadow copy answers retransmissions with DSACK, an open round answers
+// a retransmission it already holds with HELD; ABORT once aborted).
 class FakeSwitch {
  public:
   FakeSwitch(unsigned world, unsigned slots, uint32_t payload, double drop_rate = 0, uint64_t seed = 1)
@@ -50,6 +52,7 @@ class FakeSwitch {
     abort_rank_ = rank;
   }
   uint64_t retx_answered() const { return retx_answered_; }
+  uint64_t held_answered() const { return held_answered_; }
 
   void ingest(const uint8_t* p, size_t len) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -90,10 +93,21 @@ class FakeSwitch {
         std::vector<uint8_t> pkt = r.result;
         gs_header rh;
         gs_header_decode(pkt.data(), &rh);
-        rh.flags |= GS_FLAG_UNICAST;
+        rh.flags |= GS_FLAG_UNICAST | GS_FLAG_DSACK;
         rh.rank = h.rank;
         gs_header_encode(&rh, pkt.data());
         retx_answered_++;
+        push(h.rank, std::move(pkt));
+      } else if (h.flags & GS_FLAG_RETX) {
+        gs_header a = h;
+        a.type = GS_MSG_HELD;
+        a.flags = (h.flags & GS_FLAG_VERSION) | GS_FLAG_DSACK;
+        a.count = 0;
+        a.next_exp = GS_EXP_NONE;
+        a.scale_exp = 0;
+        std::vector<uint8_t> pkt(GS_HEADER_BYTES);
+        gs_header_encode(&a, pkt.data());
+        held_answered_++;
         push(h.rank, std::move(pkt));
       }
       return;
@@ -144,6 +158,7 @@ class FakeSwitch {
     rh.rank = GS_RANK_ALL;
     rh.flags = h.flags & GS_FLAG_VERSION;
     rh.next_exp = r.next_exp;
+    rh.completer = h.rank;
     r.result.assign(GS_HEADER_BYTES + r.count * es, 0);
     gs_header_encode(&rh, r.result.data());
     uint8_t* out = r.result.data() + GS_HEADER_BYTES;
@@ -229,7 +244,7 @@ class FakeSwitch {
   std::vector<Round> rounds_;
   bool aborted_ = false;
   uint16_t abort_rank_ = 0;
-  std::atomic<uint64_t> retx_answered_{0};
+  std::atomic<uint64_t> retx_answered_{0}, held_answered_{0};
 };
 
 class FakeTransport : public Transport {
@@ -258,8 +273,11 @@ class FakeTransport : public Transport {
   unsigned rank_;
 };
 
-std::vector<std::unique_ptr<Group>> make_groups(FakeSwitch& sw, unsigned world, const std::string& wire,
-                                                std::function<void(Options&)> tweak = nullptr) {
+// `transport` (optional) makes a rank's transport (a test double that loses or delays datagrams);
+// null, or a null result, is the plain FakeTransport.
+std::vector<std::unique_ptr<Group>> make_groups(
+    FakeSwitch& sw, unsigned world, const std::string& wire, std::function<void(Options&)> tweak = nullptr,
+    std::function<std::unique_ptr<Transport>(unsigned rank)> transport = nullptr) {
   std::vector<std::unique_ptr<Group>> g;
   for (unsigned r = 0; r < world; ++r) {
     Options o;
@@ -271,8 +289,9 @@ std::vector<std::unique_ptr<Group>> make_groups(FakeSwitch& sw, unsigned world, 
     o.rto_initial_s = 0.002;
     o.rto_max_s = 0.02;
     if (tweak) tweak(o);
-    g.push_back(
-        std::make_unique<Group>(o, std::make_unique<FakeTransport>(&sw, r), nullptr, sw.join_info(), 0));
+    std::unique_ptr<Transport> t = transport ? transport(r) : nullptr;
+    if (!t) t = std::make_unique<FakeTransport>(&sw, r);
+    g.push_back(std::make_unique<Group>(o, std::move(t), nullptr, sw.join_info(), 0));
   }
   return g;
 }
@@ -498,24 +517,13 @@ class LosingTransport : public FakeTransport {
 
 TEST(retransmission_resends_same_bytes_with_retx_flag) {
   FakeSwitch sw(2, 4, 1440);
-  std::vector<std::unique_ptr<Group>> g;
   LosingTransport* lossy = nullptr;
-  for (unsigned r = 0; r < 2; ++r) {
-    Options o;
-    o.job = "t";
-    o.rank = r;
-    o.world = 2;
-    o.rto_initial_s = 0.002;
-    std::unique_ptr<Transport> t;
-    if (r == 0) {
-      auto lt = std::make_unique<LosingTransport>(&sw, r);
-      lossy = lt.get();
-      t = std::move(lt);
-    } else {
-      t = std::make_unique<FakeTransport>(&sw, r);
-    }
-    g.push_back(std::make_unique<Group>(o, std::move(t), nullptr, sw.join_info(), 0));
-  }
+  auto g = make_groups(sw, 2, "float32", nullptr, [&](unsigned r) -> std::unique_ptr<Transport> {
+    if (r != 0) return nullptr;
+    auto t = std::make_unique<LosingTransport>(&sw, r);
+    lossy = t.get();
+    return t;
+  });
   std::vector<std::vector<float>> d(2, std::vector<float>(4 * 360, 1.0f));
   CHECK(all_ok(run_all(g, d, DType::kFloat32)));
   CHECK(d[0][400] == 2.0f);
@@ -530,6 +538,102 @@ TEST(retransmission_resends_same_bytes_with_retx_flag) {
     CHECK(same);
   }
   CHECK(g[0]->stats().retransmissions >= 1);
+}
+
+// Hands this rank every datagram `delay_ns` after the switch sent it, in order: a switch (or a
+// path) that stalls, as a busy host's scheduler stalls a switch thread. Nothing is lost.
+class DelayingTransport : public FakeTransport {
+ public:
+  using FakeTransport::FakeTransport;
+  std::atomic<int64_t> delay_ns{0};
+
+  size_t recv_batch(InPacket* pkts, size_t max, int64_t timeout_ns) override {
+    const int64_t deadline = now() + timeout_ns;
+    for (;;) {
+      pull();
+      const int64_t t = now();
+      out_.clear();
+      while (out_.size() < max && !queue_.empty() && queue_.front().due <= t) {
+        out_.push_back(std::move(queue_.front().bytes));
+        queue_.pop_front();
+      }
+      if (!out_.empty() || t >= deadline) {
+        for (size_t i = 0; i < out_.size(); ++i)
+          pkts[i] = InPacket{out_[i].data(), static_cast<uint32_t>(out_[i].size())};
+        return out_.size();
+      }
+      int64_t wait = deadline - t;
+      if (!queue_.empty()) wait = std::min(wait, queue_.front().due - t);
+      std::this_thread::sleep_for(std::chrono::nanoseconds(std::clamp<int64_t>(wait, 0, 200'000)));
+    }
+  }
+  bool more_pending() const override { return !queue_.empty() && queue_.front().due <= now(); }
+
+ private:
+  struct Held {
+    std::vector<uint8_t> bytes;
+    int64_t due;
+  };
+  static int64_t now() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void pull() {
+    InPacket got[64];
+    size_t n;
+    while ((n = FakeTransport::recv_batch(got, 64, 0)) > 0)
+      for (size_t i = 0; i < n; ++i)
+        queue_.push_back(
+            Held{std::vector<uint8_t>(got[i].data, got[i].data + got[i].len), now() + delay_ns.load()});
+  }
+  std::deque<Held> queue_;
+  std::vector<std::vector<uint8_t>> out_;
+};
+
+// Issue #9: on a busy host the switch thread is descheduled for longer than the timer, so workers
+// resent packets that were only late. Here the results to rank 0 arrive 30 ms late, now and then,
+// between allreduces that keep the RTT estimate small (as the fast rounds around a stall do). The
+// first stall fools the timer (it only knew fast rounds); the switch's DSACK answers prove those
+// resends spurious, the timer learns the stall, and the next stalls cause no resend. Before the
+// fix (Karn's rule kept exactly the stalled rounds out of the estimate) every stall cost resends.
+TEST(a_stall_that_fooled_the_timer_once_does_not_fool_it_again) {
+  FakeSwitch sw(2, 8, 1440);
+  DelayingTransport* slow = nullptr;
+  auto g = make_groups(
+      sw, 2, "float32", [](Options& o) { o.rto_max_s = 0.5; },
+      [&](unsigned r) -> std::unique_ptr<Transport> {
+        if (r != 0) return nullptr;
+        auto t = std::make_unique<DelayingTransport>(&sw, r);
+        slow = t.get();
+        return t;
+      });
+  std::vector<std::vector<float>> fast(2, std::vector<float>(100 * 360, 1.0f));
+  std::vector<std::vector<float>> small(2, std::vector<float>(8 * 360, 1.0f));
+  std::vector<uint64_t> resent;
+  for (int stall = 0; stall < 4; ++stall) {
+    slow->delay_ns = 0;
+    CHECK(all_ok(run_all(g, fast, DType::kFloat32)));
+    slow->delay_ns = 30'000'000;
+    const uint64_t before = g[0]->stats().retransmissions;
+    // Two in a row: the late answers to the first one's resends arrive during the second.
+    for (int k = 0; k < 2; ++k) {
+      small.assign(2, std::vector<float>(8 * 360, 1.0f));
+      CHECK(all_ok(run_all(g, small, DType::kFloat32)));
+    }
+    resent.push_back(g[0]->stats().retransmissions - before);
+  }
+  slow->delay_ns = 0;
+  CHECK(all_ok(run_all(g, fast, DType::kFloat32)));
+  const Stats st = g[0]->stats();
+  std::fprintf(stderr, "  resends per stall: %llu %llu %llu %llu; spurious %llu of %llu\n",
+               (unsigned long long)resent[0], (unsigned long long)resent[1], (unsigned long long)resent[2],
+               (unsigned long long)resent[3], (unsigned long long)st.spurious_retransmissions,
+               (unsigned long long)st.retransmissions);
+  CHECK(resent[0] >= 1);                                     // the first stall fooled the timer
+  CHECK(resent[1] + resent[2] + resent[3] <= 1);             // later ones did not (one real hiccup allowed)
+  CHECK(st.spurious_retransmissions == st.retransmissions);  // nothing was lost: every resend proven so
+  CHECK(small[0][0] == 2.0f && small[1][8 * 360 - 1] == 2.0f);
 }
 
 TEST(timeout_names_seq_and_is_sticky) {

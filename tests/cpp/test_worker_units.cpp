@@ -298,6 +298,115 @@ TEST(loss_karn_and_backoff_cap) {
   CHECK(!d.rtt().has_sample());  // a resent round gives no RTT sample
 }
 
+// Issue #9: a switch stalled past the timer; the oldest round was probed at 4 ms; at 10 ms the
+// stall ends and the original result of that round arrives first, the others' still queued. The
+// answer may be the original's, so the round counts at its first send: the rounds sent with it
+// were not overtaken. (Counting it at the probe's time made every round of the window look
+// overtaken and resent the whole window.)
+TEST(loss_a_resent_round_counts_at_its_first_send) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(8);
+  for (auto& x : t) d.launch(x, 0);
+  std::vector<unsigned> re;
+  d.scan(t.data(), t.size(), 4 * kMs, &re);
+  CHECK(re.size() == 1 && re[0] == 0);
+  CHECK(t[0].cause == RetxCause::kProbe);
+  d.delivered(t[0], 10 * kMs);
+  re.clear();
+  d.scan(t.data(), t.size(), 10 * kMs, &re);
+  CHECK(re.empty());
+  CHECK(!d.rtt().has_sample());  // Karn: the answer may be the probe's
+}
+
+TEST(loss_held_round_leaves_rack_and_teaches_the_timer) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(3);
+  d.launch(t[0], 0);
+  d.launch(t[1], 0);
+  std::vector<unsigned> re;
+  d.scan(t.data(), 2, 4 * kMs, &re);  // round 0 probed
+  CHECK(re.size() == 1 && re[0] == 0);
+  CHECK(d.held(t[0], 5 * kMs));   // the switch holds it: the probe was spurious
+  CHECK(!d.held(t[0], 5 * kMs));  // counted once
+  CHECK(t[0].held && t[0].busy);
+  d.launch(t[2], 5 * kMs);
+  d.delivered(t[2], 6 * kMs);  // sent after round 0's probe, answered first
+  d.delivered(t[1], 6 * kMs);
+  re.clear();
+  d.scan(t.data(), 3, 8 * kMs, &re);
+  CHECK(re.empty());  // overtaken, but held: it waits for other ranks, it is not lost
+  d.delivered(t[0], 30 * kMs);
+  // It waited for another rank: neither an RTT sample nor a lesson for the timer's floor.
+  CHECK_EQ(d.rto_floor_ns(), 4 * kMs);
+  CHECK_EQ(d.rtt().min_ns(), 1 * kMs);
+}
+
+// Ranks send their rounds in different orders, so the round whose data is missing at the switch
+// is not always this rank's oldest: probes must move on from a round the switch holds.
+TEST(loss_probes_rotate_past_held_rounds) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(2);
+  d.launch(t[0], 0);
+  d.launch(t[1], 1 * kMs);
+  std::vector<unsigned> re;
+  d.scan(t.data(), 2, 6 * kMs, &re);
+  CHECK(re.size() == 1 && re[0] == 0);
+  d.held(t[0], 7 * kMs);  // HELD: re-armed at 7 + 8 ms
+  re.clear();
+  d.scan(t.data(), 2, 14 * kMs, &re);  // round 1 (backed off to 6 + 8 ms) is due
+  CHECK(re.size() == 1 && re[0] == 1);
+  // Both due: the one not held goes first, even though the held one was sent earlier.
+  re.clear();
+  d.scan(t.data(), 2, 40 * kMs, &re);
+  CHECK(re.size() == 1 && re[0] == 1);
+}
+
+TEST(loss_a_late_original_answer_teaches_the_timer) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  RoundTimer t;
+  d.launch(t, 0);
+  std::vector<unsigned> re;
+  d.scan(&t, 1, 4 * kMs, &re);  // probed; the switch was stalled, not lossy
+  d.delivered(t, 30 * kMs);     // by the answer to the probe, or the late original: unknown yet
+  CHECK(!d.rtt().has_sample());
+  // Then the other answer arrives: the probe was spurious, the original took 30 ms.
+  d.spurious(RetxCause::kProbe, 30 * kMs, 31 * kMs);
+  CHECK(d.rtt().srtt_ns() == 30.0 * kMs);
+  CHECK_EQ(d.rto_floor_ns(), 30 * kMs + 30 * kMs / 4);
+  d.launch(t, 32 * kMs);
+  CHECK(t.rto_ns >= 30 * kMs + 30 * kMs / 4);
+  // Two seconds without another spurious timeout halve it.
+  d.launch(t, 31 * kMs + 2'000 * kMs);
+  CHECK_EQ(d.rto_floor_ns(), (30 * kMs + 30 * kMs / 4) / 2);
+}
+
+TEST(loss_spurious_rack_widens_the_reordering_window) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  RoundTimer x;
+  d.launch(x, 0);
+  d.delivered(x, 10 * kMs);  // srtt 10 ms, min 10 ms: base max(2.5 ms, 0.5 ms)
+  CHECK_EQ(d.reorder_window_ns(), 2500 * 1000LL);
+  d.spurious(RetxCause::kRack, 0, 20 * kMs);
+  CHECK_EQ(d.reorder_mult(), 2u);
+  CHECK_EQ(d.reorder_window_ns(), 5 * kMs);
+  d.spurious(RetxCause::kRack, 0, 21 * kMs);  // same round trip: once
+  CHECK_EQ(d.reorder_mult(), 2u);
+  d.spurious(RetxCause::kRack, 0, 40 * kMs);
+  d.spurious(RetxCause::kRack, 0, 60 * kMs);
+  d.spurious(RetxCause::kRack, 0, 80 * kMs);
+  CHECK_EQ(d.reorder_window_ns(), 10 * kMs);  // at most srtt
+  // 16 RACK losses without a spurious one: back to one step.
+  std::vector<RoundTimer> t(17);
+  for (auto& r : t) d.launch(r, 100 * kMs);
+  d.launch(t[16], 130 * kMs);
+  d.delivered(t[16], 131 * kMs);
+  std::vector<unsigned> re;
+  d.scan(t.data(), 16, 150 * kMs, &re);
+  CHECK_EQ(re.size(), size_t{16});
+  CHECK(t[0].cause == RetxCause::kRack);
+  CHECK_EQ(d.reorder_mult(), 1u);
+}
+
 TEST(window_versions_and_retransmission_flag) {
   Window w(4, 64);
   CHECK_EQ(w.slots(), 4u);
