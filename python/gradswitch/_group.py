@@ -440,6 +440,12 @@ def connect(
 ) -> Group:
     """Joins `job` as `rank` of `world_size` at the switch `switch` ("host:port" of its control port).
 
+    `switch` may list several switches, "host:port,host:port,...": the job is then sharded over them
+    (every rank joins it on each, in the given order, and each allreduce's chunks are striped over
+    them, chunk c to switch c mod S, each with its own window and loss recovery); a switch that
+    fails ends the allreduce with an error naming it. A leaf switch (gradswitchd --uplink) is
+    given like any switch: the two levels are invisible to the workers (docs/scaling.md).
+
     Blocks until every rank joined (at most `join_timeout` seconds). `wire` is how float tensors
     travel: float32, fixed32 (exact, order-independent sums), float16, bfloat16 or float64 (double
     precision sums, twice float32's bytes). An allreduce fails

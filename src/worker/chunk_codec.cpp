@@ -24,6 +24,15 @@ Chunking make_chunking(size_t count, uint8_t elem, uint32_t payload_bytes, DType
   return ch;
 }
 
+Chunking shard_chunking(const Chunking& whole, unsigned i, unsigned shards) {
+  Chunking ch = whole;
+  ch.first = whole.tensor_chunk(i);
+  ch.stride = whole.stride * shards;
+  const size_t total = whole.chunks;
+  ch.chunks = i < total ? (total - i + shards - 1) / shards : 0;
+  return ch;
+}
+
 namespace {
 
 // A float tensor's chunk <-> the wire, for tensors of floats.

@@ -17,13 +17,17 @@ struct Chunking {
   uint8_t elem = 0;
   size_t elem_bytes = 0;
   DType dtype = DType::kFloat32;
-  uint32_t per = 0;  // elements of a full chunk
-  size_t count = 0;
-  size_t chunks = 0;
+  uint32_t per = 0;   // elements of a full chunk
+  size_t count = 0;   // elements of the whole tensor
+  size_t chunks = 0;  // chunks described here
+  // A shard of a tensor striped over several switches: chunk c here is the tensor's chunk
+  // first + c * stride (every chunk of the tensor when 0 and 1).
+  size_t first = 0, stride = 1;
 
-  uint32_t offset(size_t c) const { return static_cast<uint32_t>(c * per); }
+  size_t tensor_chunk(size_t c) const { return first + c * stride; }
+  uint32_t offset(size_t c) const { return static_cast<uint32_t>(tensor_chunk(c) * per); }
   uint16_t size(size_t c) const {
-    size_t left = count - c * per;
+    size_t left = count - tensor_chunk(c) * per;
     return static_cast<uint16_t>(left < per ? left : per);
   }
 };
@@ -33,6 +37,11 @@ struct Chunking {
 // float64 tensor as any float wire type (float64 on a 32- or 16-bit float wire is rounded to
 // float32 first; float32 on the float64 wire is widened and its sum rounded once at the end).
 Chunking make_chunking(size_t count, uint8_t elem, uint32_t payload_bytes, DType dtype = DType::kFloat32);
+// Shard `i` of `shards` of a tensor's chunks: its chunks i, i + shards, i + 2 shards, ... (none
+// when the tensor has fewer than i + 1 chunks). Striping by chunk number, not by contiguous
+// ranges, gives every rank the same shard of every chunk whatever its tensor's length, so ranks
+// whose lengths differ still meet in one round that shows it.
+Chunking shard_chunking(const Chunking& whole, unsigned i, unsigned shards);
 
 // Encodes chunk `c` of the tensor at `src` into `payload`. fixed32 quantises with the scale
 // 2^scale (value = integer * 2^-scale). Returns the payload's length in bytes.

@@ -22,6 +22,8 @@ namespace gradswitch::worker {
 
 namespace {
 
+constexpr size_t kMaxShards = 64;  // the transport watches one control connection per switch
+
 bool valid_name(const std::string& s) {
   if (s.empty() || s.size() > 64) return false;
   for (char c : s)
@@ -35,6 +37,42 @@ bool valid_key(const std::string& s) {
   for (char c : s)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
   return true;
+}
+
+// The switches of Options::switch_addr: "host:port" or "host:port,host:port,..." (a sharded job).
+std::vector<std::string> switch_list(const std::string& addrs) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = addrs.find(',', start);
+    out.push_back(addrs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// Control connections to a sharded job's switches beyond the first (none for one switch).
+std::vector<SwitchLink> connect_more_switches(const Options& opt) {
+  const std::vector<std::string> addrs = switch_list(opt.switch_addr);
+  std::vector<SwitchLink> more;
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    if (std::count(addrs.begin(), addrs.end(), addrs[i]) > 1 || addrs[i].empty())
+      throw InvalidArgument(
+          "gradswitch: the switch list '" + opt.switch_addr + "' " +
+          (addrs[i].empty() ? std::string("has an empty entry") : "names '" + addrs[i] + "' twice") +
+          ": give each switch of a sharded job once, as host:port,host:port,...");
+    if (addrs.size() > kMaxShards)
+      throw InvalidArgument("gradswitch: a job is sharded over at most " + std::to_string(kMaxShards) +
+                            " switches, got " + std::to_string(addrs.size()));
+    if (i == 0) continue;
+    std::string host;
+    uint16_t port = 0;
+    split_host_port(addrs[i], &host, &port);
+    SwitchLink l;
+    l.control = std::make_unique<ControlClient>(host, port, opt.connect_timeout_s);
+    more.push_back(std::move(l));
+  }
+  return more;
 }
 
 }  // namespace
@@ -94,6 +132,11 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
                           "'");
   if (opt.switch_addr.empty() && opt.algorithm == "switch")
     throw InvalidArgument("gradswitch: algorithm='switch' needs a switch address");
+  if (switch_list(opt.switch_addr).size() > 1 && !opt.optimizer.empty())
+    throw InvalidArgument(
+        "gradswitch: an optimizer job keeps its parameters in one switch (or behind one "
+        "leaf/spine hierarchy): it cannot be sharded over the switches '" +
+        opt.switch_addr + "'; give one switch address");
   if (!opt.optimizer.empty() && opt.algorithm != "switch")
     throw InvalidArgument(
         "gradswitch: an optimizer job runs its optimizer in the switch: it needs algorithm='switch'");
@@ -141,7 +184,7 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
   if (!opt.switch_addr.empty()) {
     std::string host;
     uint16_t port = 0;
-    split_host_port(opt.switch_addr, &host, &port);
+    split_host_port(switch_list(opt.switch_addr).front(), &host, &port);
     try {
       control = std::make_unique<ControlClient>(host, port, opt.connect_timeout_s);
     } catch (const InvalidArgument&) {
@@ -151,11 +194,31 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
       unreachable = e.what();
     }
   }
+  std::vector<SwitchLink> more;  // a sharded job's other switches
+  if (control) {
+    try {
+      more = connect_more_switches(opt);
+    } catch (const InvalidArgument&) {
+      throw;
+    } catch (const Error& e) {
+      if (opt.algorithm != "auto") throw;
+      unreachable = e.what();
+      control.reset();
+    }
+  }
   if (control) {
     JoinInfo ji = control->join(opt.job, opt.world, opt.rank, opt.wire, opt.token, transport->local_port(),
                                 opt.join_timeout_s, extra);
+    // Every rank joins its switches in the same order: each JOIN completes once all have made it.
+    for (SwitchLink& l : more) {
+      l.join = l.control->join(opt.job, opt.world, opt.rank, opt.wire, opt.token, transport->local_port(),
+                               opt.join_timeout_s, extra);
+      l.ipv4_be = l.control->peer_ipv4_be();
+      ji.payload_bytes = std::min(ji.payload_bytes, l.join.payload_bytes);  // one chunking for all
+    }
     uint32_t ip = control->peer_ipv4_be();
-    return std::make_unique<Group>(opt, std::move(transport), std::move(control), ji, ip, given);
+    return std::make_unique<Group>(opt, std::move(transport), std::move(control), ji, ip, given,
+                                   std::move(more));
   }
   // No switch: the ring alone, on addresses the application gives.
   if (given.empty() && opt.exchange_peers)
@@ -182,15 +245,20 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
 }
 
 Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::unique_ptr<ControlClient> control,
-             const JoinInfo& join, uint32_t switch_ipv4_be, std::vector<RingPeer> ring_peers)
+             const JoinInfo& join, uint32_t switch_ipv4_be, std::vector<RingPeer> ring_peers,
+             std::vector<SwitchLink> more_switches)
     : opt_(opt),
       transport_(std::move(transport)),
       control_(std::move(control)),
       join_(join),
-      switch_ipv4_be_(switch_ipv4_be) {
+      switch_ipv4_be_(switch_ipv4_be),
+      more_switches_(std::move(more_switches)) {
   wire_ = parse_wire(opt_.wire);
   transport_->set_peer(switch_ipv4_be_);
-  if (control_) transport_->watch_fd(control_->fd());  // notices end a wait at once
+  std::vector<int> notices;  // notices end a wait at once
+  if (control_) notices.push_back(control_->fd());
+  for (SwitchLink& l : more_switches_) notices.push_back(l.control->fd());
+  transport_->watch_fds(notices);
   ctx_.opt = &opt_;
   ctx_.join = &join_;
   ctx_.transport = transport_.get();
@@ -198,8 +266,13 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
   ctx_.cancel = &cancel_;
   ctx_.job_text = describe_job();
   timeline_ = Timeline::for_rank(opt_.rank);
-  if (control_ || join_.data_port != 0)
+  if (!more_switches_.empty()) {
+    std::vector<SwitchRef> all = {SwitchRef{control_.get(), &join_, switch_ipv4_be_}};
+    for (SwitchLink& l : more_switches_) all.push_back(SwitchRef{l.control.get(), &l.join, l.ipv4_be});
+    switch_path_ = std::make_unique<ShardedAllreduce>(ctx_, all);
+  } else if (control_ || join_.data_port != 0) {
     switch_path_ = std::make_unique<SwitchAllreduce>(ctx_, control_.get());
+  }
   ring_cfg_.peers = ring_peers.empty() ? parse_join_peers(join_.peers, opt_.world) : std::move(ring_peers);
   ring_cfg_.job_id = join_.job_id;
   ring_cfg_.key = join_.key;
@@ -235,6 +308,7 @@ void Group::start_ring(const std::string& why) {
     warn(why);
     counter_add(counters_.fallbacks);
     if (control_) control_->close();
+    for (SwitchLink& l : more_switches_) l.control->close();
   }
   switch_path_.reset();
   ring_path_ = std::make_unique<RingAllreduce>(ctx_, ring_cfg_);
@@ -284,14 +358,17 @@ void Group::close(bool abort) {
   qcv_.notify_all();
   transport_->wake();
   if (thread_.joinable()) thread_.join();
-  if (control_ && control_->is_open()) {
+  std::vector<ControlClient*> controls = {control_.get()};
+  for (SwitchLink& l : more_switches_) controls.push_back(l.control.get());
+  for (ControlClient* c : controls) {
+    if (!c || !c->is_open()) continue;
     if (!abort) {
       try {
-        control_->request(GS_VERB_LEAVE, 5.0);
+        c->request(GS_VERB_LEAVE, 5.0);
       } catch (...) {
       }
     }
-    control_->close();  // without LEAVE: the switch aborts the job (rank left)
+    c->close();  // without LEAVE: the switch aborts the job (rank left)
   }
   {
     // The UDP port is free again at once (a ring of fixed ports may be set up anew right away).

@@ -29,6 +29,7 @@
 #include "worker/options.h"
 #include "worker/path.h"
 #include "worker/ring/ring_allreduce.h"
+#include "worker/sharded_allreduce.h"
 #include "worker/switch_allreduce.h"
 #include "worker/timeline.h"
 #include "worker/transport.h"
@@ -66,8 +67,11 @@ class Group {
   // For tests: a group over a given transport with a known JoinInfo (no control connection;
   // a timeout then reports without STATUS). A JoinInfo with data_port 0 means no switch: the
   // ring alone. `ring_peers` (else the JoinInfo's peers=) are the ring's addresses.
+  // `more_switches`: a job sharded over several switches (Options::switch_addr lists them): the
+  // others beyond the first (`control`, `join`), joined the same way (sharded_allreduce.h).
   Group(const Options& opt, std::unique_ptr<Transport> transport, std::unique_ptr<ControlClient> control,
-        const JoinInfo& join, uint32_t switch_ipv4_be, std::vector<RingPeer> ring_peers = {});
+        const JoinInfo& join, uint32_t switch_ipv4_be, std::vector<RingPeer> ring_peers = {},
+        std::vector<SwitchLink> more_switches = {});
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -173,11 +177,12 @@ class Group {
 
   // Data-plane state (background thread only).
   PathContext ctx_;
-  std::unique_ptr<SwitchAllreduce> switch_path_;  // null without a switch
-  std::unique_ptr<RingAllreduce> ring_path_;      // once the ring runs
-  RingConfig ring_cfg_;                           // peers empty: no ring possible
-  std::atomic<bool> ring_active_{false};          // read by enqueue() to wake the serving thread
-  std::list<std::unique_ptr<Flight>> flights_;    // admitted, in order
+  std::unique_ptr<DataPath> switch_path_;       // SwitchAllreduce or ShardedAllreduce; null without a switch
+  std::vector<SwitchLink> more_switches_;       // a sharded job: the switches beyond the first
+  std::unique_ptr<RingAllreduce> ring_path_;    // once the ring runs
+  RingConfig ring_cfg_;                         // peers empty: no ring possible
+  std::atomic<bool> ring_active_{false};        // read by enqueue() to wake the serving thread
+  std::list<std::unique_ptr<Flight>> flights_;  // admitted, in order
   std::vector<AllreduceOp*> finished_;
   uint32_t seq_ = 0;
   std::exception_ptr fatal_;            // set after a timeout or abort: the group is unusable

@@ -22,6 +22,7 @@ struct PathContext {
   Counters* counters = nullptr;
   const std::atomic<bool>* cancel = nullptr;  // Group::close(abort=true)
   std::string job_text;                       // "job 'x' (job_id 3, rank 0 of 4)", for messages
+  uint32_t switch_ipv4_be = 0;                // where DATA goes (network order); 0: the transport's peer
 };
 
 // When an allreduce's packets left and its results came back, and what was resent: what the

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "common/clock.h"
 #include "common/counter.h"
 #include "common/fixed_point.h"
 #include "common/header.h"
@@ -23,9 +24,7 @@ namespace {
 constexpr int64_t kNoticeCheckNs = 5'000'000;
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return steady_now_ns();
 }
 
 // A chunk's DATA header; `flags` is the slot version, with GS_FLAG_LAST on the tensor's last chunk.
@@ -113,7 +112,7 @@ void SwitchAllreduce::send(unsigned slot) {
   }
   const JoinInfo& j = *ctx_.join;
   out_.push_back(OutPacket{window_.packet(slot), window_.round(slot).len,
-                           static_cast<uint16_t>(j.data_port + slot % j.threads)});
+                           static_cast<uint16_t>(j.data_port + slot % j.threads), ctx_.switch_ipv4_be});
 }
 
 // Claims the slot's timer for a new round and queues its packet.
@@ -290,38 +289,60 @@ void SwitchAllreduce::admit(AllreduceOp* op) {
   flush();
 }
 
-std::exception_ptr SwitchAllreduce::take(size_t got, int64_t now, std::vector<AllreduceOp*>* finished) {
+bool SwitchAllreduce::owns(const uint8_t* p, uint32_t len) const {
+  gs_header h;
+  if (len < GS_HEADER_BYTES) return false;
+  gs_header_decode(p, &h);
+  return h.job_id == ctx_.join->job_id && h.key == ctx_.join->key;
+}
+
+void SwitchAllreduce::check_cancel() const {
+  if (ctx_.cancel->load(std::memory_order_relaxed) && !schedule_.empty())
+    throw Error("gradswitch: allreduce seq " + std::to_string(front_op().seq) + " cancelled: the group of " +
+                ctx_.job_text + " was closed");
+}
+
+std::exception_ptr SwitchAllreduce::take(const InPacket* in, size_t n, int64_t now,
+                                         std::vector<AllreduceOp*>* finished) {
   std::exception_ptr lost;
-  uint64_t rbytes = 0;
-  for (size_t i = 0; i < got; ++i) {
-    rbytes += in_[i].len;
+  for (size_t i = 0; i < n; ++i) {
     try {
-      receive(in_[i].data, in_[i].len, now, finished);
+      receive(in[i].data, in[i].len, now, finished);
     } catch (const SwitchLostError&) {  // the switch is going: the results behind it still count
       if (!lost) lost = std::current_exception();
     }
   }
-  counter_add(ctx_.counters->packets_received, got);
-  counter_add(ctx_.counters->bytes_received, rbytes);
+  flush();
   return lost;
 }
 
+size_t SwitchAllreduce::receive_batch(int64_t wait_ns) {
+  const size_t got = ctx_.transport->recv_batch(in_.data(), in_.size(), wait_ns);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < got; ++i) bytes += in_[i].len;
+  counter_add(ctx_.counters->packets_received, got);
+  counter_add(ctx_.counters->bytes_received, bytes);
+  return got;
+}
+
 void SwitchAllreduce::step(std::vector<AllreduceOp*>* finished) {
-  if (ctx_.cancel->load(std::memory_order_relaxed) && !schedule_.empty())
-    throw Error("gradswitch: allreduce seq " + std::to_string(front_op().seq) + " cancelled: the group of " +
-                ctx_.job_text + " was closed");
-  const int64_t timeout_ns = static_cast<int64_t>(ctx_.opt->timeout_s * 1e9);
-  Transport& tx = *ctx_.transport;
+  check_cancel();
   // Receive first and judge timers only once the socket is drained (or every rto_min while
   // results keep streaming): a worker that was descheduled for a while finds its results
   // queued, not lost, and must not retransmit the whole window.
-  size_t got = tx.recv_batch(in_.data(), in_.size(), wait_ns_);
-  int64_t now = now_ns();
-  std::exception_ptr lost = take(got, now, finished);
-  flush();
+  const size_t got = receive_batch(wait_ns_);
+  const int64_t now = now_ns();
+  std::exception_ptr lost = take(in_.data(), got, now, finished);
+  wait_ns_ = service(now, got == 0, lost, /*own_transport=*/true, finished);
+}
+
+int64_t SwitchAllreduce::service(int64_t now, bool quiet, std::exception_ptr lost, bool own_transport,
+                                 std::vector<AllreduceOp*>* finished) {
+  const int64_t timeout_ns = static_cast<int64_t>(ctx_.opt->timeout_s * 1e9);
+  Transport& tx = *ctx_.transport;
   // The control connection: an abort or the switch going away ends the stream at once (the
   // transport's wait wakes up on it; while results stream, look every few ms).
-  if (!lost && control_ && !schedule_.empty() && (got == 0 || now - last_notice_check_ >= kNoticeCheckNs)) {
+  if (!lost && control_ && !schedule_.empty() && (quiet || now - last_notice_check_ >= kNoticeCheckNs)) {
     last_notice_check_ = now;
     if (SwitchNotice n = control_->poll_notice()) {
       try {
@@ -334,28 +355,25 @@ void SwitchAllreduce::step(std::vector<AllreduceOp*>* finished) {
   if (lost) {
     // Results the switch sent before it went may still sit in queues on the way: take them until
     // the socket has been quiet for a few round trips (bounded), so that the ranks agree as far as
-    // possible on which sums exist, which is what the ring (algorithm auto) then completes.
-    const int64_t quiet =
+    // possible on which sums exist, which is what the ring (algorithm auto) then completes. (A
+    // transport shared with other switches is not drained here: its datagrams may be theirs.)
+    const int64_t quiet_ns =
         std::clamp<int64_t>(static_cast<int64_t>(4 * loss_[0].rtt().srtt_ns()), 10'000'000, 50'000'000);
     const int64_t until = now + 200'000'000;
-    while (!schedule_.empty() && now_ns() < until && (got = tx.recv_batch(in_.data(), in_.size(), quiet)) > 0)
-      take(got, now, finished);
+    size_t got;
+    while (own_transport && !schedule_.empty() && now_ns() < until && (got = receive_batch(quiet_ns)) > 0)
+      take(in_.data(), got, now, finished);
     out_.clear();  // nothing more goes to a switch that is gone
     std::rethrow_exception(lost);
   }
-  if (schedule_.empty()) {
-    wait_ns_ = 0;
-    return;
-  }
-  if (tx.more_pending() && now - last_timer_check_ < loss_[0].rto_min_ns()) {
-    wait_ns_ = 0;  // more datagrams are probably queued
-    return;
-  }
+  if (schedule_.empty()) return 0;
+  if (tx.more_pending() && now - last_timer_check_ < loss_[0].rto_min_ns())
+    return 0;  // more datagrams are probably queued
   last_timer_check_ = now;
   int64_t next_deadline = std::min(check_timers(now), last_progress_ns_ + timeout_ns);
   flush();
   if (now - last_progress_ns_ >= timeout_ns) fail_timeout();
-  wait_ns_ = std::max<int64_t>(next_deadline - now, 0);
+  return std::max<int64_t>(next_deadline - now, 0);
 }
 
 void SwitchAllreduce::fail_timeout() {

@@ -30,6 +30,19 @@ class SwitchAllreduce : public DataPath {
   void step(std::vector<AllreduceOp*>* finished) override;
   bool idle() const override { return schedule_.empty(); }
 
+  // For a caller that shares the transport with other switches (sharding, sharded_allreduce.h)
+  // and receives for all of them: whether a datagram is this switch's job's; handles datagrams of
+  // this job, returning a SwitchLostError met on the way (an ABORT for the switch's shutdown)
+  // instead of throwing it, so that the results behind it are taken too; then looks at that error,
+  // the control connection, the timers and the timeout (`quiet`: nothing was received), throws or
+  // returns how long the caller may wait. step() is these on its own transport (which service()
+  // then drains of the results still on their way from a switch that went).
+  bool owns(const uint8_t* p, uint32_t len) const;
+  void check_cancel() const;
+  std::exception_ptr take(const InPacket* in, size_t n, int64_t now, std::vector<AllreduceOp*>* finished);
+  int64_t service(int64_t now, bool quiet, std::exception_ptr lost, bool own_transport,
+                  std::vector<AllreduceOp*>* finished);
+
  private:
   using Flight = StreamSchedule::Flight;
   // The round a slot version delivered last, kept until that slot version delivers again (two
@@ -52,9 +65,8 @@ class SwitchAllreduce : public DataPath {
   void launch(unsigned slot, int64_t now);
   void send(unsigned slot);
   void flush();
-  // Handles a received batch; returns a SwitchLostError met on the way (an ABORT for the switch's
-  // shutdown) instead of throwing it, so that the results behind it are taken too.
-  std::exception_ptr take(size_t got, int64_t now, std::vector<AllreduceOp*>* finished);
+  // Receives into in_ (counted); returns how many datagrams.
+  size_t receive_batch(int64_t wait_ns);
   // Handles one received datagram.
   void receive(const uint8_t* p, uint32_t len, int64_t now, std::vector<AllreduceOp*>* finished);
   // Keeps what a delivered round needs for late_answer().

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/clock.h"
 #include "worker/errors.h"
 
 namespace gradswitch::worker {
@@ -59,9 +60,7 @@ std::string micros(int64_t ns) {
 }  // namespace
 
 int64_t timeline_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return steady_now_ns();
 }
 
 std::string json_escape(const std::string& s) {

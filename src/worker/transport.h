@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace gradswitch::worker {
 
@@ -44,7 +45,9 @@ class Transport {
   // Also ends recv_batch's wait (returning 0) when descriptor `fd` becomes readable: the control
   // connection, whose notices must not wait for a timer. -1 stops watching (e.g. a closed one,
   // which would stay readable).
-  virtual void watch_fd(int fd) { (void)fd; }
+  void watch_fd(int fd) { watch_fds(fd >= 0 ? std::vector<int>{fd} : std::vector<int>{}); }
+  // The same for several descriptors (a job sharded over several switches: one connection each).
+  virtual void watch_fds(const std::vector<int>& fds) { (void)fds; }
 };
 
 // A UDP socket bound to `bind_ip` (dotted quad, "0.0.0.0" for any) on `bind_port` (0: an

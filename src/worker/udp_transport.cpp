@@ -243,9 +243,10 @@ class UdpTransport final : public Transport {
       if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         return 0;  // e.g. a transient ICMP error reported on the socket; the caller retries
       if (timeout_ns <= 0) return 0;
-      pollfd pfd[3] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {watch_fd_, POLLIN, 0}};
+      pollfd pfd[2 + kMaxWatched] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      for (size_t i = 0; i < watched_.size(); ++i) pfd[2 + i] = {watched_[i], POLLIN, 0};
       timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
-      int pr = ::ppoll(pfd, watch_fd_ >= 0 ? 3 : 2, &ts, nullptr);
+      int pr = ::ppoll(pfd, 2 + watched_.size(), &ts, nullptr);
       if (pr <= 0) return 0;  // timeout (or EINTR: the caller recomputes its deadlines)
       if (pfd[1].revents & POLLIN) {
         uint64_t v;
@@ -258,12 +259,17 @@ class UdpTransport final : public Transport {
   }
 
   bool more_pending() const override { return more_; }
-  void watch_fd(int fd) override { watch_fd_ = fd; }
+  void watch_fds(const std::vector<int>& fds) override {
+    watched_.clear();
+    for (int fd : fds)
+      if (fd >= 0 && watched_.size() < kMaxWatched) watched_.push_back(fd);
+  }
 
  private:
+  static constexpr size_t kMaxWatched = 64;  // control connections: one per switch of a sharded job
   int fd_ = -1;
   int wake_fd_ = -1;
-  int watch_fd_ = -1;
+  std::vector<int> watched_;
   bool gso_ = false;
   uint16_t port_ = 0;
   uint32_t peer_ = htonl(INADDR_LOOPBACK);

@@ -38,6 +38,34 @@ TEST(chunking_sizes) {
   CHECK_EQ(big.chunks, size_t{4});
 }
 
+TEST(shards_stripe_chunks_by_number) {
+  // 10 chunks of 360 float32 (the last one 100 elements) over 3 switches: 0,3,6,9 / 1,4,7 / 2,5,8.
+  Chunking whole = make_chunking(9 * 360 + 100, GS_ELEM_FLOAT32, 1440);
+  CHECK_EQ(whole.chunks, size_t{10});
+  Chunking a = shard_chunking(whole, 0, 3), b = shard_chunking(whole, 1, 3), c = shard_chunking(whole, 2, 3);
+  CHECK_EQ(a.chunks, size_t{4});
+  CHECK_EQ(b.chunks, size_t{3});
+  CHECK_EQ(c.chunks, size_t{3});
+  CHECK_EQ(a.offset(3), uint32_t{9 * 360});
+  CHECK_EQ(a.size(3), uint16_t{100});
+  CHECK_EQ(b.offset(2), uint32_t{7 * 360});
+  CHECK_EQ(c.size(2), uint16_t{360});
+  // A tensor of fewer chunks than switches leaves the last ones out.
+  Chunking small = make_chunking(400, GS_ELEM_FLOAT32, 1440);
+  CHECK_EQ(shard_chunking(small, 1, 3).chunks, size_t{1});
+  CHECK_EQ(shard_chunking(small, 2, 3).chunks, size_t{0});
+  // A shard's chunks encode and decode where they belong in the tensor.
+  std::vector<float> x(whole.count), y(whole.count, 0.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  std::vector<uint8_t> payload(1440);
+  for (const Chunking* s : {&a, &b, &c})
+    for (size_t k = 0; k < s->chunks; ++k) {
+      encode_chunk(*s, x.data(), k, 0, payload.data());
+      decode_chunk(*s, payload.data(), k, 0, y.data());
+    }
+  CHECK(x == y);
+}
+
 TEST(codec_roundtrip_every_wire) {
   std::vector<float> src(700);
   for (size_t i = 0; i < src.size(); ++i)

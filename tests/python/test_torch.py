@@ -226,6 +226,28 @@ def test_process_group_collectives(switch):
     assert results[0]["ops"] >= 10
 
 
+def _sharded_worker(rank, world, switch_addr):
+    os.environ["GRADSWITCH_SWITCH"] = switch_addr  # "a:port,b:port": the job is sharded over both
+    import gradswitch.torch as gst
+
+    dist.init_process_group("gradswitch", pg_options=gst.Options(timeout=20))
+    x = torch.arange(100_003, dtype=torch.float32) * (rank + 1)
+    dist.all_reduce(x)
+    y = torch.full((5,), float(rank), dtype=torch.float32)
+    dist.all_reduce(y, op=dist.ReduceOp.AVG)
+    dist.destroy_process_group()
+    return {"sum": x, "avg": y}
+
+
+def test_process_group_over_sharded_switches(switch_factory):
+    a, b = (switch_factory(binary=_binary(), threads=1) for _ in range(2))
+    results = run_workers(_sharded_worker, f"{a.address},{b.address}")
+    want = torch.arange(100_003, dtype=torch.float32) * 3  # ranks 1x and 2x
+    for r in results:
+        assert torch.equal(r["sum"], want) and torch.equal(r["avg"], torch.full((5,), 0.5))
+    assert a.stats()["completed"] > 0 and b.stats()["completed"] > 0
+
+
 # ---------------------------------------------------------------------------- errors at start
 
 

@@ -39,7 +39,8 @@ SUPPORTED_OPS = ("SUM", "AVG")
 class Options:
     """Options of the gradswitch process group (pass as `pg_options=` to init_process_group/new_group).
 
-    switch: "host:port" of the switch's control port; default $GRADSWITCH_SWITCH; ranks without one use
+    switch: "host:port" of the switch's control port (or "host:port,host:port,..." to shard the job
+        over several switches, as gradswitch.connect); default $GRADSWITCH_SWITCH; ranks without one use
         rank 0's (published through the store).
     wire: how float tensors travel: float32, fixed32, float16, bfloat16 or float64 (default
         $GRADSWITCH_WIRE or float32).

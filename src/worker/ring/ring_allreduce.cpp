@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/clock.h"
 #include "common/counter.h"
 #include "common/fixed_point.h"
 #include "common/header.h"
@@ -21,9 +22,7 @@ namespace gradswitch::worker {
 namespace {
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return steady_now_ns();
 }
 
 std::string address_text(const RingPeer& p) {
