@@ -69,7 +69,8 @@ Result ingest(uint8_t elem_type, unsigned workers, double seconds, size_t ring) 
   spec.slots = slots;
   spec.payload_bytes = payload;
   spec.key = 42;
-  spec.wire = elem_type == GS_ELEM_INT32 ? static_cast<uint8_t>(GS_ELEM_FLOAT32) : elem_type;
+  spec.wire =
+      elem_type == GS_ELEM_INT32 ? static_cast<uint8_t>(GS_ELEM_FLOAT32) : elem_type;  // int32: any wire
   spec.endpoints.resize(workers);
   std::string err;
   const uint32_t id = engine.create_job(spec, &err);
@@ -94,7 +95,7 @@ Result ingest(uint8_t elem_type, unsigned workers, double seconds, size_t ring) 
           next = next + 1 == pkts.size() ? 0 : next + 1;
           h.rank = r, h.slot = s, h.seq = seq, h.offset = s * count, h.flags = seq & 1;
           gs_header_encode(&h, p.data());
-          IngestResult res = engine.ingest(0, p.data(), p.size(), 1);
+          IngestResult res = engine.ingest(0, p.data(), p.size(), 1, Endpoint{});
           if (res.kind == IngestResult::kDropped) {
             std::fprintf(stderr, "unexpected drop: %s\n", drop_reason_name(res.reason));
             std::exit(1);

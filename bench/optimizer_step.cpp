@@ -153,7 +153,7 @@ double engine_allreduce(size_t params, unsigned workers, bool adam, double secon
         h.flags = version[s], h.count = static_cast<uint16_t>(n);
         gs_header_encode(&h, pkt.data());
         std::memcpy(pkt.data() + GS_HEADER_BYTES, grads[r].data() + off, n * 4);
-        IngestResult res = engine.ingest(0, pkt.data(), GS_HEADER_BYTES + n * 4, 1);
+        IngestResult res = engine.ingest(0, pkt.data(), GS_HEADER_BYTES + n * 4, 1, Endpoint{});
         if (res.kind == IngestResult::kDropped) {
           std::fprintf(stderr, "unexpected drop: %s\n", drop_reason_name(res.reason));
           std::exit(1);

@@ -24,6 +24,7 @@ Engine& engine_with_jobs(uint32_t* ids) {
       spec.slots = 4;
       spec.payload_bytes = 64;
       spec.key = 0x11111111u * (j + 1);
+      spec.elem_types = 0x7E;  // every element type, to reach every summing path
       spec.endpoints.resize(spec.world);
       std::string err;
       job_ids[j] = engine.create_job(spec, &err);
@@ -52,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The thread is derived from the slot, as a backend would; odd lengths exercise misalignment.
     unsigned thread = len >= 16 ? ((packet[14] << 8 | packet[15]) % 2) : 0;
     engine.begin_burst(thread);
-    IngestResult r = engine.ingest(thread, packet, len, pos);
+    IngestResult r = engine.ingest(thread, packet, len, pos, Endpoint{});  // the ranks joined from {0, 0}
     if (r.kind == IngestResult::kSend) {
       if (r.len < GS_HEADER_BYTES || r.len > GS_HEADER_BYTES + 64) __builtin_trap();
       gs_header h;

@@ -13,6 +13,11 @@ using namespace gradswitch::dpdk;
 
 namespace {
 
+// The engine index a test gives a job (any index unique among live jobs will do).
+unsigned index_of(uint32_t job_id) {
+  return job_id % CompletionRecords::kEntries;
+}
+
 constexpr uint64_t kQuietNs = 1'000'000;
 
 struct Harness {
@@ -38,12 +43,12 @@ struct Harness {
 TEST(newer_seq_signals_the_previous_one_with_its_elements) {
   Harness h(2);
   const uint32_t job = 0x1203;  // index 3
-  h.threads[0].record(job, 7, 100, 1000);
-  h.threads[1].record(job, 7, 60, 1100);  // seq 7's results came from both threads
-  h.threads[0].record(job, 7, 40, 1200);
+  h.threads[0].record(index_of(job), job, 7, 100, 1000);
+  h.threads[1].record(index_of(job), job, 7, 60, 1100);  // seq 7's results came from both threads
+  h.threads[0].record(index_of(job), job, 7, 40, 1200);
   h.tick(2000);
   CHECK(h.sent.empty());  // not quiet yet, no newer seq
-  h.threads[1].record(job, 8, 10, 3000);
+  h.threads[1].record(index_of(job), job, 8, 10, 3000);
   h.tick(3100);
   CHECK(h.sent.size() == 1);
   if (h.sent.size() != 1) return;
@@ -60,7 +65,7 @@ TEST(newer_seq_signals_the_previous_one_with_its_elements) {
 
 TEST(quiet_signal_is_retried_until_it_can_be_sent) {
   Harness h(1);
-  h.threads[0].record(5, 0, 8, 100);
+  h.threads[0].record(index_of(5), 5, 0, 8, 100);
   h.reachable = false;
   h.tick(100 + kQuietNs);
   h.tick(200 + kQuietNs);
@@ -74,10 +79,11 @@ TEST(quiet_signal_is_retried_until_it_can_be_sent) {
 
 TEST(a_new_job_on_the_same_index_starts_over) {
   Harness h(1);
-  h.threads[0].record(0x0105, 40, 1, 100);
+  h.threads[0].record(index_of(0x0105), 0x0105, 40, 1, 100);
   h.tick(100 + kQuietNs);
   CHECK(h.sent.size() == 1 && h.sent[0].job_id == 0x0105 && h.sent[0].seq == 40);
-  h.threads[0].record(0x0205, 0, 3, 5 * kQuietNs);  // job id reused index 5, seq starts at 0
+  h.threads[0].record(index_of(0x0205), 0x0205, 0, 3,
+                      5 * kQuietNs);  // job id reused index 5, seq starts at 0
   h.tick(6 * kQuietNs);
   CHECK(h.sent.size() == 2 && h.sent[1].job_id == 0x0205 && h.sent[1].seq == 0 && h.sent[1].elements == 3);
 }
@@ -86,9 +92,9 @@ TEST(seq_comparison_wraps) {
   CHECK(gradswitch::seq_after(0, 0xFFFFFFFFu));
   CHECK(!gradswitch::seq_after(0xFFFFFFFFu, 0));
   Harness h(1);
-  h.threads[0].record(9, 0xFFFFFFFFu, 1, 10);
-  h.threads[0].record(9, 0, 2, 20);            // seq wrapped: newer
-  h.threads[0].record(9, 0xFFFFFFFFu, 5, 30);  // a late older result does not go back
+  h.threads[0].record(index_of(9), 9, 0xFFFFFFFFu, 1, 10);
+  h.threads[0].record(index_of(9), 9, 0, 2, 20);            // seq wrapped: newer
+  h.threads[0].record(index_of(9), 9, 0xFFFFFFFFu, 5, 30);  // a late older result does not go back
   h.tick(30 + kQuietNs);
   CHECK(h.sent.size() == 1 && h.sent[0].seq == 0 && h.sent[0].elements == 2);
 }

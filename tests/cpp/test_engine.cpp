@@ -1,4 +1,6 @@
 // Engine behaviour beyond the golden tables: element types, header validation, abort, lifecycle.
+#include <arpa/inet.h>
+
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -24,6 +26,7 @@ struct Fixture {
     spec.slots = 8;
     spec.payload_bytes = payload;
     spec.key = key;
+    spec.elem_types = 0x7E;  // every element type: these tests are about the sums
     spec.endpoints.resize(world);
     std::string err;
     id = engine.create_job(spec, &err);
@@ -42,7 +45,7 @@ struct Fixture {
     return p;
   }
   IngestResult ingest(const std::vector<uint8_t>& p, unsigned thread = 0) {
-    return engine.ingest(thread, p.data(), p.size(), 1);
+    return engine.ingest(thread, p.data(), p.size(), 1, Endpoint{});  // the ranks joined from {0, 0}
   }
 };
 
@@ -99,7 +102,7 @@ TEST(float64_sum_from_unaligned_packets) {
     gs_header_encode(&h, buf.data() + shift);
     std::memcpy(buf.data() + shift + offsetof(gs_header, rank), pb.data() + offsetof(gs_header, rank), 2);
     CHECK(f.ingest(pa, 1).kind == IngestResult::kAbsorbed);
-    IngestResult r = f.engine.ingest(1, buf.data() + shift, pb.size(), 1);
+    IngestResult r = f.engine.ingest(1, buf.data() + shift, pb.size(), 1, Endpoint{});
     CHECK(r.kind == IngestResult::kSend && r.len == 32 + 1440);
     if (r.kind != IngestResult::kSend) continue;
     std::vector<double> out(180);
@@ -158,7 +161,7 @@ TEST(header_validation_reasons) {
   Fixture f;
   int32_t v = 1;
   auto p = f.packet(0, 0, GS_ELEM_INT32, &v, 1);
-  CHECK(f.engine.ingest(0, p.data(), 31, 1).reason == DropReason::kShortPacket);
+  CHECK(f.engine.ingest(0, p.data(), 31, 1, Endpoint{}).reason == DropReason::kShortPacket);
   auto bad = p;
   bad[0] ^= 0xFF;
   CHECK(f.ingest(bad).reason == DropReason::kBadMagic);
@@ -343,6 +346,109 @@ TEST(job_table_limits_and_ids_are_not_reused) {
   spec.world = 65;
   spec.endpoints.resize(65);
   CHECK(e.create_job(spec, &err) == 0);
+}
+
+TEST(a_rank_that_left_is_not_heard) {
+  Fixture f(3);
+  int32_t v = 1;
+  for (uint16_t r = 0; r < 3; ++r) f.ingest(f.packet(r, 0, GS_ELEM_INT32, &v, 1));  // slot 0 complete
+  CHECK(!f.engine.rank_left(f.id, 2));
+  // Neither a retransmission of a completed round nor a new contribution of rank 2 counts.
+  CHECK(f.ingest(f.packet(2, 0, GS_ELEM_INT32, &v, 1)).reason == DropReason::kRankLeft);
+  CHECK(f.ingest(f.packet(2, 2, GS_ELEM_INT32, &v, 1)).reason == DropReason::kRankLeft);
+  JobStatus st;
+  CHECK(f.engine.job_status(f.id, &st) && !st.aborted &&
+        st.counters.drops[size_t(DropReason::kRankLeft)] == 2);
+  SlotStatus ss;
+  CHECK(f.engine.slot_status(f.id, 2, 0, &ss) && !ss.open && !ss.complete);  // nothing opened
+}
+
+TEST(data_counts_only_from_the_address_its_rank_joined_from) {
+  Engine e(EngineConfig{1, 4});
+  JobSpec spec;
+  spec.world = 2;
+  spec.slots = 4;
+  spec.payload_bytes = 64;
+  spec.key = 77;
+  spec.wire = GS_ELEM_INT32;
+  spec.endpoints = {Endpoint{htonl(0x0A000001), htons(5000)}, Endpoint{htonl(0x0A000002), htons(5001)}};
+  std::string err;
+  const uint32_t id = e.create_job(spec, &err);
+  int32_t v = 5;
+  std::vector<uint8_t> p(GS_HEADER_BYTES + 4);
+  HeaderBuilder(GS_MSG_DATA, id, 77).rank(1).elems(GS_ELEM_INT32, 1).encode(p.data());
+  std::memcpy(p.data() + GS_HEADER_BYTES, &v, 4);
+  // Rank 1's id, key and port, but rank 0's IP; rank 1's IP, another port; nobody's address.
+  for (Endpoint from : {spec.endpoints[0], Endpoint{spec.endpoints[1].ipv4_be, htons(5000)},
+                        Endpoint{htonl(0x0A000009), htons(5001)}}) {
+    IngestResult r = e.ingest(0, p.data(), p.size(), 1, from);
+    CHECK(r.kind == IngestResult::kDropped && r.reason == DropReason::kBadSource);
+  }
+  SlotStatus ss;
+  CHECK(e.slot_status(id, 0, 0, &ss) && !ss.open);
+  CHECK(e.ingest(0, p.data(), p.size(), 1, spec.endpoints[1]).kind == IngestResult::kAbsorbed);
+  CHECK(e.total_counters().drops[size_t(DropReason::kBadSource)] == 3);
+}
+
+TEST(the_join_wire_binds_the_element_types_of_data) {
+  Engine e(EngineConfig{1, 4});
+  JobSpec spec;
+  spec.world = 1;
+  spec.slots = 4;
+  spec.payload_bytes = 64;
+  spec.wire = GS_ELEM_FLOAT16;
+  spec.endpoints.resize(1);
+  std::string err;
+  const uint32_t id = e.create_job(spec, &err);
+  auto send = [&](uint8_t elem, uint16_t slot) {
+    std::vector<uint8_t> p(GS_HEADER_BYTES + gs_elem_size(elem));
+    HeaderBuilder(GS_MSG_DATA, id, 0).slot(slot).elems(elem, 1).encode(p.data());
+    return e.ingest(0, p.data(), p.size(), 1, Endpoint{});
+  };
+  CHECK(send(GS_ELEM_FLOAT16, 0).kind == IngestResult::kSend);  // the wire
+  CHECK(send(GS_ELEM_INT32, 1).kind == IngestResult::kSend);    // integer tensors, on any wire
+  for (uint8_t other : {GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64})
+    CHECK(send(other, 2).reason == DropReason::kBadElemType);
+  CHECK(Engine::default_elem_types(GS_ELEM_FLOAT32, true) == 1u << GS_ELEM_FLOAT32);  // optimizer jobs
+  spec.elem_types = 1u << 7;                                                          // not a type
+  CHECK(e.create_job(spec, &err) == 0);
+}
+
+TEST(random_job_ids_are_found_and_collisions_refused) {
+  Engine e(EngineConfig{1, 9});
+  JobSpec spec;
+  spec.world = 1;
+  spec.endpoints.resize(1);
+  std::string err;
+  std::vector<uint32_t> ids;
+  uint32_t draw = 0x12345678u;
+  while (ids.size() < 8) {
+    draw = draw * 1664525u + 1013904223u;  // any ids will do; the control plane draws them at random
+    if (!e.id_usable(draw)) continue;
+    spec.id = draw;
+    CHECK(e.create_job(spec, &err) == draw);
+    ids.push_back(draw);
+  }
+  for (uint32_t id : ids) CHECK(!e.id_usable(id));
+  spec.id = ids[3];
+  CHECK(e.create_job(spec, &err) == 0 && err.find("in use") != std::string::npos);
+  spec.id = 0;
+  CHECK(!e.id_usable(0));
+  // Every job has its own dense index (for backends' per-job arrays).
+  uint64_t indices = 0;
+  for (uint32_t id : ids) {
+    std::vector<uint8_t> p(GS_HEADER_BYTES);
+    HeaderBuilder(GS_MSG_DATA, id, 0).elems(GS_ELEM_INT32, 0).encode(p.data());
+    IngestResult r = e.ingest(0, p.data(), p.size(), 1, Endpoint{});
+    CHECK(r.job_id == id && r.job_index < 8);
+    indices |= uint64_t{1} << r.job_index;
+  }
+  CHECK(indices == 0xFF);
+  e.destroy_job(ids[5]);
+  CHECK(e.id_usable(ids[5]));
+  std::vector<uint8_t> p(GS_HEADER_BYTES);
+  HeaderBuilder(GS_MSG_DATA, ids[5], 0).elems(GS_ELEM_INT32, 0).encode(p.data());
+  CHECK(e.ingest(0, p.data(), p.size(), 1, Endpoint{}).reason == DropReason::kUnknownJob);
 }
 
 GS_TEST_MAIN()

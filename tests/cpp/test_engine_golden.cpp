@@ -95,6 +95,7 @@ void run(const Scenario<T>& sc) {
     spec.slots = 4;
     spec.payload_bytes = 64;
     spec.key = keys[j];
+    spec.wire = elem_of<T>();  // int32 is accepted on any wire; float64 jobs are joined with it
     spec.endpoints = endpoints(sc.world);
     std::string err;
     ids[j] = engine.create_job(spec, &err);
@@ -105,7 +106,8 @@ void run(const Scenario<T>& sc) {
     ++step_no;
     const In<T>& in = st.in;
     auto pkt = data_packet(ids[in.job], in.wrong_key ? keys[in.job] ^ 1u : keys[in.job], in);
-    IngestResult r = engine.ingest(0, pkt.data(), pkt.size(), 1000 + step_no);
+    const Endpoint from = in.rank < sc.world ? endpoints(sc.world)[in.rank] : Endpoint{};
+    IngestResult r = engine.ingest(0, pkt.data(), pkt.size(), 1000 + step_no, from);
     auto fail = [&](const char* what) {
       std::fprintf(stderr, "  scenario '%s' step %d (rank %u slot %u v%u seq %u off %u): %s\n", sc.name,
                    step_no, in.rank, in.slot, in.version, in.seq, in.offset, what);

@@ -39,7 +39,7 @@ struct Fixture {
         .elems(GS_ELEM_INT32, count)
         .round(seq, offset)
         .encode(p.data());
-    return engine.ingest(0, p.data(), p.size(), now_ns);
+    return engine.ingest(0, p.data(), p.size(), now_ns, Endpoint{});  // the ranks joined from {0, 0}
   }
 };
 

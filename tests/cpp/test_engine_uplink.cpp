@@ -17,6 +17,13 @@ namespace {
 constexpr uint32_t kSpineJob = 0x00000305u, kSpineKey = 0x5EED5EEDu;
 const Endpoint kSpinePort{0x0100007Fu, 0x1234};  // 127.0.0.1, the spine's data thread 0
 
+// Where member `rank` of a job with these members joined from: the tests give member i (in rank
+// order) the endpoint {i + 1, i + 1}.
+Endpoint member_address(uint64_t members, uint16_t rank) {
+  const uint32_t i = static_cast<uint32_t>(__builtin_popcountll(members & ((uint64_t{1} << rank) - 1)));
+  return Endpoint{i + 1, static_cast<uint16_t>(i + 1)};
+}
+
 // A leaf of a 4-rank job serving ranks 1 and 2, going up as rank 1.
 struct Leaf {
   Engine engine{EngineConfig{1, 4}};
@@ -44,7 +51,8 @@ struct Leaf {
   }
   IngestResult data(uint16_t rank, uint8_t elem, const void* payload, uint16_t count, uint8_t flags = 0) {
     return engine.ingest(0, packet(GS_MSG_DATA, id, key, rank, elem, payload, count, flags).data(),
-                         GS_HEADER_BYTES + size_t{count} * gs_elem_size(elem), 1);
+                         GS_HEADER_BYTES + size_t{count} * gs_elem_size(elem), 1,
+                         member_address(0b0110, rank));
   }
   IngestResult from_spine(uint8_t type, uint8_t elem, const void* payload, uint16_t count,
                           Endpoint from = kSpinePort, uint32_t job = kSpineJob, int8_t next_exp = GS_EXP_NONE,
@@ -168,7 +176,7 @@ TEST(fixed32_exponents_go_up_as_the_racks_maximum_and_come_down_as_the_spines) {
   Leaf leaf(GS_ELEM_FIXED32);
   auto bootstrap = [&](uint16_t rank, int8_t e) {
     auto p = Leaf::packet(GS_MSG_DATA, leaf.id, leaf.key, rank, GS_ELEM_FIXED32, nullptr, 0, 0, e);
-    return leaf.engine.ingest(0, p.data(), p.size(), 1);
+    return leaf.engine.ingest(0, p.data(), p.size(), 1, member_address(0b0110, rank));
   };
   bootstrap(1, 3);
   IngestResult up = bootstrap(2, -5);
@@ -212,7 +220,7 @@ TEST(a_spine_job_hears_one_rank_per_leaf) {
   const int32_t v = 4;
   auto send = [&](uint16_t rank) {
     auto p = Leaf::packet(GS_MSG_DATA, id, 5, rank, GS_ELEM_INT32, &v, 1);
-    return engine.ingest(0, p.data(), p.size(), 1);
+    return engine.ingest(0, p.data(), p.size(), 1, member_address(0b0101, rank));
   };
   CHECK(send(1).reason == DropReason::kBadRank);
   CHECK(send(0).kind == IngestResult::kAbsorbed);

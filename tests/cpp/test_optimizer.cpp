@@ -170,17 +170,17 @@ TEST(engine_retransmission_never_applies_a_step_twice) {
     return p;
   };
   auto a = packet(0, 1.0f), b = packet(1, 2.0f);
-  engine.ingest(0, a.data(), a.size(), 1);
-  IngestResult r = engine.ingest(0, b.data(), b.size(), 1);
+  engine.ingest(0, a.data(), a.size(), 1, Endpoint{});
+  IngestResult r = engine.ingest(0, b.data(), b.size(), 1, Endpoint{});
   float out[4];
   std::memcpy(out, r.data + GS_HEADER_BYTES, 16);
-  CHECK(r.kind == IngestResult::kSend && out[0] == 7.0f);  // 10 - 1.0 * (1 + 2)
-  r = engine.ingest(0, b.data(), b.size(), 1);             // retransmission
+  CHECK(r.kind == IngestResult::kSend && out[0] == 7.0f);   // 10 - 1.0 * (1 + 2)
+  r = engine.ingest(0, b.data(), b.size(), 1, Endpoint{});  // retransmission
   std::memcpy(out, r.data + GS_HEADER_BYTES, 16);
   CHECK(r.dest_rank == 1 && out[3] == 7.0f && opt->params()[0] == 7.0f);
   auto bad = packet(0, 1.0f);
   bad[17] = GS_ELEM_INT32;
-  CHECK(engine.ingest(0, bad.data(), bad.size(), 1).reason == DropReason::kBadElemType);
+  CHECK(engine.ingest(0, bad.data(), bad.size(), 1, Endpoint{}).reason == DropReason::kBadElemType);
 }
 
 GS_TEST_MAIN()

@@ -79,14 +79,19 @@ TEST(protocol_md_vectors) {
           spec.payload_bytes = std::stoul(v);
         else if (k == "key")
           spec.key = std::stoul(v, nullptr, 16);
+        else if (k == "wire")
+          for (uint8_t t = 1; t < 16; ++t)
+            if (v == gs_elem_name(t)) spec.wire = t;
       }
+      if (line.find(" wire=") == std::string::npos)
+        fail("a job line names its wire (the DATA types it takes)");
       spec.endpoints.resize(spec.world);
       engine = std::make_unique<Engine>(EngineConfig{1, 4});
       std::string err;
       if (engine->create_job(spec, &err) != 0x100) fail("job id is not 0x100: " + err);
     } else if (line.rfind("-> ", 0) == 0) {
       auto pkt = parse_hex(line.substr(3));
-      last = engine->ingest(0, pkt.data(), pkt.size(), 1);
+      last = engine->ingest(0, pkt.data(), pkt.size(), 1, Endpoint{});  // every rank joined from {0, 0}
     } else if (line.rfind("<- none", 0) == 0) {
       if (last.kind == IngestResult::kSend)
         fail("expected nothing, the switch sent " + hex(last.data, last.len));

@@ -565,17 +565,21 @@ def test_flood_of_bad_datagrams_is_counted_and_harmless(daemon):
         "drop.unknown_job": lambda: data_packet(rng.randrange(1 << 32) | 1 << 31, key, 0, 2, [1]),
         "drop.wrong_key": lambda: data_packet(jid, key ^ rng.randrange(1, 1 << 32), 0, 2, [1]),
         "drop.bad_rank": lambda: data_packet(jid, key, rng.randrange(2, 1 << 16), 2, [1]),
+        "drop.bad_source": lambda: data_packet(jid, key, 0, 2, [1]),  # right id and key, not rank 0's port
+        # The rest come from rank 0's own socket: from anywhere else they are bad_source.
         "drop.slot_out_of_range": lambda: data_packet(jid, key, 0, rng.randrange(256, 1 << 16) & ~1, [1]),
         "drop.bad_elem_type": lambda: header(jid, key, 0, 2, 1, elem=9) + b"\0" * 4,
         # count beyond the packet
         "drop.bad_length": lambda: header(jid, key, 0, 2, rng.randrange(2, 1 << 16)) + b"\0" * 4,
         "drop.wrong_thread": lambda: data_packet(jid, key, 0, 3, [1]),  # odd slot sent to thread 0's port
     }
+    from_rank0 = {"drop.slot_out_of_range", "drop.bad_elem_type", "drop.bad_length", "drop.wrong_thread"}
     before = daemon.stats()
     per_category = 40
     for name, make in categories.items():
+        sender = job.udp[0] if name in from_rank0 else flood
         for _ in range(per_category):
-            flood.sendto(make(), ("127.0.0.1", daemon.data_port))
+            sender.sendto(make(), ("127.0.0.1", daemon.data_port))
         # Paced per category so that the kernel's socket buffer never overflows.
         wait_for(lambda name=name: daemon.stats()[name] - before[name] >= per_category,
                  f"{name} to be counted")

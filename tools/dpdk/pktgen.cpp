@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "common/header.h"
 #include "gradswitch/wire.h"
 
 namespace {
@@ -188,23 +189,18 @@ int main(int argc, char** argv) {
       if (o.mode == "agg") {
         const uint64_t r = built / o.world;
         const uint16_t slot = static_cast<uint16_t>(r % o.slots);
+        const uint16_t rank = static_cast<uint16_t>(built % o.world);
         auto* udp = reinterpret_cast<rte_udp_hdr*>(d + sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr));
         udp->dst_port = htons(o.data_port + slot % o.threads);
-        gs_header h{};
-        h.magic = GS_MAGIC;
-        h.version = GS_VERSION;
-        h.type = GS_MSG_DATA;
-        h.job_id = o.job_id;
-        h.key = o.key;
-        h.rank = static_cast<uint16_t>(built % o.world);
-        h.slot = slot;
-        h.flags = (r / o.slots) & GS_FLAG_VERSION;
-        h.elem_type = GS_ELEM_FLOAT32;
-        h.count = count;
-        h.seq = static_cast<uint32_t>(o.seq_base + r);
-        h.next_exp = GS_EXP_NONE;
-        h.scale_exp = GS_EXP_NONE;
-        gs_header_encode(&h, d + kL2L4);
+        // The switch counts DATA only from the address its rank joined from: --src-ip, port 9000 + rank.
+        udp->src_port = htons(9000 + rank);
+        gradswitch::HeaderBuilder(GS_MSG_DATA, o.job_id, o.key)
+            .rank(rank)
+            .slot(slot)
+            .flags((r / o.slots) & GS_FLAG_VERSION)
+            .elems(GS_ELEM_FLOAT32, static_cast<uint16_t>(count))
+            .round(static_cast<uint32_t>(o.seq_base + r), 0)
+            .encode(d + kL2L4);
       }
       tx[n] = m;
     }

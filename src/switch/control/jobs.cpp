@@ -177,6 +177,7 @@ void ControlPlane::start_job(PendingJob& p, uint64_t now_ns) {
     if (leader[r] == r) {
       spec.members |= uint64_t{1} << r;
       spec.endpoints.push_back(at[r]);
+      if (p.leaf[r]) spec.source_ip_only |= uint64_t{1} << r;  // a leaf sends from its threads' ports
     }
   }
   if (static_cast<unsigned>(__builtin_popcountll(spec.members)) == p.world) spec.members = 0;  // everyone

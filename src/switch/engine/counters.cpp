@@ -20,6 +20,8 @@ const char* drop_reason_name(DropReason r) {
       return "wrong_key";
     case DropReason::kBadRank:
       return "bad_rank";
+    case DropReason::kBadSource:
+      return "bad_source";
     case DropReason::kSlotOutOfRange:
       return "slot_out_of_range";
     case DropReason::kWrongThread:
@@ -38,8 +40,8 @@ const char* drop_reason_name(DropReason r) {
       return "job_aborted";
     case DropReason::kUplinkStale:
       return "uplink_stale";
-    case DropReason::kBadSource:
-      return "bad_source";
+    case DropReason::kRankLeft:
+      return "rank_left";
     case DropReason::kCount_:
       break;
   }

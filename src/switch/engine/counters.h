@@ -18,7 +18,9 @@ enum class DropReason : uint8_t {
   kBadType,     // not a DATA message
   kUnknownJob,  // no live job with this id
   kWrongKey,
-  kBadRank,  // rank >= world size
+  kBadRank,    // rank >= world size
+  kBadSource,  // DATA not from the address its rank joined from; at a leaf, a RESULT or ABORT not from the
+               // spine's data ports
   kSlotOutOfRange,
   kWrongThread,  // slot owned by another thread: sent to the wrong data port
   kBadElemType,
@@ -28,7 +30,7 @@ enum class DropReason : uint8_t {
   kBadOffset,     // optimizer job: chunk outside the parameters or not on a chunk boundary
   kJobAborted,    // answered with an ABORT message
   kUplinkStale,   // leaf: a spine RESULT for no round that waits for one (a second answer, or old)
-  kBadSource,     // leaf: a RESULT or ABORT that did not come from the spine's data ports
+  kRankLeft,      // from a rank that left the job with LEAVE
   kCount_
 };
 inline constexpr size_t kDropReasons = static_cast<size_t>(DropReason::kCount_);

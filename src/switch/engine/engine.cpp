@@ -50,8 +50,15 @@ std::string check_uplink(const JobSpec& spec) {
 
 }  // namespace
 
-Job::Job(uint32_t job_id, const JobSpec& job_spec, unsigned threads)
-    : id(job_id), spec(job_spec), slots(new Slot[job_spec.slots]), per_thread(new JobThreadState[threads]) {
+Job::Job(uint32_t job_id, uint16_t job_index, const JobSpec& job_spec, unsigned threads)
+    : id(job_id),
+      index(job_index),
+      elem_types(job_spec.elem_types
+                     ? job_spec.elem_types
+                     : Engine::default_elem_types(job_spec.wire, job_spec.optimizer != nullptr)),
+      spec(job_spec),
+      slots(new Slot[job_spec.slots]),
+      per_thread(new JobThreadState[threads]) {
   const size_t rb = result_bytes(spec), ab = accum_bytes(spec);
   const size_t total = size_t{spec.slots} * 2 * (rb + ab);
   memory_ = static_cast<uint8_t*>(::operator new (total, std::align_val_t{kAlign}));
@@ -79,14 +86,51 @@ Engine::Engine(const EngineConfig& config)
     : config_(config), threads_(new ThreadState[config.threads ? config.threads : 1]) {
   if (config_.threads == 0) config_.threads = 1;
   if (config_.max_jobs == 0 || config_.max_jobs > 256) config_.max_jobs = 256;
-  table_.reset(new std::atomic<Job*>[config_.max_jobs]);
-  for (unsigned i = 0; i < config_.max_jobs; ++i) table_[i].store(nullptr);
-  uplink_table_.reset(new std::atomic<Job*>[256]);
-  for (unsigned i = 0; i < 256; ++i) uplink_table_[i].store(nullptr);
+  by_index_.reset(new std::atomic<Job*>[config_.max_jobs]);
+  for (unsigned i = 0; i < config_.max_jobs; ++i) by_index_[i].store(nullptr);
+  // At least as many buckets as jobs: with random ids a bucket rarely holds two.
+  while ((1u << bucket_bits_) < config_.max_jobs) ++bucket_bits_;
+  const size_t entries = (size_t{1} << bucket_bits_) * kWays;
+  buckets_.reset(new std::atomic<Job*>[entries]);
+  uplink_buckets_.reset(new std::atomic<Job*>[entries]);
+  for (size_t i = 0; i < entries; ++i) buckets_[i].store(nullptr), uplink_buckets_[i].store(nullptr);
 }
 
 Engine::~Engine() {
-  for (unsigned i = 0; i < config_.max_jobs; ++i) delete table_[i].load();
+  for (unsigned i = 0; i < config_.max_jobs; ++i) delete by_index_[i].load();
+}
+
+uint32_t Engine::default_elem_types(uint8_t wire, bool optimizer) {
+  if (optimizer) return 1u << GS_ELEM_FLOAT32;
+  return (1u << wire) | (1u << GS_ELEM_INT32);
+}
+
+std::atomic<Job*>* Engine::bucket_of(std::atomic<Job*>* table, uint32_t key) const {
+  // Fibonacci hashing: the multiply spreads every bit of the key over the bucket number.
+  return &table[size_t{(key * 0x9E3779B1u) >> (32 - bucket_bits_)} * kWays];
+}
+
+bool Engine::bucket_insert(std::atomic<Job*>* bucket, Job* job) {
+  for (unsigned w = 0; w < kWays; ++w) {
+    if (!bucket[w].load(std::memory_order_relaxed)) {
+      bucket[w].store(job, std::memory_order_seq_cst);
+      return true;
+    }
+  }
+  return false;
+}
+
+void Engine::bucket_erase(std::atomic<Job*>* bucket, const Job* job) {
+  for (unsigned w = 0; w < kWays; ++w)
+    if (bucket[w].load(std::memory_order_relaxed) == job) bucket[w].store(nullptr, std::memory_order_seq_cst);
+}
+
+bool Engine::id_usable(uint32_t id) const {
+  if (id == 0 || find_job(id)) return false;
+  std::atomic<Job*>* b = bucket_of(buckets_.get(), id);
+  for (unsigned w = 0; w < kWays; ++w)
+    if (!b[w].load(std::memory_order_relaxed)) return true;
+  return false;
 }
 
 size_t Engine::job_memory_bytes(const JobSpec& spec) {
@@ -112,19 +156,26 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
   }
   if (spec.uplink)
     if (std::string why = check_uplink(spec); !why.empty()) return fail(why);
+  if (spec.elem_types & ~uint32_t{0x7E}) return fail("elem_types names an unknown element type");
   unsigned index = config_.max_jobs;
   for (unsigned i = 0; i < config_.max_jobs; ++i) {
-    if (table_[i].load(std::memory_order_relaxed) == nullptr) {
+    if (by_index_[i].load(std::memory_order_relaxed) == nullptr) {
       index = i;
       break;
     }
   }
   if (index == config_.max_jobs)
     return fail("job table full (" + std::to_string(config_.max_jobs) + " jobs)");
-  uint32_t generation = next_generation_++ & 0xFFFFFFu;
-  if (generation == 0) generation = next_generation_++ & 0xFFFFFFu;
-  const uint32_t id = (generation << 8) | index;
-  Job* job = new (std::nothrow) Job(id, spec, config_.threads);
+  uint32_t id = spec.id;
+  if (id == 0) {  // numbered by the engine: the generation above the index, never 0
+    do {
+      const uint32_t generation = next_generation_++ & 0xFFFFFFu;
+      id = (generation << 8) | index;
+    } while (!id_usable(id));
+  } else if (!id_usable(id)) {
+    return fail("job id " + std::to_string(id) + " is in use or its hash bucket is full (draw another)");
+  }
+  Job* job = new (std::nothrow) Job(id, static_cast<uint16_t>(index), spec, config_.threads);
   if (!job) return fail("out of memory for the job's slots");
   job->abort_counts = aborts_.data();
   if (spec.optimizer) {
@@ -135,16 +186,24 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
       return fail("out of memory for the optimizer's parameters and state");
     }
   }
-  if (spec.uplink) uplink_table_[spec.uplink->job_id & 0xFFu].store(job, std::memory_order_seq_cst);
-  table_[index].store(job, std::memory_order_seq_cst);
+  by_index_[index].store(job, std::memory_order_relaxed);
+  // Published: data threads find it from here on (a leaf's job also by its spine job's id).
+  if (spec.uplink && !bucket_insert(bucket_of(uplink_buckets_.get(), spec.uplink->job_id), job)) {
+    by_index_[index].store(nullptr, std::memory_order_relaxed);
+    delete job;
+    return fail("too many of this leaf's jobs hash alike by their spine job ids (retry the job)");
+  }
+  bucket_insert(bucket_of(buckets_.get(), id), job);
   return id;
 }
 
 Job* Engine::find_job(uint32_t job_id) const {
-  const unsigned index = job_id & 0xFFu;
-  if (index >= config_.max_jobs) return nullptr;
-  Job* job = table_[index].load(std::memory_order_acquire);
-  return job && job->id == job_id ? job : nullptr;
+  std::atomic<Job*>* b = bucket_of(buckets_.get(), job_id);
+  for (unsigned w = 0; w < kWays; ++w) {
+    Job* job = b[w].load(std::memory_order_acquire);
+    if (job && job->id == job_id) return job;
+  }
+  return nullptr;
 }
 
 bool Job::try_abort(uint8_t reason, uint16_t rank, const Mismatch* m, uint8_t spine_reason,
@@ -189,11 +248,9 @@ bool Engine::rank_left(uint32_t job_id, uint16_t rank) {
 void Engine::destroy_job(uint32_t job_id) {
   Job* job = find_job(job_id);
   if (!job) return;
-  if (job->spec.uplink) {
-    Job* expected = job;
-    uplink_table_[job->spec.uplink->job_id & 0xFFu].compare_exchange_strong(expected, nullptr);
-  }
-  table_[job_id & 0xFFu].store(nullptr, std::memory_order_seq_cst);
+  bucket_erase(bucket_of(buckets_.get(), job_id), job);
+  if (job->spec.uplink) bucket_erase(bucket_of(uplink_buckets_.get(), job->spec.uplink->job_id), job);
+  by_index_[job->index].store(nullptr, std::memory_order_relaxed);
   // RCU-style grace period: a thread inside a burst may still hold the pointer; wait until every
   // such thread has left that burst. Threads outside a burst will not find the job any more.
   for (unsigned t = 0; t < config_.threads; ++t) {
@@ -270,7 +327,7 @@ Optimizer* Engine::job_optimizer(uint32_t job_id) const {
 std::vector<uint32_t> Engine::job_ids() const {
   std::vector<uint32_t> ids;
   for (unsigned i = 0; i < config_.max_jobs; ++i)
-    if (Job* job = table_[i].load(std::memory_order_acquire)) ids.push_back(job->id);
+    if (Job* job = by_index_[i].load(std::memory_order_acquire)) ids.push_back(job->id);
   return ids;
 }
 
@@ -290,7 +347,8 @@ void Engine::count_sent(unsigned thread, uint32_t job_id, uint32_t packets, uint
   }
 }
 
-IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, uint64_t now_ns) {
+IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, uint64_t now_ns,
+                            Endpoint from) {
   ThreadState& ts = threads_[thread];
   IngestResult r;
   counter_add(ts.totals.pkts_in);
@@ -315,26 +373,34 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   Job* job = find_job(h.job_id);
   if (!job) return drop(DropReason::kUnknownJob);
   r.job_id = h.job_id;
+  r.job_index = job->index;
   js = &job->per_thread[thread];
   counter_add(js->counters.pkts_in);
   counter_add(js->counters.bytes_in, len);
   const JobSpec& spec = job->spec;
   if (h.key != spec.key) return drop(DropReason::kWrongKey);
   if (h.rank >= spec.world || !(job->members >> h.rank & 1)) return drop(DropReason::kBadRank);
+  // Only the rank's own address (its IP and UDP port) speaks for it: a packet with the right id and
+  // key from elsewhere is a forgery or a stray (docs/security.md). A leaf switch sends from its data
+  // threads' ports: for a rank it forwarded, the IP alone is checked.
+  const Endpoint& own = spec.endpoints[job->endpoint_index[h.rank]];
+  if (from.ipv4_be != own.ipv4_be || (from.port_be != own.port_be && !(spec.source_ip_only >> h.rank & 1)))
+    return drop(DropReason::kBadSource);
   if (h.slot >= spec.slots) return drop(DropReason::kSlotOutOfRange);
   if (thread_of_slot(h.slot) != thread) return drop(DropReason::kWrongThread);
-  const size_t elem_size = gs_elem_size(h.elem_type);
-  if (elem_size == 0) return drop(DropReason::kBadElemType);
+  const size_t elem_size = gs_elem_size(h.elem_type);  // 0 for unknown types, so the shift is < 32
+  if (elem_size == 0 || !(job->elem_types >> h.elem_type & 1)) return drop(DropReason::kBadElemType);
   const size_t payload_len = size_t{h.count} * elem_size;
   if (payload_len > spec.payload_bytes || len != GS_HEADER_BYTES + payload_len)
     return drop(DropReason::kBadLength);
   if (Optimizer* opt = job->optimizer.get()) {
     // Each chunk must map onto whole parameters so that its step is applied exactly once.
-    if (h.elem_type != GS_ELEM_FLOAT32) return drop(DropReason::kBadElemType);
     const uint32_t chunk = spec.payload_bytes / 4;
     if (h.offset % chunk != 0 || uint64_t{h.offset} + h.count > opt->spec().params)
       return drop(DropReason::kBadOffset);
   }
+  // A rank that left (LEAVE) contributes nothing more, and its retransmissions get no answer.
+  if (job->left.load(std::memory_order_relaxed) >> h.rank & 1) return drop(DropReason::kRankLeft);
 
   r.src_rank = h.rank;
   r.endpoints = spec.endpoints.data();

@@ -57,6 +57,15 @@ struct JobSpec {
   uint16_t slots = 256;            // pool size = the workers' window
   uint32_t payload_bytes = GS_DEFAULT_PAYLOAD_BYTES;  // largest payload, multiple of 4
   uint32_t key = 0;                                   // random per job, chosen by the caller
+  // The job's id: 0 lets the engine number jobs itself (deterministic: tests, test vectors); the
+  // control plane draws a random one, since id and key together are the secret that makes DATA
+  // unforgeable (docs/security.md). create_job refuses an id in use (see id_usable()).
+  uint32_t id = 0;
+  // The element types DATA of this job may carry: bit t for gs_elem_type t; 0 = default_elem_types().
+  uint32_t elem_types = 0;
+  // Ranks whose DATA may come from any port of their endpoint's IP (bit r: rank r): a leaf switch
+  // sends a rack's rounds from its data threads' ports (docs/protocol.md §8).
+  uint64_t source_ip_only = 0;
   // Set for a job that optimizes in the switch (float32 wire only): results carry parameters.
   std::shared_ptr<const OptimizerSpec> optimizer;
   // Set on a leaf switch: rounds complete in the rack go up to the spine (never with an optimizer:
@@ -69,6 +78,7 @@ struct IngestResult {
   enum Kind : uint8_t { kDropped, kAbsorbed, kSend } kind = kDropped;
   DropReason reason = DropReason::kNone;  // for kDropped
   uint32_t job_id = 0;                    // set once the job is known
+  uint16_t job_index = 0;                 // with job_id: < max_jobs, unique among live jobs
   uint16_t src_rank = GS_RANK_ALL;        // set once the sender is validated (key and rank)
   // kSend: `len` bytes at `data` go to endpoints[dest_rank], or to all `world` endpoints when
   // dest_rank == GS_RANK_ALL. Valid until the next ingest() on this thread.
@@ -158,10 +168,16 @@ class Engine {
   unsigned thread_of_slot(uint16_t slot) const { return slot % config_.threads; }
   // Bytes of slot memory a job with this spec needs.
   static size_t job_memory_bytes(const JobSpec& spec);
+  // The element types a job joined with `wire` accepts when JobSpec::elem_types is 0: the wire and
+  // int32 (integer tensors travel as int32 whatever the float encoding); float32 alone for a job
+  // that optimizes in the switch (docs/protocol.md section 2).
+  static uint32_t default_elem_types(uint8_t wire, bool optimizer);
 
   // ---- control plane side (one thread) ----
-  // Creates a job; returns its id, or 0 with `error` set (bad spec, table full).
+  // Creates a job; returns its id, or 0 with `error` set (bad spec, table full, id not usable).
   uint32_t create_job(const JobSpec& spec, std::string* error);
+  // Whether create_job would take `id` (non-zero, not a live job's, room in its hash bucket).
+  bool id_usable(uint32_t id) const;
   // Marks a job aborted: from now on its packets are answered with GS_MSG_ABORT (except
   // retransmissions of completed rounds, which still get their result). False when the job is
   // unknown or was already aborted (data threads abort jobs too: GS_ABORT_MISMATCH, rank_left).
@@ -212,7 +228,8 @@ class Engine {
   // A data thread brackets each burst of ingest() calls; between bursts it is quiescent.
   void begin_burst(unsigned thread);
   void end_burst(unsigned thread);
-  IngestResult ingest(unsigned thread, const uint8_t* packet, size_t len, uint64_t now_ns);
+  // `from` is the datagram's source: DATA counts only from the address its rank joined from.
+  IngestResult ingest(unsigned thread, const uint8_t* packet, size_t len, uint64_t now_ns, Endpoint from);
   // Count packets the backend sent (or failed to send) on behalf of this thread.
   void count_sent(unsigned thread, uint32_t job_id, uint32_t packets, uint64_t bytes);
 
@@ -249,16 +266,22 @@ class Engine {
                               uint64_t now_ns);
   // Waits until no ReadGuard holds a job that destroy_job just unpublished.
   void wait_for_readers() const;
+  // Job ids are random 32-bit numbers: they are found through a hash table of kWays-way buckets
+  // (never rehashed, so data threads read it without locks while the control plane writes it).
+  static constexpr unsigned kWays = 4;
+  std::atomic<Job*>* bucket_of(std::atomic<Job*>* table, uint32_t key) const;
+  static bool bucket_insert(std::atomic<Job*>* bucket, Job* job);  // false when the bucket is full
+  static void bucket_erase(std::atomic<Job*>* bucket, const Job* job);
 
   mutable std::mutex reader_mu_;                 // one ReadGuard at a time
   mutable std::atomic<uint64_t> reader_seq_{0};  // odd while a ReadGuard is held
   std::array<std::atomic<uint64_t>, kAbortReasons> aborts_{};
   EngineConfig config_;
   std::unique_ptr<ThreadState[]> threads_;
-  std::unique_ptr<std::atomic<Job*>[]> table_;
-  // Leaf jobs by the low byte of their spine job's id (the spine's table index: unique among the
-  // spine's live jobs, and a leaf has one spine).
-  std::unique_ptr<std::atomic<Job*>[]> uplink_table_;
+  std::unique_ptr<std::atomic<Job*>[]> by_index_;  // max_jobs entries: the jobs' dense indices
+  unsigned bucket_bits_ = 1;
+  std::unique_ptr<std::atomic<Job*>[]> buckets_;         // by job id: (1 << bucket_bits_) * kWays
+  std::unique_ptr<std::atomic<Job*>[]> uplink_buckets_;  // leaf jobs, by their spine job's id
   uint32_t next_generation_ = 1;
 };
 

@@ -23,8 +23,12 @@ uint8_t* uplink_packet(SlotVersion& sv) {
 }  // namespace
 
 Job* Engine::find_uplink_job(uint32_t spine_job_id) const {
-  Job* job = uplink_table_[spine_job_id & 0xFFu].load(std::memory_order_acquire);
-  return job && job->spec.uplink && job->spec.uplink->job_id == spine_job_id ? job : nullptr;
+  std::atomic<Job*>* b = bucket_of(uplink_buckets_.get(), spine_job_id);
+  for (unsigned w = 0; w < kWays; ++w) {
+    Job* job = b[w].load(std::memory_order_acquire);
+    if (job && job->spec.uplink->job_id == spine_job_id) return job;
+  }
+  return nullptr;
 }
 
 IngestResult Engine::send_up(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r) {
@@ -65,6 +69,7 @@ IngestResult Engine::uplink_resend(unsigned thread, uint32_t job_id, uint16_t sl
   Job* job = find_job(job_id);
   if (!job || !job->spec.uplink || slot >= job->spec.slots || thread_of_slot(slot) != thread) return r;
   r.job_id = job_id;
+  r.job_index = job->index;
   for (uint8_t version = 0; version < 2; ++version) {
     SlotVersion& sv = job->slots[slot].version[version];
     if (sv.state.load(std::memory_order_relaxed) != RoundState::kUplink) continue;
@@ -102,6 +107,7 @@ IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_
   const JobSpec& spec = job->spec;
   const UplinkSpec& up = *spec.uplink;
   r.job_id = job->id;
+  r.job_index = job->index;
   js = &job->per_thread[thread];
   counter_add(js->counters.pkts_in);
   counter_add(js->counters.bytes_in, len);

@@ -71,10 +71,12 @@ struct alignas(64) JobThreadState {
 
 class Job {
  public:
-  Job(uint32_t id, const JobSpec& spec, unsigned threads);
+  Job(uint32_t id, uint16_t index, const JobSpec& spec, unsigned threads);
   ~Job();
 
   const uint32_t id;
+  const uint16_t index;       // dense, < max_jobs (IngestResult::job_index)
+  const uint32_t elem_types;  // bit t: DATA may carry gs_elem_type t
   const JobSpec spec;
   std::unique_ptr<Slot[]> slots;
   std::unique_ptr<JobThreadState[]> per_thread;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "switch/io/dpdk/checksum.h"
 #include "switch/io/dpdk/dpdk_switch.h"
@@ -46,6 +47,16 @@ const uint8_t* datagram_of(const rte_mbuf* m, uint32_t* len) {
   const uint32_t off = m->l2_len + m->l3_len + m->l4_len;
   *len = m->pkt_len - off;
   return rte_pktmbuf_mtod(m, const uint8_t*) + off;
+}
+
+// The datagram's source address, from the IPv4 and UDP headers the rx task checked.
+Endpoint source_of(const rte_mbuf* m) {
+  const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
+  Ipv4Header ip;
+  UdpHeader udp;
+  std::memcpy(&ip, frame + m->l2_len, sizeof ip);
+  std::memcpy(&udp, frame + m->l2_len + m->l3_len, sizeof udp);
+  return Endpoint{ip.src_be, udp.src_port_be};
 }
 
 }  // namespace
@@ -192,7 +203,7 @@ void DpdkSwitch::aggregate(Lcore& lc, unsigned agg, rte_mbuf** packets, unsigned
     }
     uint32_t len;
     const uint8_t* datagram = datagram_of(m, &len);
-    const IngestResult r = engine_.ingest(agg, datagram, len, lc.now_ns);
+    const IngestResult r = engine_.ingest(agg, datagram, len, lc.now_ns, source_of(m));
     if (r.kind == IngestResult::kSend) {
       bump(lc.c.agg_results);
       send_result(lc, agg, r);
@@ -219,7 +230,8 @@ void DpdkSwitch::send_result(Lcore& lc, unsigned agg, const IngestResult& r) {
   engine_.count_sent(agg, r.job_id, sent, uint64_t{sent} * r.len);
   // Completion tracking: a multicast RESULT advances the job's seq (answers to retransmissions,
   // sent to one rank, do not).
-  if (to_all && r.type == GS_MSG_RESULT) at.completion.record(r.job_id, r.seq, r.count, lc.now_ns);
+  if (to_all && r.type == GS_MSG_RESULT)
+    at.completion.record(r.job_index, r.job_id, r.seq, r.count, lc.now_ns);
 }
 
 // Builds Ethernet/IPv4/UDP around `payload` for `dst_ip_be` and sends it out of the port behind

@@ -44,8 +44,9 @@ CompletionRecords::Progress latest_over_threads(const std::vector<const Completi
 
 }  // namespace
 
-void CompletionRecords::record(uint32_t job_id, uint32_t seq, uint16_t count, uint64_t now_ns) {
-  Entry& e = entries_[job_id % kEntries];
+void CompletionRecords::record(unsigned index, uint32_t job_id, uint32_t seq, uint16_t count,
+                               uint64_t now_ns) {
+  Entry& e = entries_[index % kEntries];
   const uint32_t v = e.version.load(std::memory_order_relaxed);
   e.version.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);

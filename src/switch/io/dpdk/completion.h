@@ -20,8 +20,8 @@ namespace gradswitch::dpdk {
 
 class CompletionRecords {
  public:
-  // Engine job ids keep their table index in the low 8 bits, so 256 entries never collide
-  // between live jobs.
+  // One entry per engine job index (IngestResult::job_index < max_jobs <= 256): live jobs never
+  // share one (job ids are random; their indices are dense).
   static constexpr unsigned kEntries = 256;
 
   struct Progress {
@@ -31,8 +31,9 @@ class CompletionRecords {
     uint64_t last_ns = 0;   // time of the latest of them
   };
 
-  // The owning aggregation thread: a multicast RESULT of `count` elements of (job, seq) went out.
-  void record(uint32_t job_id, uint32_t seq, uint16_t count, uint64_t now_ns);
+  // The owning aggregation thread: a multicast RESULT of `count` elements of (job, seq) went out;
+  // `index` is the job's engine index.
+  void record(unsigned index, uint32_t job_id, uint32_t seq, uint16_t count, uint64_t now_ns);
   // Any thread: a consistent copy of entry `index` (retries while the owner writes it).
   Progress read(unsigned index) const;
 

@@ -89,7 +89,8 @@ class UdpBackend final : public Backend {
     std::vector<uint8_t> rx_buf;
     std::vector<mmsghdr> rx_msgs;
     std::vector<iovec> rx_iov;
-    std::vector<sockaddr_in> rx_addr;  // sources: a leaf takes RESULT/ABORT only from its spine
+    std::vector<sockaddr_in> rx_addr;  // sources: DATA counts only from its rank's address, a leaf takes
+                                       // RESULT/ABORT only from its spine (the engine checks both)
     std::vector<uint8_t> rx_ctrl;
     std::vector<uint8_t> arena;
     size_t arena_used = 0;
@@ -330,7 +331,7 @@ void UdpBackend::ingest(Thread& t, const uint8_t* data, size_t len, const sockad
     if (r.kind == IngestResult::kSend && r.type == GS_MSG_RESULT)
       t.uplink.delivered(r.job_id, r.slot, static_cast<int64_t>(now));
   } else {
-    r = engine_.ingest(t.index, data, len, now);
+    r = engine_.ingest(t.index, data, len, now, Endpoint{src.sin_addr.s_addr, src.sin_port});
     if (r.kind == IngestResult::kSend && r.type == GS_MSG_DATA)  // a rack's round going up
       t.uplink.sent(r.job_id, r.slot, static_cast<int64_t>(now));
   }
