@@ -181,6 +181,9 @@ class Bed:
                     binary,
                     "--backend",
                     "udp",
+                    "--control-host",  # the bench's own namespaces: only its hosts reach it
+                    "0.0.0.0",
+                    "--insecure",
                     "--threads",
                     "1",
                 ]
@@ -265,7 +268,7 @@ class Bed:
             "--dst-mac",
             dst_mac,
             "--src-ip",
-            t.ip_of(0),
+            t.ip_of(1) if mode == "agg" else t.ip_of(0),  # agg: the ranks joined from host 1
             "--dst-ip",
             dst_ip,
             "--dst-port",

@@ -40,6 +40,7 @@ def main() -> int:
                     switch_binary(),
                     "--control-host",
                     tb.address("switch"),
+                    "--insecure",  # the testbed's own namespaces
                     "--threads",
                     "1",
                     "--slots",

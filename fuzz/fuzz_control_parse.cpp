@@ -1,6 +1,6 @@
 // libFuzzer target over the control plane's text parsing: the line framer and every verb's
-// argument parser. Checks: no crash, no sanitizer report, framed lines respect the length limit,
-// and every error formats as a single "ERR <code> <message>" line.
+// argument parser (JOIN with types=, AUTH, ABORT ...). Checks: no crash, no sanitizer report, framed lines
+// respect the length limit, and every error formats as a single "ERR <code> <message>" line.
 #include <cstdint>
 #include <string>
 
@@ -31,6 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)parse_status(*req, &e2);
     (void)parse_stats(*req, &e2);
     (void)parse_no_args(*req, &e2);
+    (void)parse_auth(*req, &e2);
+    (void)parse_abort(*req, &e2);
+    if (auto j = parse_join(*req, &e2); j && (j->types & ~uint32_t{0x7E})) __builtin_trap();
     std::string formatted = format_error(e2);
     if (formatted.find('\n') != formatted.size() - 1) __builtin_trap();
   }

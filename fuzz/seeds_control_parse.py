@@ -12,15 +12,19 @@ SEEDS = [
     b"STATUS job_id=0x101 slot=3 version=1\n",
     b"STATS\nJOBS\nPING\nLEAVE\n",
     b"STATS job_id=257\n",
+    b"JOIN job=t world=2 rank=1 wire=float32 token=x port=9 types=float64,int32\n",
+    b"CHALLENGE\nAUTH tenant=alice cnonce=" + b"ab" * 16 + b" proof=" + b"0f" * 32 + b"\n",
+    b"ABORT job_id=0x12345678\n",
 ]
 
 
-def main():
+def write(seeds: list[bytes]) -> None:
+    """Writes `seeds` as files seed0, seed1, ... into the directory argv[1] (the other control seeds too)."""
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    for i, s in enumerate(SEEDS):
+    for i, s in enumerate(seeds):
         (out / f"seed{i}").write_bytes(s)
 
 
 if __name__ == "__main__":
-    main()
+    write(SEEDS)

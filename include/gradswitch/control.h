@@ -31,6 +31,10 @@ extern "C" {
 #define GS_VERB_STATS "STATS"
 #define GS_VERB_JOBS "JOBS"
 #define GS_VERB_PING "PING"
+/* authentication (docs/protocol.md section 1.5) and the operator's verb */
+#define GS_VERB_CHALLENGE "CHALLENGE"
+#define GS_VERB_AUTH "AUTH"
+#define GS_VERB_ABORT "ABORT"
 /* optimizer jobs (docs/protocol.md section 1.3) */
 #define GS_VERB_PARAMS "PARAMS"
 #define GS_VERB_SETLR "SETLR"
@@ -51,7 +55,8 @@ extern "C" {
 #define GS_ERR_STATE "state"               /* verb not valid now (e.g. a second JOIN) */
 #define GS_ERR_TIMEOUT "timeout"           /* not every rank joined in time */
 #define GS_ERR_NO_RESOURCES "no_resources" /* job table full, not enough memory */
-#define GS_ERR_NOT_FOUND "not_found"       /* unknown job */
+#define GS_ERR_NOT_FOUND "not_found"       /* unknown job, or one this connection may not see */
+#define GS_ERR_AUTH "auth"                 /* AUTH failed; the verb needs AUTH, or an operator */
 
 /* ---- keys of JOIN ---- */
 #define GS_KEY_JOB "job"
@@ -61,8 +66,9 @@ extern "C" {
 #define GS_KEY_TOKEN "token"
 #define GS_KEY_PORT "port"
 /* a JOIN that a leaf switch forwards to its spine (docs/protocol.md section 8) */
-#define GS_KEY_LEAF "leaf" /* 1 */
-#define GS_KEY_PEER "peer" /* the worker's own ip:port */
+#define GS_KEY_LEAF "leaf"   /* 1 */
+#define GS_KEY_PEER "peer"   /* the worker's own ip:port */
+#define GS_KEY_TYPES "types" /* optional: element types DATA may carry besides the wire and int32 */
 /* optimizer keys of JOIN (docs/protocol.md section 1.3) */
 #define GS_KEY_OPTIMIZER "optimizer"
 #define GS_KEY_PARAMS "params"
@@ -127,6 +133,19 @@ extern "C" {
 #define GS_KEY_JOBS_STARTED "jobs_started"
 #define GS_KEY_DROPS "drops"
 #define GS_KEY_DROP_PREFIX "drop." /* drop.<reason> */
+
+/* ---- authentication: CHALLENGE -> OK nonce=; AUTH tenant= cnonce= proof= -> OK tenant= role= proof= ---- */
+#define GS_KEY_TENANT "tenant"
+#define GS_KEY_NONCE "nonce"
+#define GS_KEY_CNONCE "cnonce"
+#define GS_KEY_PROOF "proof"
+#define GS_KEY_ROLE "role"
+#define GS_ROLE_TENANT "tenant"
+#define GS_ROLE_OPERATOR "operator"
+/* proof = HMAC-SHA-256(secret, label "\n" tenant "\n" nonce "\n" cnonce) in lower-case hex */
+#define GS_AUTH_CLIENT_LABEL "gradswitch-auth-v1 client"
+#define GS_AUTH_SWITCH_LABEL "gradswitch-auth-v1 switch"
+#define GS_TENANT_SEPARATOR "/" /* a tenant's job `name` is shown as "tenant/name" */
 
 /* ---- keys of the optimizer verbs ---- */
 #define GS_KEY_OFFSET "offset" /* PARAMS */

@@ -138,7 +138,8 @@ NB_MODULE(_core, m) {
              double rto_initial, double rto_max, const std::string& optimizer, uint64_t params,
              const std::vector<std::pair<std::string, std::string>>& optimizer_keys,
              const std::string& algorithm, const std::vector<std::string>& peers, nb::object peer_exchange,
-             unsigned ring_slots, uint32_t ring_payload, const std::string& bind_ip) {
+             unsigned ring_slots, uint32_t ring_payload, const std::string& bind_ip,
+             const std::string& tenant, const std::string& secret, const std::string& types) {
             Options o;
             o.switch_addr = switch_addr;
             o.job = job;
@@ -162,6 +163,9 @@ NB_MODULE(_core, m) {
             o.ring_slots = ring_slots;
             o.ring_payload_bytes = ring_payload;
             o.bind_ip = bind_ip;
+            o.tenant = tenant;
+            o.secret = secret;
+            o.types = types;
             if (!peer_exchange.is_none()) {
               // Called on this thread during connect only; the caller keeps the callable alive.
               PyObject* fn = peer_exchange.ptr();
@@ -184,7 +188,7 @@ NB_MODULE(_core, m) {
           "optimizer"_a = "", "params"_a = 0,
           "optimizer_keys"_a = std::vector<std::pair<std::string, std::string>>(), "algorithm"_a = "switch",
           "peers"_a = std::vector<std::string>(), "peer_exchange"_a = nb::none(), "ring_slots"_a = 256,
-          "ring_payload"_a = 1440, "bind_ip"_a = "0.0.0.0")
+          "ring_payload"_a = 1440, "bind_ip"_a = "0.0.0.0", "tenant"_a = "", "secret"_a = "", "types"_a = "")
       .def(
           "allreduce",
           [](PyGroup& self, nb::ndarray<> x) {

@@ -47,6 +47,9 @@ class Group:
         ring_slots: int = 256,
         ring_payload: int = 1440,
         bind_ip: str = "0.0.0.0",
+        tenant: str = "",
+        secret: str = "",
+        types: str = "",
     ) -> None: ...
     def allreduce(self, x: Any) -> None: ...
     def allreduce_async(self, x: Any) -> Handle: ...

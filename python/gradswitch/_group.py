@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import struct
 import threading
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
+from .control import credentials
 
 WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
 ALGORITHMS = ("switch", "ring", "auto")
@@ -437,6 +439,8 @@ def connect(
     peers: list[str] | None = None,
     peer_exchange: Any = None,
     bind_ip: str = "0.0.0.0",
+    tenant: str | None = None,
+    secret_file: str | os.PathLike | None = None,
 ) -> Group:
     """Joins `job` as `rank` of `world_size` at the switch `switch` ("host:port" of its control port).
 
@@ -462,6 +466,11 @@ def connect(
     own entry's port). `peer_exchange` (internal, used by the torch backend) is a callable that
     takes this rank's UDP port and returns every rank's "host:port". `bind_ip` is the local address
     of the data socket.
+
+    A switch with an auth file (docs/security.md) knows its tenants: `tenant` (default
+    $GRADSWITCH_TENANT) proves its secret, read from `secret_file` or else $GRADSWITCH_SECRET or the
+    file $GRADSWITCH_SECRET_FILE (never from a command line), before joining; job names are then
+    the tenant's own.
 
     Optimization in the switch (docs/optimizer.md): `optimizer=dict(algo="adam", lr=1e-3, ...)` makes
     the switch hold the fp32 parameters and the optimizer state; every rank must pass the same dict
@@ -500,6 +509,7 @@ def connect(
         raise TypeError(f"gradswitch: drop_rate must be a number in [0, 1), got {drop_rate!r}")
     if not 0.0 <= float(drop_rate) < 1.0:
         raise ValueError(f"gradswitch: drop_rate must be in [0, 1), got {drop_rate!r}")
+    creds = credentials(tenant, secret_file) or ("", "")
     algo, keys, n_params, initial = "", [], 0, None
     if optimizer is not None:
         if wire != "float32":
@@ -543,6 +553,8 @@ def connect(
         peers=peers or [],
         peer_exchange=peer_exchange,
         bind_ip=bind_ip,
+        tenant=creds[0],
+        secret=creds[1],
     )
     group = Group(native, switch)
     if initial is not None and group.rank == 0:

@@ -225,6 +225,8 @@ class Daemon:
             cmd += ["--drop-rate", str(self._opts["drop_rate"])]
         if self.metrics_port is not None:
             cmd += ["--metrics-port", str(self.metrics_port), "--metrics-host", self.host]
+        if self.netns:
+            cmd.append("--insecure")  # a namespace of our own: only its hosts reach the switch
         return cmd + self._args
 
     # ---- life cycle

@@ -31,7 +31,9 @@
 namespace gradswitch {
 
 struct SwitchConfig {
-  std::string control_host = "0.0.0.0";  // IPv4 address of the TCP control plane and UDP data ports
+  // IPv4 address of the TCP control plane and UDP data ports. Loopback needs no configuration;
+  // any other address needs --auth-file (or --insecure): docs/security.md.
+  std::string control_host = "127.0.0.1";
   uint16_t control_port = 7700;
   uint16_t data_port = 7701;  // data thread t listens on data_port + t
   unsigned threads = 1;       // data threads; slot s is served by thread s % threads
@@ -52,10 +54,12 @@ struct SwitchConfig {
   uint64_t max_memory = 1ull << 30;        // bytes of slot memory for all jobs together
   std::string udp_gso = "on";              // on | off: UDP_SEGMENT for results sent to one worker
   std::string uplink;                      // IPv4:PORT of a spine's control plane: this switch is a leaf
+  std::string auth_file;  // tenants, their secrets and quotas; "" = anonymous (docs/security.md)
+  bool insecure = false;  // serve a non-loopback address without --auth-file
 
   // The DPDK backend's own options (--backend dpdk; docs/dpdk.md).
   struct Dpdk {
-    std::string agg_ip;               // aggregation address; "" = --control-host unless 0.0.0.0
+    std::string agg_ip;               // aggregation address; "" = --control-host unless 0.0.0.0 or loopback
     unsigned agg_prefix = 24;         // prefix length given to net_tap interfaces with agg_ip
     std::string agg_mac;              // source MAC of results; "" = the tap port's, else the first port's
     std::string layout = "auto";      // auto | 8b | 8a | io | single (lcore_layout.h)
@@ -278,7 +282,7 @@ inline std::vector<OptionSpec> dpdk_options() {
   using namespace config_detail;
   std::vector<OptionSpec> o = {
       text_option(
-          "agg-ip", "ADDR", "aggregation address (none: --control-host, unless it is 0.0.0.0)",
+          "agg-ip", "ADDR", "aggregation address (none: --control-host, unless it is 0.0.0.0 or loopback)",
           [](auto& c) -> auto& { return c.dpdk.agg_ip; }, true, valid_ipv4),
       uint_option(
           "agg-prefix", "N", "prefix length of the aggregation address on net_tap interfaces",
@@ -409,6 +413,13 @@ inline const std::vector<OptionSpec>& switch_options() {
                     "be a leaf: every job also joins the spine switch whose control plane is here, as one "
                     "rank for this switch's ranks (docs/protocol.md section 8); none: aggregate alone",
                     &SwitchConfig::uplink, true, valid_ipv4_port),
+        text_option("auth-file", "PATH",
+                    "tenants, secrets and quotas (docs/security.md); JOIN then needs AUTH (none: anonymous)",
+                    &SwitchConfig::auth_file, true, nullptr),
+        flag_option("insecure",
+                    "serve a non-loopback --control-host without --auth-file: anyone who reaches it may "
+                    "join, read and abort any job",
+                    &SwitchConfig::insecure, true),
     };
     for (OptionSpec& spec : dpdk_options()) o.push_back(std::move(spec));
     return o;
@@ -416,8 +427,24 @@ inline const std::vector<OptionSpec>& switch_options() {
   return options;
 }
 
+// 127.0.0.0/8: reachable from this machine only.
+inline bool is_loopback_ipv4(const std::string& s) {
+  in_addr a;
+  return inet_pton(AF_INET, s.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
 // Checks that involve several options; "" when the config is usable.
 inline std::string validate_config(const SwitchConfig& c) {
+  // Redis' protected mode: a switch others can reach does not serve them anonymously by accident.
+  if (!is_loopback_ipv4(c.control_host) && c.auth_file.empty() && !c.insecure)
+    return "--control-host " + c.control_host +
+           " can be reached from other machines: give --auth-file FILE (tenants and their secrets, "
+           "docs/security.md), or --insecure to let anyone who reaches it join, read and abort any job";
+  if (c.metrics_port != 0 && !is_loopback_ipv4(c.metrics_host) && !c.insecure)
+    return "--metrics-host " + c.metrics_host +
+           " can be reached from other machines, and /metrics shows every job (names and ids) to anyone: "
+           "keep "
+           "it on loopback (scrape it through a proxy that authenticates), or give --insecure";
   if (c.backend != "dpdk") {
     const SwitchConfig defaults;
     for (const OptionSpec& o : switch_options())

@@ -78,6 +78,21 @@ int main(int argc, char** argv) {
 
   Engine engine(EngineConfig{config.threads, config.max_jobs});
   ControlPlane control(engine, config);
+  if (!config.auth_file.empty()) {
+    auto table = control::load_auth_file(config.auth_file, {config.max_jobs, config.max_memory}, &error);
+    if (!table) {
+      std::fprintf(stderr, "gradswitchd: %s\n", error.c_str());
+      return 2;
+    }
+    std::fprintf(stderr, "gradswitchd: %zu tenants and operators from %s%s\n", table->tenants.size(),
+                 config.auth_file.c_str(), table->anonymous ? ", anonymous JOINs allowed" : "");
+    control.use_auth(std::move(*table));
+  } else if (config.insecure && !is_loopback_ipv4(config.control_host)) {
+    std::fprintf(stderr,
+                 "gradswitchd: warning: --insecure: anyone who reaches %s may join, read and abort any "
+                 "job (docs/security.md)\n",
+                 config.control_host.c_str());
+  }
   if (!control.listen(&error)) {
     log_plain(LogLevel::kError, "gradswitchd: %s", error.c_str());
     return 1;

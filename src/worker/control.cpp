@@ -17,6 +17,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/challenge.h"
+#include "common/sha256.h"
 #include "worker/control.h"
 #include "worker/errors.h"
 
@@ -344,6 +346,29 @@ std::string ControlClient::request_read_payload(const std::string& line, const s
   payload->resize(static_cast<size_t>(b));
   read_exact(payload->data(), payload->size(), deadline, what, timeout_s);
   return reply;
+}
+
+void ControlClient::authenticate(const std::string& tenant, const std::string& secret, double timeout_s) {
+  const std::string where = "the switch at " + endpoint_;
+  Reply c = parse_reply(request(GS_VERB_CHALLENGE, timeout_s));
+  if (!c.ok)
+    throw Error("gradswitch: " + where + " does not authenticate (CHALLENGE: " + c.code + " " + c.message +
+                "); a tenant and secret were given: is it started with --auth-file?");
+  const std::string nonce = c.get(GS_KEY_NONCE);
+  if (!is_nonce(nonce)) throw Error("gradswitch: " + where + " sent a malformed CHALLENGE reply: " + c.line);
+  const std::string cnonce = random_hex(32);
+  Reply a = parse_reply(request(std::string(GS_VERB_AUTH " " GS_KEY_TENANT "=") + tenant +
+                                    " " GS_KEY_CNONCE "=" + cnonce + " " GS_KEY_PROOF "=" +
+                                    auth_proof(GS_AUTH_CLIENT_LABEL, secret, tenant, nonce, cnonce),
+                                timeout_s));
+  if (!a.ok)
+    throw Error("gradswitch: " + where + " refused tenant '" + tenant + "': " + a.code + " " + a.message +
+                ". Check the tenant name and its secret (GRADSWITCH_TENANT, GRADSWITCH_SECRET or "
+                "GRADSWITCH_SECRET_FILE) against the switch's auth file.");
+  if (!constant_time_equal(a.get(GS_KEY_PROOF),
+                           auth_proof(GS_AUTH_SWITCH_LABEL, secret, tenant, nonce, cnonce)))
+    throw Error("gradswitch: " + where + " accepted tenant '" + tenant +
+                "' but could not prove that it knows the secret: it is not the switch you configured");
 }
 
 JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned rank, const std::string& wire,

@@ -81,6 +81,11 @@ class ControlClient {
   JoinInfo join(const std::string& job, unsigned world, unsigned rank, const std::string& wire,
                 const std::string& token, uint16_t udp_port, double timeout_s, const std::string& extra = "");
 
+  // CHALLENGE, then AUTH as `tenant` with `secret` (docs/protocol.md section 1.5); checks the
+  // switch's own proof, so that a switch that does not know the secret is not believed. Throws
+  // Error saying what to check.
+  void authenticate(const std::string& tenant, const std::string& secret, double timeout_s);
+
   // Reads, without blocking, what the switch sent between replies: the first notice not yet
   // taken, an `EVENT aborted`, or kClosed (for good) once the switch has closed the connection;
   // kNone when there is nothing. Call it between requests (EVENT lines that arrive while a reply

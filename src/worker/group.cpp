@@ -77,6 +77,17 @@ std::vector<SwitchLink> connect_more_switches(const Options& opt) {
 
 }  // namespace
 
+uint32_t job_types(const Options& opt) {
+  uint32_t mask = (1u << parse_wire(opt.wire)) | (1u << GS_ELEM_INT32);
+  for (size_t start = 0; !opt.types.empty();) {
+    const size_t comma = opt.types.find(',', start);
+    mask |= 1u << parse_wire(opt.types.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return mask;
+}
+
 uint8_t parse_wire(const std::string& name) {
   if (name == "int32") return GS_ELEM_INT32;
   if (name == "float32") return GS_ELEM_FLOAT32;
@@ -124,6 +135,18 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
                           "' must be 1..64 characters of [A-Za-z0-9._:-]");
   if (!valid_name(opt.token))
     throw InvalidArgument("gradswitch: token must be 1..64 characters of [A-Za-z0-9._:-]");
+  if (!opt.tenant.empty() &&
+      (opt.tenant.size() > 64 ||
+       opt.tenant.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                    "0123456789._-") != std::string::npos))
+    throw InvalidArgument("gradswitch: tenant '" + opt.tenant +
+                          "' must be 1..64 characters of [A-Za-z0-9._-]");
+  if (opt.tenant.empty() != opt.secret.empty())
+    throw InvalidArgument(opt.tenant.empty()
+                              ? "gradswitch: a secret was given without a tenant (GRADSWITCH_TENANT)"
+                              : "gradswitch: tenant '" + opt.tenant +
+                                    "' needs its secret (GRADSWITCH_SECRET or GRADSWITCH_SECRET_FILE)");
+  job_types(opt);  // checks Options::types
   if (!(opt.drop_rate >= 0.0 && opt.drop_rate < 1.0))
     throw InvalidArgument("gradswitch: drop_rate must be in [0, 1)");
   if (!(opt.timeout_s > 0.0)) throw InvalidArgument("gradswitch: timeout must be > 0");
@@ -177,6 +200,7 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
     throw InvalidArgument("gradswitch: optimizer keys and params need an optimizer (Options::optimizer)");
   }
   Timeline::for_rank(opt.rank);  // a timeline that cannot be written fails here, before the JOIN
+  if (!opt.types.empty()) extra += " " GS_KEY_TYPES "=" + opt.types;
   auto transport =
       make_udp_transport(opt.bind_ip, opt.sockbuf_bytes, gso, gro, given.empty() ? 0 : given[opt.rank].port);
   std::unique_ptr<ControlClient> control;
@@ -207,6 +231,7 @@ std::unique_ptr<Group> Group::connect(const Options& opt) {
     }
   }
   if (control) {
+    if (!opt.tenant.empty()) control->authenticate(opt.tenant, opt.secret, opt.join_timeout_s);
     JoinInfo ji = control->join(opt.job, opt.world, opt.rank, opt.wire, opt.token, transport->local_port(),
                                 opt.join_timeout_s, extra);
     // Every rank joins its switches in the same order: each JOIN completes once all have made it.
@@ -327,6 +352,11 @@ Handle Group::allreduce_async(const void* src, void* dst, size_t count, DType dt
     throw InvalidArgument("gradswitch: wire " + std::string(gs_elem_name(wire)) + " (" +
                           std::to_string(wire) + ") cannot carry a" +
                           (dtype == DType::kInt32 ? "n int32" : " float") + " tensor");
+  if (wire != 0 && control_ && !(job_types(opt_) >> wire & 1))
+    throw InvalidArgument("gradswitch: wire " + std::string(gs_elem_name(wire)) +
+                          " is not one of the job's (" + opt_.wire + ", int32" +
+                          (opt_.types.empty() ? "" : ", " + opt_.types) +
+                          "): the switch drops other types; list it in Options::types (JOIN types=)");
   Op op{dst, count, dtype, nullptr, nullptr};
   op.src = src;
   op.wire = wire;

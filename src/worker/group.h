@@ -203,5 +203,8 @@ class Group {
 
 // Parses a wire name; throws InvalidArgument for unknown names.
 uint8_t parse_wire(const std::string& name);
+// The element types a job joined with these options takes (bit t: gs_elem_type t): the wire, int32
+// and Options::types; throws InvalidArgument for a type name it does not know.
+uint32_t job_types(const Options& opt);
 
 }  // namespace gradswitch::worker

@@ -20,6 +20,13 @@ struct Options {
   std::string wire =
       "float32";  // how float tensors travel: float32 | fixed32 | float16 | bfloat16 | float64 | int32
   std::string token = "gradswitch";
+  // A switch with an auth file (docs/security.md): the tenant and its secret, proven by AUTH before
+  // JOIN ("" = anonymous). The secret comes from the environment or a file, never a command line.
+  std::string tenant;
+  std::string secret;
+  // Element types DATA may carry besides `wire` and int32 (JOIN types=, comma separated): what a
+  // per-call wire (Group::allreduce_async's `wire`) uses, e.g. "float64".
+  std::string types;
   double timeout_s = 30.0;          // an allreduce fails after this long without progress
   double join_timeout_s = 120.0;    // JOIN waits this long for the other ranks (the switch has its own)
   double connect_timeout_s = 5.0;   // TCP connect to the control port

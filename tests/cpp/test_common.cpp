@@ -1,5 +1,5 @@
-// The small helpers every part shares (src/common): serial-number order, the loss injector and
-// the header builder.
+// The small helpers every part shares (src/common): serial-number order, the loss injector, the
+// header builder, and SHA-256 / HMAC-SHA-256 (checked against FIPS 180-4 and RFC 4231 vectors).
 #include <cstdint>
 #include <vector>
 
@@ -7,6 +7,7 @@
 #include "common/header.h"
 #include "common/rng.h"
 #include "common/seq.h"
+#include "common/sha256.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
 
@@ -61,6 +62,29 @@ TEST(single_writer_counter_adds) {
   counter_add(c);
   counter_add(c, 10);
   CHECK_EQ(c.load(), uint64_t{16});
+}
+
+TEST(sha256_matches_fips_180_vectors) {
+  CHECK(to_hex(sha256("abc")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(to_hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 million;  // fed in pieces that straddle block boundaries
+  const std::string piece(1000, 'a');
+  for (int i = 0; i < 1000; ++i) million.update(piece);
+  CHECK(to_hex(million.finish()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(hmac_sha256_matches_rfc_4231_vectors) {
+  CHECK(to_hex(hmac_sha256(std::string(20, '\x0b'), "Hi There")) ==
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  CHECK(to_hex(hmac_sha256("Jefe", "what do ya want for nothing?")) ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  CHECK(to_hex(hmac_sha256(std::string(131, '\xaa'),
+                           "Test Using Larger Than Block-Size Key - Hash Key First")) ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  CHECK(constant_time_equal("abc", "abc") && !constant_time_equal("abc", "abd") &&
+        !constant_time_equal("ab", "abc"));
 }
 
 GS_TEST_MAIN()

@@ -401,6 +401,10 @@ class DpdkSwitch:
             str(find_switch_binary()),
             "--backend",
             "dpdk",
+            # JOINs come through the tap, from the test's own namespaces (docs/security.md)
+            "--control-host",
+            "0.0.0.0",
+            "--insecure",
             "--threads",
             str(threads),
             *(extra or []),

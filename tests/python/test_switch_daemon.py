@@ -211,13 +211,19 @@ class Job:
             s.close()
 
 
-@pytest.fixture
-def daemon(tmp_path):
-    d = Daemon(tmp_path, "--join-timeout", "2")
+def serve(tmp_path, *args: str):
+    """A Daemon for a fixture (`yield from serve(...)`): stopped afterwards, its log printed, a clean
+    exit asserted."""
+    d = Daemon(tmp_path, *args)
     yield d
     rc = d.stop()
     print(f"--- gradswitchd log ---\n{d.log()[-4000:]}")
     assert rc == 0, f"gradswitchd exited {rc}"
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    yield from serve(tmp_path, "--join-timeout", "2")
 
 
 def wait_for(predicate, what: str, timeout: float = 5.0):

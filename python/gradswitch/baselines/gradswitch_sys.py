@@ -184,6 +184,7 @@ class SwitchDaemon:
             binary or switch_binary(),
             "--control-host",
             tb.address("switch"),
+            "--insecure",  # the testbed's own namespaces: only its hosts reach it
             "--control-port",
             str(control_port),
             "--data-port",

@@ -594,7 +594,8 @@ class Testbed:
                 )
         vdevs.append(f"--vdev=net_tap0,iface={TAP}")
         mem = o.memory_mb or (256 if kind == "af_xdp" else 1024)
-        daemon = ["--backend", "dpdk", "--threads", str(o.threads)]
+        # the control plane answers on the tap, in namespaces only the testbed's hosts reach
+        daemon = ["--backend", "dpdk", "--control-host", "0.0.0.0", "--insecure", "--threads", str(o.threads)]
         if "--mtu" not in o.daemon_args:
             daemon += ["--mtu", str(lk.mtu)]
         return [

@@ -59,6 +59,9 @@ class Options:
         ring's addresses come from the switch, or without one through the store (each rank announces
         the address it uses towards $MASTER_ADDR).
     cuda_piece_bytes: size of the pinned-memory pieces CUDA tensors are staged through.
+    tenant, secret_file: a switch with an auth file (docs/security.md): the tenant (default
+        $GRADSWITCH_TENANT) and the file holding its secret (default $GRADSWITCH_SECRET, else the file
+        $GRADSWITCH_SECRET_FILE). Never put the secret itself in a command line.
     """
 
     switch: str | None = None
@@ -71,6 +74,8 @@ class Options:
     job: str = "torch"
     algorithm: str | None = None
     cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES
+    tenant: str | None = None
+    secret_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.other_ops not in ("error", "gloo"):
@@ -250,6 +255,8 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
                 connect_timeout=options.connect_timeout,
                 algorithm=algorithm,
                 peer_exchange=_store_exchange(store, job, rank, world_size, switch),
+                tenant=options.tenant,
+                secret_file=options.secret_file,
             )
         except gradswitch.GradswitchError as e:
             raise RuntimeError(

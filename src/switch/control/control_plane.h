@@ -17,10 +17,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "switch/config.h"
+#include "switch/control/auth.h"
 #include "switch/control/parse.h"
 #include "switch/engine/engine.h"
 
@@ -56,6 +58,11 @@ class ControlPlane {
   // Closes every connection and destroys every job.
   void close_all();
 
+  // Tenants from --auth-file: JOIN then needs AUTH (or the table's anonymous entry), names are
+  // scoped by tenant, quotas apply, and only operators see every job. Without it (the default)
+  // every connection is anonymous and sees every job. Call before run().
+  void use_auth(control::AuthTable table);
+
   void add_job_listener(std::function<void(const JobEvent&)> listener);
   // Extra `key=value ...` text appended to the total STATS reply and the stats log line.
   void add_stats_source(std::function<std::string()> source);
@@ -90,11 +97,27 @@ class ControlPlane {
   void handle_upload(Conn& c, const control::Request& r);  // PARAMS, STATE_SET
   void handle_setlr(Conn& c, const control::Request& r);
   void handle_state_get(Conn& c, const control::Request& r);
+  // access.cpp: authentication, the operator's ABORT, who sees what, quotas.
+  void handle_challenge(Conn& c, const control::Request& r);
+  void handle_auth(Conn& c, const control::Request& r);
+  void handle_abort(Conn& c, const control::Request& r);
+  bool can_see(const Conn& c, uint32_t job_id) const;
+  // The name a JOIN's job has in the switch: "tenant/name" for a tenant, `name` when anonymous.
+  std::string scoped_name(const Conn& c, const std::string& name) const;
+  // "" when the JOIN may proceed; else why not (ERR auth).
+  std::string join_refusal(const Conn& c) const;
+  // "" when a new job of `tenant` needing `memory` bytes fits its quota; else the ERR no_resources text.
+  std::string quota_refusal(int tenant, size_t memory) const;
+  // Draws a random job id the engine can take and a random non-zero key (docs/security.md).
+  void draw_id_and_key(JobSpec* spec) const;
   void feed_binary(Conn& c);  // consumes buffered payload bytes of an upload; replies when complete
   Optimizer* joined_optimizer(Conn& c, const std::string& verb, control::Error* err);
   // Answers the error, then FIN, drain and close (the input can no longer be framed).
   void close_with_error(Conn& c, const char* code, const std::string& message);
   JobSpec new_spec(const PendingJob& p) const;  // name, world, wire, slots, payload, optimizer, key
+  // A new joining job `name` for JOIN `j`, after the switch's limits and the tenant's quota.
+  bool create_pending(const Conn& c, const control::JoinRequest& j, const std::string& name, uint64_t now_ns,
+                      control::Error* err);
   void start_job(PendingJob& p, uint64_t now_ns);
   // Creates the engine job, replies OK (+ `reply_tail`) to every member and makes the job live.
   void launch(PendingJob& p, const JobSpec& spec, std::vector<uint16_t> leader, const std::string& reply_tail,
@@ -130,11 +153,13 @@ class ControlPlane {
   void reply_error(Conn& c, const char* code, const std::string& message);
   void flush(Conn& c);
   void sweep(uint64_t now_ns);
-  std::string stats_line() const;
+  // The STATS total; `per_reason`: with the drop.<reason> counters (operators and the log).
+  std::string stats_line(bool per_reason) const;
   size_t reserved_memory() const;
 
   Engine& engine_;
   const SwitchConfig& config_;
+  std::optional<control::AuthTable> auth_;
   int listen_fd_ = -1;
   uint64_t next_conn_id_ = 1;
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;

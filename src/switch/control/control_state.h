@@ -14,8 +14,11 @@
 
 namespace gradswitch {
 
-// Buffered input of a connection whose JOIN reply is held, or behind a STATE_GET payload going out.
+// Buffered input behind a JOIN whose reply is held (more withdraws the JOIN: a connection that is
+// not read could close unnoticed), or behind a STATE_GET payload going out (reading pauses).
 inline constexpr size_t kMaxPausedInput = 64 * 1024;
+// The tenant of an unauthenticated connection and its jobs.
+inline constexpr int kAnonymous = -1;
 
 struct ControlPlane::Conn {
   // kUplink: a leaf's own connection to its spine, carrying one member's JOIN (docs/protocol.md §8).
@@ -33,7 +36,12 @@ struct ControlPlane::Conn {
   uint64_t drain_deadline_ns = 0;
   bool dead = false;  // close at the end of this step
   Role role = Role::kNone;
-  std::string job_name;  // kPending, kJoined, kLeft, kUplink
+  // Who it is (access.cpp): the tenant after AUTH, and whether it sees every job and may ABORT
+  // (an operator, or anyone on a switch without --auth-file).
+  int tenant = kAnonymous;
+  bool privileged = false;
+  std::string nonce;     // the CHALLENGE awaiting its AUTH, "" for none
+  std::string job_name;  // kPending, kJoined, kLeft, kUplink: the job's scoped name ("tenant/name")
   uint32_t job_id = 0;   // kJoined, kLeft; kUplink: the leaf's job once it started
   uint16_t rank = 0;
 
@@ -67,13 +75,13 @@ struct ControlPlane::Conn {
   };
   std::deque<Segment> stream;
   std::string deferred_events;  // EVENT lines that wait for `stream` to end (never inside a payload)
-  bool input_paused() const {
-    return (role == Role::kPending || !stream.empty()) && in.buffered() > kMaxPausedInput;
-  }
+  bool input_paused() const { return !stream.empty() && in.buffered() > kMaxPausedInput; }
 };
 
 struct ControlPlane::PendingJob {
-  std::string name, token;
+  std::string name, token;  // name: scoped ("tenant/name" for a tenant's job)
+  int tenant = kAnonymous;
+  uint32_t types = 0;  // JOIN types=: extra element types
   uint16_t world = 0;
   uint8_t wire = 0;
   uint64_t deadline_ns = 0;
@@ -94,6 +102,7 @@ struct ControlPlane::PendingJob {
 
 struct ControlPlane::LiveJob {
   uint32_t id = 0;
+  int tenant = kAnonymous;
   JobSpec spec;
   std::string token;
   size_t memory = 0;

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <random>
 
 #include "switch/control/control_plane.h"
 #include "switch/control/control_state.h"
@@ -36,6 +35,7 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
         c, kErrState,
         "this connection already left job '" + c.job_name + "' (one JOIN per connection; open a new one)");
   if (shutting_down_) return reply_error(c, kErrState, "the switch is shutting down");
+  if (std::string why = join_refusal(c); !why.empty()) return reply_error(c, GS_ERR_AUTH, why);
   Error err;
   auto j = parse_join(r, &err);
   if (!j) return reply_error(c, err.code, err.message);
@@ -43,72 +43,37 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
     return reply_error(c, kErrBadRequest,
                        "this switch is itself a leaf (--uplink " + config_.uplink +
                            "): it takes workers' JOINs, not a leaf's (two levels at most)");
+  // A tenant's names are its own: another tenant's job of the same name is another job.
+  const std::string name = scoped_name(c, j->job);
 
   for (auto& [id, live] : live_)
-    if (live->spec.name == j->job && !live->aborted)
+    if (live->spec.name == name && !live->aborted)
       return reply_error(
           c, kErrConflict,
-          "job '" + j->job + "' is already running with all " + std::to_string(live->spec.world) + " ranks");
+          "job '" + name + "' is already running with all " + std::to_string(live->spec.world) + " ranks");
 
-  auto it = pending_.find(j->job);
+  auto it = pending_.find(name);
   if (it != pending_.end()) {
     PendingJob& p = *it->second;
     if (p.token != j->token) {
       // Not provably a member of this job: refuse it alone, the waiting ranks are unaffected.
-      GS_LOG_WARN("job '%s': refused JOIN of rank %u from %s: different token", j->job.c_str(), j->rank,
+      GS_LOG_WARN("job '%s': refused JOIN of rank %u from %s: different token", name.c_str(), j->rank,
                   c.peer.c_str());
-      return reply_error(c, kErrConflict, "job '" + j->job + "' exists with a different token");
+      return reply_error(c, kErrConflict, "job '" + name + "' exists with a different token");
     }
     std::string differs = join_conflict(p, *j);
     if (!differs.empty()) {
       // A member of the job disagrees with the ranks already waiting: the job cannot start, so every
       // waiting rank learns it now rather than at the join timeout.
-      const std::string why = "job '" + j->job + "': rank " + std::to_string(j->rank) + " (" + c.peer +
+      const std::string why = "job '" + name + "': rank " + std::to_string(j->rank) + " (" + c.peer +
                               ") joined with " + differs + "; the job is cancelled for every rank";
       GS_LOG_WARN("refused JOIN: %s", why.c_str());
       fail_pending(p, {kErrConflict, why});
       return reply_error(c, kErrConflict, why);
     }
   } else {
-    JobSpec spec;
-    spec.world = j->world;
-    spec.wire = j->wire;
-    spec.slots = static_cast<uint16_t>(config_.slots);
-    spec.payload_bytes = config_.payload_bytes();
-    const size_t slot_bytes = Engine::job_memory_bytes(spec);
-    const size_t opt_bytes = j->optimizer ? optimizer_memory_bytes(*j->optimizer, spec.payload_bytes / 4) : 0;
-    const size_t need = slot_bytes + opt_bytes;
-    if (live_.size() + pending_.size() >= config_.max_jobs)
-      return reply_error(
-          c, kErrNoResources,
-          "job table full: " + std::to_string(config_.max_jobs) + " jobs running or joining (--max-jobs)");
-    if (reserved_memory() + need > config_.max_memory) {
-      std::string what = j->optimizer
-                             ? "memory: job needs " + std::to_string(need) + " bytes (slots " +
-                                   std::to_string(slot_bytes) + " + optimizer " + std::to_string(opt_bytes) +
-                                   " for " + std::to_string(j->optimizer->params) + " parameters, " +
-                                   optimizer_algo_name(j->optimizer->algo) + ")"
-                             : "slot memory: job needs " + std::to_string(need) + " bytes";
-      return reply_error(
-          c, kErrNoResources,
-          "not enough " + what + ", " +
-              std::to_string(config_.max_memory - std::min<size_t>(reserved_memory(), config_.max_memory)) +
-              " of " + std::to_string(config_.max_memory) + " left (--max-memory)");
-    }
-    auto p = std::make_unique<PendingJob>();
-    p->name = j->job;
-    p->token = j->token;
-    p->world = j->world;
-    p->wire = j->wire;
-    p->memory = need;
-    if (j->optimizer) p->optimizer = std::make_shared<const OptimizerSpec>(*j->optimizer);
-    p->deadline_ns = now_ns + uint64_t(config_.join_timeout_s) * 1'000'000'000ull;
-    p->conn.assign(j->world, 0);
-    p->port.assign(j->world, 0);
-    p->leaf.assign(j->world, 0);
-    p->peer.assign(j->world, Endpoint{});
-    p->uplink_conn.assign(j->world, 0);
-    it = pending_.emplace(j->job, std::move(p)).first;
+    if (!create_pending(c, *j, name, now_ns, &err)) return reply_error(c, err.code, err.message);
+    it = pending_.find(name);
   }
   PendingJob& p = *it->second;
   p.conn[j->rank] = c.id;
@@ -117,7 +82,7 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
   p.peer[j->rank] = Endpoint{j->peer_ipv4_be, htons(j->peer_port)};
   ++p.joined;
   c.role = Role::kPending;
-  c.job_name = j->job;
+  c.job_name = name;
   c.rank = j->rank;
   GS_LOG_DEBUG("job '%s': rank %u joined from %s (%u of %u)", p.name.c_str(), j->rank, c.peer.c_str(),
                p.joined, p.world);
@@ -127,11 +92,72 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
     start_job(p, now_ns);
 }
 
+bool ControlPlane::create_pending(const Conn& c, const JoinRequest& j, const std::string& name,
+                                  uint64_t now_ns, Error* err) {
+  JobSpec spec;
+  spec.world = j.world;
+  spec.wire = j.wire;
+  spec.slots = static_cast<uint16_t>(config_.slots);
+  spec.payload_bytes = config_.payload_bytes();
+  const size_t slot_bytes = Engine::job_memory_bytes(spec);
+  const size_t opt_bytes = j.optimizer ? optimizer_memory_bytes(*j.optimizer, spec.payload_bytes / 4) : 0;
+  const size_t need = slot_bytes + opt_bytes;
+  if (live_.size() + pending_.size() >= config_.max_jobs) {
+    *err = {kErrNoResources,
+            "job table full: " + std::to_string(config_.max_jobs) + " jobs running or joining (--max-jobs)"};
+    return false;
+  }
+  if (std::string why = quota_refusal(c.tenant, need); !why.empty()) {
+    GS_LOG_INFO("refused JOIN of job '%s' from %s: %s", name.c_str(), c.peer.c_str(), why.c_str());
+    *err = {kErrNoResources, why};
+    return false;
+  }
+  if (reserved_memory() + need > config_.max_memory) {
+    std::string what = j.optimizer
+                           ? "memory: job needs " + std::to_string(need) + " bytes (slots " +
+                                 std::to_string(slot_bytes) + " + optimizer " + std::to_string(opt_bytes) +
+                                 " for " + std::to_string(j.optimizer->params) + " parameters, " +
+                                 optimizer_algo_name(j.optimizer->algo) + ")"
+                           : "slot memory: job needs " + std::to_string(need) + " bytes";
+    *err = {kErrNoResources,
+            "not enough " + what + ", " +
+                std::to_string(config_.max_memory - std::min<size_t>(reserved_memory(), config_.max_memory)) +
+                " of " + std::to_string(config_.max_memory) + " left (--max-memory)"};
+    return false;
+  }
+  auto p = std::make_unique<PendingJob>();
+  p->name = name;
+  p->tenant = c.tenant;
+  p->token = j.token;
+  p->world = j.world;
+  p->wire = j.wire;
+  p->types = j.types;
+  p->memory = need;
+  if (j.optimizer) p->optimizer = std::make_shared<const OptimizerSpec>(*j.optimizer);
+  p->deadline_ns = now_ns + uint64_t(config_.join_timeout_s) * 1'000'000'000ull;
+  p->conn.assign(j.world, 0);
+  p->port.assign(j.world, 0);
+  p->leaf.assign(j.world, 0);
+  p->peer.assign(j.world, Endpoint{});
+  p->uplink_conn.assign(j.world, 0);
+  pending_.emplace(name, std::move(p));
+  return true;
+}
+
 std::string ControlPlane::join_conflict(const PendingJob& p, const JoinRequest& j) const {
   if (p.world != j.world)
     return "world=" + std::to_string(j.world) + " but the job has world=" + std::to_string(p.world);
   if (p.wire != j.wire)
     return std::string("wire=") + gs_elem_name(j.wire) + " but the job has wire=" + gs_elem_name(p.wire);
+  if (p.types != j.types) {
+    auto names = [](uint32_t mask) {
+      std::string out;
+      for (uint8_t t = 1; t < 32; ++t)
+        if (mask >> t & 1) out += (out.empty() ? "" : ",") + std::string(gs_elem_name(t));
+      return out.empty() ? std::string("(none)") : out;
+    };
+    return "types=" + names(j.types) + " but the job has types=" + names(p.types);
+  }
   if (bool(p.optimizer) != j.optimizer.has_value() ||
       (p.optimizer && !same_optimizer(*p.optimizer, *j.optimizer)))
     return (j.optimizer ? describe_optimizer(*j.optimizer) : std::string("no optimizer")) +
@@ -154,9 +180,8 @@ JobSpec ControlPlane::new_spec(const PendingJob& p) const {
   spec.slots = static_cast<uint16_t>(config_.slots);
   spec.payload_bytes = config_.payload_bytes();
   spec.optimizer = p.optimizer;
-  std::random_device rd;
-  do spec.key = rd();
-  while (spec.key == 0);
+  spec.elem_types = p.optimizer ? 0 : Engine::default_elem_types(p.wire, false) | p.types;
+  draw_id_and_key(&spec);
   return spec;
 }
 
@@ -209,6 +234,7 @@ void ControlPlane::launch(PendingJob& p, const JobSpec& spec, std::vector<uint16
 
   auto live = std::make_unique<LiveJob>();
   live->id = id;
+  live->tenant = p.tenant;
   live->spec = spec;
   live->token = p.token;
   live->memory = p.memory;
@@ -414,7 +440,7 @@ void ControlPlane::check_timers(uint64_t now_ns) {
     if (next_stats_ns_ == 0) next_stats_ns_ = now_ns + uint64_t(config_.stats_interval_s) * 1'000'000'000ull;
     if (now_ns >= next_stats_ns_) {
       next_stats_ns_ = now_ns + uint64_t(config_.stats_interval_s) * 1'000'000'000ull;
-      GS_LOG_INFO("stats: %s", stats_line().c_str());
+      GS_LOG_INFO("stats: %s", stats_line(true).c_str());
     }
   }
 }

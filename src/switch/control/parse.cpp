@@ -8,6 +8,7 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "common/challenge.h"
 #include "gradswitch/wire.h"
 
 namespace gradswitch::control {
@@ -205,8 +206,8 @@ static bool number_arg(const Request& r, const char* key, uint64_t lo, uint64_t 
 }
 
 // Optimizer keys of JOIN: the ones every algorithm takes, then the algorithm's own.
-static constexpr const char* kJoinKeys[] = {GS_KEY_JOB,   GS_KEY_WORLD, GS_KEY_RANK, GS_KEY_WIRE,
-                                            GS_KEY_TOKEN, GS_KEY_PORT,  GS_KEY_LEAF, GS_KEY_PEER};
+static constexpr const char* kJoinKeys[] = {GS_KEY_JOB,  GS_KEY_WORLD, GS_KEY_RANK, GS_KEY_WIRE, GS_KEY_TOKEN,
+                                            GS_KEY_PORT, GS_KEY_LEAF,  GS_KEY_PEER, GS_KEY_TYPES};
 static constexpr const char* kOptCommonKeys[] = {GS_KEY_OPTIMIZER, GS_KEY_PARAMS, GS_KEY_LR,
                                                  GS_KEY_WEIGHT_DECAY, GS_KEY_AVERAGE};
 static std::vector<const char*> algo_keys(OptimizerAlgo a) {
@@ -399,6 +400,25 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
     j.peer_ipv4_be = a.s_addr;
     j.peer_port = static_cast<uint16_t>(port);
   }
+  if (const std::string* t = r.find(GS_KEY_TYPES)) {
+    if (r.find(GS_KEY_OPTIMIZER)) {
+      *err = {kErrBadRequest, "types= does not go with optimizer= (an optimizer job takes float32 only)"};
+      return std::nullopt;
+    }
+    for (size_t start = 0;;) {  // comma separated; an empty item is an unknown type
+      const size_t comma = t->find(',', start);
+      const uint8_t type = wire_from_name(std::string_view(*t).substr(start, comma - start));
+      if (!type || (j.types >> type & 1)) {
+        *err = {kErrBadRequest, "types=" + shown(*t) +
+                                    " is not a list of distinct element types "
+                                    "(int32,float32,fixed32,float16,bfloat16,float64)"};
+        return std::nullopt;
+      }
+      j.types |= 1u << type;
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
   if (r.find(GS_KEY_OPTIMIZER)) {
     j.optimizer = parse_optimizer_keys(r, j.wire, err);
     if (!j.optimizer) return std::nullopt;
@@ -437,6 +457,45 @@ std::optional<QueryRequest> parse_stats(const Request& r, Error* err) {
 }
 bool parse_no_args(const Request& r, Error* err) {
   return check_keys(r, {}, err);
+}
+
+static bool is_proof(std::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+std::optional<AuthRequest> parse_auth(const Request& r, Error* err) {
+  if (!check_keys(r, {GS_KEY_TENANT, GS_KEY_CNONCE, GS_KEY_PROOF}, err)) return std::nullopt;
+  AuthRequest a;
+  const std::string* v;
+  if (!required(r, GS_KEY_TENANT, &v, err)) return std::nullopt;
+  a.tenant = *v;
+  if (!required(r, GS_KEY_CNONCE, &v, err)) return std::nullopt;
+  a.cnonce = *v;
+  if (!required(r, GS_KEY_PROOF, &v, err)) return std::nullopt;
+  a.proof = *v;
+  if (!is_valid_name(a.tenant) || a.tenant.find(':') != std::string::npos) {
+    *err = {kErrBadRequest, "tenant=" + shown(a.tenant) + " is not a tenant name ([A-Za-z0-9._-]{1,64})"};
+    return std::nullopt;
+  }
+  if (!is_nonce(a.cnonce)) {
+    *err = {kErrBadRequest, "cnonce must be 32..128 lower-case hex digits (the client's random challenge)"};
+    return std::nullopt;
+  }
+  if (!is_proof(a.proof)) {
+    *err = {kErrBadRequest,
+            "proof must be 64 lower-case hex digits (HMAC-SHA-256, docs/protocol.md section 1.5)"};
+    return std::nullopt;
+  }
+  return a;
+}
+
+std::optional<uint32_t> parse_abort(const Request& r, Error* err) {
+  if (!check_keys(r, {GS_KEY_JOB_ID}, err)) return std::nullopt;
+  uint64_t n;
+  if (!number_arg(r, GS_KEY_JOB_ID, 1, UINT32_MAX, &n, err)) return std::nullopt;
+  return static_cast<uint32_t>(n);
 }
 
 std::optional<float> parse_float(std::string_view s) {

@@ -100,6 +100,7 @@ struct JoinRequest {
   bool leaf = false;
   uint32_t peer_ipv4_be = 0;
   uint16_t peer_port = 0;
+  uint32_t types = 0;  // types=: bit t for each extra gs_elem_type DATA may carry (besides wire, int32)
   // Set when the JOIN carries optimizer= (the switch then optimizes: docs/protocol.md §1.3).
   std::optional<OptimizerSpec> optimizer;
 };
@@ -115,7 +116,15 @@ struct QueryRequest {
 std::optional<JoinRequest> parse_join(const Request& r, Error* err);
 std::optional<QueryRequest> parse_status(const Request& r, Error* err);
 std::optional<QueryRequest> parse_stats(const Request& r, Error* err);
-bool parse_no_args(const Request& r, Error* err);  // LEAVE, JOBS, PING, STATE_GET
+bool parse_no_args(const Request& r, Error* err);  // LEAVE, JOBS, PING, STATE_GET, CHALLENGE
+
+// AUTH tenant=<name> cnonce=<hex> proof=<hex> (docs/protocol.md section 1.5).
+struct AuthRequest {
+  std::string tenant, cnonce, proof;
+};
+std::optional<AuthRequest> parse_auth(const Request& r, Error* err);
+// ABORT job_id=<id>: the job to abort.
+std::optional<uint32_t> parse_abort(const Request& r, Error* err);
 
 // ---- Optimizer jobs (docs/protocol.md §1.3) ----
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 
 #include "switch/control/control_plane.h"
 #include "switch/control/control_state.h"
@@ -68,7 +69,8 @@ void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
   else
     return reply_error(c, kErrBadRequest, "STATUS needs job_id= on a connection that has not joined a job");
   JobStatus s;
-  if (!engine_.job_status(id, &s))
+  // A job this connection may not see answers exactly as one that does not exist.
+  if (!can_see(c, id) || !engine_.job_status(id, &s))
     return reply_error(c, kErrNotFound, "no job with id " + std::to_string(id));
   auto it = live_.find(id);
   uint64_t last = s.last_activity_ns;
@@ -112,8 +114,22 @@ void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
   reply(c, out.str());
 }
 
-std::string ControlPlane::stats_line() const {
-  Line line(counters_text(engine_.total_counters()));
+std::string ControlPlane::stats_line(bool per_reason) const {
+  std::string counters = counters_text(engine_.total_counters());
+  if (!per_reason) {
+    // Which check dropped a packet would tell a prober whether its guessed job id was right
+    // (unknown_job or wrong_key): that breakdown is the operator's (docs/security.md).
+    std::string kept;
+    for (size_t pos = 0; pos < counters.size();) {
+      size_t end = counters.find(' ', pos);
+      if (end == std::string::npos) end = counters.size();
+      const std::string_view tok(counters.data() + pos, end - pos);
+      if (tok.rfind(GS_KEY_DROP_PREFIX, 0) != 0) (kept += kept.empty() ? "" : " ") += tok;
+      pos = end + 1;
+    }
+    counters = kept;
+  }
+  Line line(counters);
   line.add(GS_KEY_JOBS, live_.size())
       .add(GS_KEY_JOINING, pending_.size())
       .add(GS_KEY_JOBS_STARTED, jobs_started_);
@@ -131,9 +147,9 @@ void ControlPlane::handle_stats(Conn& c, const Request& r) {
   Error err;
   auto q = parse_stats(r, &err);
   if (!q) return reply_error(c, err.code, err.message);
-  if (!q->job_id) return reply(c, GS_REPLY_OK " " + stats_line() + "\n");
+  if (!q->job_id) return reply(c, GS_REPLY_OK " " + stats_line(c.privileged) + "\n");
   JobStatus s;
-  if (!engine_.job_status(*q->job_id, &s))
+  if (!can_see(c, *q->job_id) || !engine_.job_status(*q->job_id, &s))
     return reply_error(c, kErrNotFound, "no job with id " + std::to_string(*q->job_id));
   reply(c, GS_REPLY_OK " " + counters_text(s.counters) + "\n");
 }
@@ -143,12 +159,15 @@ void ControlPlane::handle_jobs(Conn& c, const Request& r) {
   if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
   std::string out = GS_REPLY_OK " " GS_KEY_JOBS "=";
   bool first = true;
+  // Everyone else sees only the job of their own connection.
   for (auto& [id, j] : live_) {
+    if (!can_see(c, id)) continue;
     out += (first ? "" : ",") + std::to_string(id) + ":" + j->spec.name + ":" +
            std::to_string(j->spec.world) + ":" + (j->aborted ? GS_STATE_ABORTED : GS_STATE_RUNNING);
     first = false;
   }
   for (auto& [name, p] : pending_) {
+    if (!c.privileged) continue;  // a joining job's own connections wait for their JOIN reply
     out +=
         (first ? "" : ",") + std::string("0:") + name + ":" + std::to_string(p->world) + ":" GS_STATE_JOINING;
     first = false;

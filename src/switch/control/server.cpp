@@ -133,6 +133,7 @@ void ControlPlane::accept_all(uint64_t now_ns) {
     char ip[INET_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
     c->peer = std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+    c->privileged = !auth_;  // without --auth-file everyone is trusted alike (docs/security.md)
     GS_LOG_DEBUG("control: connection from %s", c->peer.c_str());
     conns_.emplace(c->id, std::move(c));
   }
@@ -149,6 +150,16 @@ void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
       process_lines(c, now_ns);
+      if (c.role == Conn::Role::kPending && c.in.buffered() > kMaxPausedInput) {
+        // Not reading it could miss its close (a FIN queued behind unread bytes): so it is read, and
+        // a client that sends this much behind a held JOIN gives the JOIN up.
+        depart(c, /*graceful=*/false, now_ns);
+        close_with_error(c, kErrTooLong,
+                         "more than " + std::to_string(kMaxPausedInput) +
+                             " bytes of requests behind a JOIN whose reply is held: the JOIN is withdrawn; "
+                             "closing the connection");
+        continue;
+      }
       if (c.input_paused()) break;
       continue;
     }
@@ -222,10 +233,14 @@ void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns
   if (v == GS_VERB_PARAMS || v == GS_VERB_STATE_SET) return handle_upload(c, *req);
   if (v == GS_VERB_SETLR) return handle_setlr(c, *req);
   if (v == GS_VERB_STATE_GET) return handle_state_get(c, *req);
-  reply_error(c, kErrBadRequest,
-              "unknown verb '" + v +
-                  "' (expected JOIN, LEAVE, STATUS, STATS, JOBS, PING, PARAMS, SETLR, STATE_GET or "
-                  "STATE_SET)");
+  if (v == GS_VERB_CHALLENGE) return handle_challenge(c, *req);
+  if (v == GS_VERB_AUTH) return handle_auth(c, *req);
+  if (v == GS_VERB_ABORT) return handle_abort(c, *req);
+  reply_error(
+      c, kErrBadRequest,
+      "unknown verb '" + v +
+          "' (expected JOIN, LEAVE, STATUS, STATS, JOBS, PING, CHALLENGE, AUTH, ABORT, PARAMS, SETLR, "
+          "STATE_GET or STATE_SET)");
 }
 
 void ControlPlane::send_event(Conn& c, const std::string& line) {

@@ -95,7 +95,7 @@ bool DpdkSwitch::resolve_addresses(std::string* error) {
   const SwitchConfig::Dpdk& o = config_.dpdk;
   const std::string agg_ip = !o.agg_ip.empty() ? o.agg_ip : config_.control_host;
   std::string why;
-  if (agg_ip == "0.0.0.0" || !config_detail::valid_ipv4(agg_ip, &why))
+  if (agg_ip == "0.0.0.0" || is_loopback_ipv4(agg_ip) || !config_detail::valid_ipv4(agg_ip, &why))
     return *error =
                "the DPDK backend needs the aggregation address: add --agg-ip A.B.C.D (or give "
                "--control-host)",

@@ -1,0 +1,179 @@
+// The auth file (see auth.h).
+#include "switch/control/auth.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "switch/config.h"
+
+namespace gradswitch::control {
+
+namespace {
+
+bool in_charset(std::string_view s, std::string_view extra) {
+  return std::all_of(s.begin(), s.end(), [&](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           extra.find(c) != std::string_view::npos;
+  });
+}
+
+// One `key=value` field of an entry into the tenant or quota it describes.
+bool apply_field(std::string_view field, const Quota& limits, Tenant* t, Quota* q, std::string* why) {
+  const size_t eq = field.find('=');
+  if (eq == std::string_view::npos || eq == 0 || eq + 1 == field.size())
+    return *why = "expected key=value, got '" + std::string(field.substr(0, 40)) + "'", false;
+  const std::string key(field.substr(0, eq)), value(field.substr(eq + 1));
+  if (key == "secret") {
+    if (!t) return *why = "this entry takes no secret", false;
+    if (!is_valid_secret(value))
+      return *why =
+                 "the secret must be 16..256 characters of [A-Za-z0-9._~+/=-] (e.g. `openssl rand -hex 32`)",
+             false;
+    t->secret = value;
+    return true;
+  }
+  if (key == "max_jobs") {
+    if (!q) return *why = "an operator has no quota", false;
+    return config_detail::parse_uint(value, 0, limits.max_jobs, &q->max_jobs, why) ||
+           (*why = "max_jobs: " + *why + " (at most --max-jobs)", false);
+  }
+  if (key == "max_memory") {
+    if (!q) return *why = "an operator has no quota", false;
+    if (!config_detail::parse_bytes(value, &q->max_memory, why)) return *why = "max_memory: " + *why, false;
+    if (q->max_memory > limits.max_memory)
+      return *why =
+                 "max_memory " + value + " exceeds --max-memory (" + std::to_string(limits.max_memory) + ")",
+             false;
+    return true;
+  }
+  return *why = "unknown key '" + key + "' (secret, max_jobs, max_memory)", false;
+}
+
+}  // namespace
+
+int AuthTable::find(std::string_view name) const {
+  for (size_t i = 0; i < tenants.size(); ++i)
+    if (tenants[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+bool is_valid_tenant_name(std::string_view s) {
+  return !s.empty() && s.size() <= 64 && in_charset(s, "._-");
+}
+
+bool is_valid_secret(std::string_view s) {
+  return s.size() >= 16 && s.size() <= 256 && in_charset(s, "._~+/=-");
+}
+
+std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& limits, std::string* error) {
+  AuthTable table;
+  Quota defaults = limits;
+  struct Pending {
+    Tenant t;
+    bool has_quota[2] = {false, false};  // max_jobs, max_memory given
+  };
+  std::vector<Pending> entries;
+  std::optional<Pending> anonymous;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos <= text.size();) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    std::vector<std::string_view> fields;
+    for (size_t i = 0; i < line.size();) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+      const size_t start = i;
+      while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r') ++i;
+      if (i > start) fields.push_back(line.substr(start, i - start));
+    }
+    if (fields.empty()) continue;
+    auto fail = [&](const std::string& why) {
+      *error = "line " + std::to_string(line_no) + ": " + why;
+      return std::nullopt;
+    };
+    const std::string_view kind = fields[0];
+    std::string why;
+    if (kind != "tenant" && kind != "operator" && kind != "anonymous" && kind != "defaults")
+      return fail("unknown entry '" + std::string(kind.substr(0, 40)) +
+                  "' (tenant, operator, anonymous, defaults)");
+    const bool named = kind == "tenant" || kind == "operator";
+    Pending p;
+    p.t.is_operator = kind == "operator";
+    if (named) {
+      if (fields.size() < 2 || !is_valid_tenant_name(fields[1]))
+        return fail(std::string(kind) + " needs a name of [A-Za-z0-9._-]{1,64}");
+      p.t.name = fields[1];
+      if (std::any_of(entries.begin(), entries.end(), [&](const Pending& e) { return e.t.name == p.t.name; }))
+        return fail("'" + p.t.name + "' is named twice");
+    }
+    for (size_t f = named ? 2 : 1; f < fields.size(); ++f) {
+      if (!apply_field(fields[f], limits, named ? &p.t : nullptr, p.t.is_operator ? nullptr : &p.t.quota,
+                       &why))
+        return fail(why);
+      if (fields[f].rfind("max_jobs=", 0) == 0) p.has_quota[0] = true;
+      if (fields[f].rfind("max_memory=", 0) == 0) p.has_quota[1] = true;
+    }
+    if (named && p.t.secret.empty()) return fail(std::string(kind) + " '" + p.t.name + "' needs secret=");
+    if (kind == "defaults") {
+      if (p.has_quota[0]) defaults.max_jobs = p.t.quota.max_jobs;
+      if (p.has_quota[1]) defaults.max_memory = p.t.quota.max_memory;
+      continue;
+    }
+    if (kind == "anonymous") {
+      if (anonymous) return fail("a second 'anonymous' entry");
+      anonymous = std::move(p);
+      continue;
+    }
+    entries.push_back(std::move(p));
+  }
+  // `defaults` may come anywhere in the file: quotas an entry leaves out are filled in at the end.
+  auto fill = [&](Pending& p) {
+    if (!p.has_quota[0]) p.t.quota.max_jobs = defaults.max_jobs;
+    if (!p.has_quota[1]) p.t.quota.max_memory = defaults.max_memory;
+  };
+  for (Pending& p : entries) {
+    fill(p);
+    table.tenants.push_back(std::move(p.t));
+  }
+  if (anonymous) {
+    fill(*anonymous);
+    table.anonymous = anonymous->t.quota;
+  }
+  if (table.tenants.empty() && !table.anonymous) {
+    *error = "no tenant, operator or anonymous entry: nobody could use the switch";
+    return std::nullopt;
+  }
+  return table;
+}
+
+std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& limits, std::string* error) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    *error = "--auth-file " + path + ": " + std::strerror(errno);
+    return std::nullopt;
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    *error = "--auth-file " + path + " holds secrets but group or others may read it: chmod 600 " + path;
+    return std::nullopt;
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    *error = "--auth-file " + path + ": cannot read it";
+    return std::nullopt;
+  }
+  auto table = parse_auth_file(text.str(), limits, error);
+  if (!table) *error = "--auth-file " + path + ": " + *error;
+  return table;
+}
+
+}  // namespace gradswitch::control

@@ -1,0 +1,51 @@
+// Tenants: the auth file (--auth-file) that names them, their secrets and quotas, and the operators
+// (docs/security.md). Pure parsing, no sockets, so that it can be unit tested and fuzzed; the
+// control plane's access.cpp uses the table to authenticate connections and enforce quotas.
+//
+// Format: one entry per line, fields separated by spaces, `#` starts a comment:
+//   tenant NAME secret=SECRET [max_jobs=N] [max_memory=BYTES]
+//   operator NAME secret=SECRET
+//   anonymous [max_jobs=N] [max_memory=BYTES]     unauthenticated JOINs allowed, one shared quota
+//   defaults [max_jobs=N] [max_memory=BYTES]      quotas of tenants that give none
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gradswitch::control {
+
+struct Quota {
+  uint64_t max_jobs = 0;    // jobs running or joining at once
+  uint64_t max_memory = 0;  // bytes reserved by them (slots, optimizer state)
+};
+
+struct Tenant {
+  std::string name;
+  std::string secret;
+  bool is_operator = false;  // sees and may abort every job; joins none
+  Quota quota;
+};
+
+struct AuthTable {
+  std::vector<Tenant> tenants;
+  std::optional<Quota> anonymous;  // set: JOIN without AUTH is allowed, under this shared quota
+  // The tenant named `name`, or -1.
+  int find(std::string_view name) const;
+};
+
+// Parses an auth file's text. `limits` are the switch's own (--max-jobs, --max-memory): the
+// defaults of every quota, and no quota may exceed them. The error names the line.
+std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& limits, std::string* error);
+
+// Reads `path` (it must not be readable by group or others: it holds secrets) and parses it.
+std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& limits, std::string* error);
+
+// [A-Za-z0-9._-]{1,64}: tenant names (no '/' and no ':', so that "tenant/job" reads back).
+bool is_valid_tenant_name(std::string_view s);
+// 16..256 characters of [A-Za-z0-9._~+/=-]: long enough not to be guessed, safe on a line.
+bool is_valid_secret(std::string_view s);
+
+}  // namespace gradswitch::control

@@ -1,0 +1,143 @@
+// Tenants (src/switch/control/auth.h): the auth file's grammar and errors, quotas and their
+// defaults; the AUTH, ABORT and JOIN types= parsers; the proofs of the challenge-response
+// (src/common/challenge.h); and the protected-mode check of the configuration.
+#include <string>
+
+#include "common/challenge.h"
+#include "gradswitch/control.h"
+#include "harness.h"
+#include "switch/config.h"
+#include "switch/control/auth.h"
+#include "switch/control/parse.h"
+
+using namespace gradswitch;
+using namespace gradswitch::control;
+
+namespace {
+
+const Quota kLimits{64, 1ull << 30};
+const std::string kSecret = "0123456789abcdef0123";
+
+std::optional<AuthTable> parse(const std::string& text, std::string* error) {
+  error->clear();
+  return parse_auth_file(text, kLimits, error);
+}
+
+std::optional<Request> line(const std::string& text) {
+  Error err;
+  return parse_request(text, &err);
+}
+
+}  // namespace
+
+TEST(auth_file_entries_quotas_and_defaults) {
+  std::string e;
+  auto t = parse(
+      "# shared switch\n"
+      "tenant alice secret=" +
+          kSecret +
+          " max_jobs=3   # a comment\n"
+          "\n"
+          "  tenant bob\tsecret=" +
+          kSecret +
+          "x max_memory=2M\r\n"
+          "operator ops secret=" +
+          kSecret +
+          "y\n"
+          "defaults max_jobs=5 max_memory=512M\n"
+          "anonymous max_jobs=1\n",
+      &e);
+  CHECK(t.has_value());
+  if (!t) return;
+  CHECK(t->tenants.size() == 3 && t->find("alice") == 0 && t->find("bob") == 1 && t->find("eve") == -1);
+  const Tenant& alice = t->tenants[0];
+  CHECK(alice.secret == kSecret && !alice.is_operator);
+  CHECK(alice.quota.max_jobs == 3 && alice.quota.max_memory == 512ull << 20);  // defaults fill the rest
+  CHECK(t->tenants[1].quota.max_jobs == 5 && t->tenants[1].quota.max_memory == 2ull << 20);
+  CHECK(t->tenants[2].is_operator);
+  CHECK(t->anonymous && t->anonymous->max_jobs == 1 && t->anonymous->max_memory == 512ull << 20);
+  // Without `defaults`, a quota is the switch's own limits; without `anonymous`, JOIN needs AUTH.
+  t = parse("tenant a secret=" + kSecret + "\n", &e);
+  CHECK(t && t->tenants[0].quota.max_jobs == 64 && t->tenants[0].quota.max_memory == 1ull << 30 &&
+        !t->anonymous);
+}
+
+TEST(auth_file_errors_name_the_line) {
+  std::string e;
+  auto fails_with = [&](const std::string& text, const std::string& what) {
+    bool ok = !parse(text, &e) && e.find(what) != std::string::npos;
+    if (!ok) std::fprintf(stderr, "  for %s: got '%s'\n", text.c_str(), e.c_str());
+    return ok;
+  };
+  CHECK(fails_with("tenant alice\n", "line 1: tenant 'alice' needs secret="));
+  CHECK(fails_with("\ntenant alice secret=short\n", "line 2: the secret must be 16"));
+  CHECK(fails_with("tenant al/ice secret=" + kSecret + "\n", "line 1: tenant needs a name"));
+  CHECK(fails_with("tenant a secret=" + kSecret + "\noperator a secret=" + kSecret + "\n",
+                   "line 2: 'a' is named twice"));
+  CHECK(fails_with("operator o secret=" + kSecret + " max_jobs=1\n", "an operator has no quota"));
+  CHECK(fails_with("anonymous secret=" + kSecret + "\n", "takes no secret"));
+  CHECK(fails_with("tenant a secret=" + kSecret + " max_jobs=65\n", "at most --max-jobs"));
+  CHECK(fails_with("tenant a secret=" + kSecret + " max_memory=2G\n", "exceeds --max-memory"));
+  CHECK(fails_with("tenant a secret=" + kSecret + " colour=blue\n", "unknown key 'colour'"));
+  CHECK(fails_with("anonymous\nanonymous\n", "line 2: a second 'anonymous'"));
+  CHECK(fails_with("tenant a secret=" + kSecret + " max_jobs\n", "expected key=value"));
+  CHECK(fails_with("", "nobody could use the switch"));
+  CHECK(fails_with("defaults max_jobs=2\n", "nobody could use the switch"));
+}
+
+TEST(auth_and_abort_requests) {
+  Error err;
+  const std::string nonce(64, 'a'), good_proof(64, '0');
+  auto a = parse_auth(*line("AUTH tenant=alice cnonce=" + nonce + " proof=" + good_proof), &err);
+  CHECK(a && a->tenant == "alice" && a->cnonce == nonce && a->proof == good_proof);
+  CHECK(!parse_auth(*line("AUTH tenant=alice cnonce=" + nonce), &err) &&
+        err.code == std::string(kErrBadRequest));
+  CHECK(!parse_auth(*line("AUTH tenant=a:b cnonce=" + nonce + " proof=" + good_proof), &err));
+  CHECK(!parse_auth(*line("AUTH tenant=a cnonce=abc proof=" + good_proof), &err));  // short nonce
+  CHECK(!parse_auth(*line("AUTH tenant=a cnonce=" + nonce + " proof=" + std::string(64, 'G')), &err));
+  CHECK(!parse_auth(*line("AUTH tenant=a cnonce=" + nonce + " proof=" + good_proof + " x=1"), &err));
+  auto id = parse_abort(*line("ABORT job_id=0x1234"), &err);
+  CHECK(id && *id == 0x1234);
+  CHECK(!parse_abort(*line("ABORT"), &err) && !parse_abort(*line("ABORT job_id=0"), &err));
+}
+
+TEST(join_types_lists_extra_element_types) {
+  Error err;
+  auto j =
+      parse_join(*line("JOIN job=j world=1 rank=0 wire=float32 token=t port=9 types=float64,int32"), &err);
+  CHECK(j && j->types == ((1u << GS_ELEM_FLOAT64) | (1u << GS_ELEM_INT32)));
+  for (const char* bad : {"types=float64,", "types=,float64", "types=float64,float64", "types=int64"})
+    CHECK(!parse_join(*line(std::string("JOIN job=j world=1 rank=0 wire=float32 token=t port=9 ") + bad),
+                      &err));
+  CHECK(!parse_join(*line("JOIN job=j world=1 rank=0 wire=float32 token=t port=9 types=float64 optimizer=sgd "
+                          "params=4 lr=0.1"),
+                    &err));
+}
+
+TEST(proofs_bind_the_secret_tenant_and_both_nonces) {
+  const std::string n(64, '1'), c(32, '2');
+  const std::string p = auth_proof(GS_AUTH_CLIENT_LABEL, kSecret, "alice", n, c);
+  CHECK(p.size() == 64 && is_nonce(random_hex(32)) && random_hex(32) != random_hex(32));
+  CHECK(p != auth_proof(GS_AUTH_SWITCH_LABEL, kSecret, "alice", n, c));  // the switch's differs
+  CHECK(p != auth_proof(GS_AUTH_CLIENT_LABEL, kSecret + "x", "alice", n, c));
+  CHECK(p != auth_proof(GS_AUTH_CLIENT_LABEL, kSecret, "bob", n, c));
+  CHECK(p != auth_proof(GS_AUTH_CLIENT_LABEL, kSecret, "alice", std::string(64, '3'), c));
+  CHECK(p != auth_proof(GS_AUTH_CLIENT_LABEL, kSecret, "alice", n, std::string(32, '4')));
+}
+
+TEST(a_reachable_control_host_needs_an_auth_file_or_insecure) {
+  SwitchConfig c;
+  CHECK(c.control_host == "127.0.0.1" && validate_config(c).empty());  // the default: loopback
+  c.control_host = "127.5.6.7";
+  CHECK(validate_config(c).empty());
+  c.control_host = "0.0.0.0";
+  CHECK(validate_config(c).find("--auth-file") != std::string::npos);
+  c.insecure = true;
+  CHECK(validate_config(c).empty());
+  c.insecure = false;
+  c.control_host = "10.0.0.1";
+  c.auth_file = "/etc/gradswitch/auth";
+  CHECK(validate_config(c).empty());
+}
+
+GS_TEST_MAIN()
