@@ -451,4 +451,17 @@ TEST(random_job_ids_are_found_and_collisions_refused) {
   CHECK(e.ingest(0, p.data(), p.size(), 1, Endpoint{}).reason == DropReason::kUnknownJob);
 }
 
+TEST(scale_exp_is_compared_only_in_fixed32_rounds) {
+  Fixture f;
+  const float a = 1.5f, b = 2.0f;
+  // Two workers that write different values in scale_exp, which means nothing for float32.
+  CHECK(f.ingest(f.packet(0, 0, GS_ELEM_FLOAT32, &a, 1, GS_EXP_NONE, 0)).kind == IngestResult::kAbsorbed);
+  IngestResult r = f.ingest(f.packet(1, 0, GS_ELEM_FLOAT32, &b, 1, GS_EXP_NONE, GS_EXP_NONE));
+  CHECK(r.kind == IngestResult::kSend && r.type == GS_MSG_RESULT);
+  const int32_t q = 1 << 20;
+  CHECK(f.ingest(f.packet(0, 2, GS_ELEM_FIXED32, &q, 1, GS_EXP_NONE, 20)).kind == IngestResult::kAbsorbed);
+  CHECK(f.ingest(f.packet(1, 2, GS_ELEM_FIXED32, &q, 1, GS_EXP_NONE, 21)).reason ==
+        DropReason::kInconsistent);
+}
+
 GS_TEST_MAIN()

@@ -518,8 +518,9 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
       r.seq = h.seq;
       return r;
     }
-    if (h.count != sv.count || h.elem_type != sv.elem_type || h.scale_exp != sv.scale_exp ||
-        ends_tensor != sv.last) {
+    // scale_exp means something only for fixed32 (docs/protocol.md §2): other types ignore it.
+    if (h.count != sv.count || h.elem_type != sv.elem_type ||
+        (h.elem_type == GS_ELEM_FIXED32 && h.scale_exp != sv.scale_exp) || ends_tensor != sv.last) {
       // The ranks disagree on this allreduce (tensor lengths, types): it can never complete.
       Mismatch m;
       m.seq = h.seq;

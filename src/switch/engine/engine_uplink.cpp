@@ -161,7 +161,7 @@ IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_
   const uint8_t elem = uplink_elem_type(sv.elem_type);
   const size_t elem_size = gs_elem_size(elem);
   if (h.elem_type != elem || h.count != sv.count || len != GS_HEADER_BYTES + size_t{h.count} * elem_size ||
-      h.scale_exp != sv.scale_exp)
+      (elem == GS_ELEM_FIXED32 && h.scale_exp != sv.scale_exp))
     return drop(DropReason::kBadLength);
 
   const uint8_t* payload = packet + GS_HEADER_BYTES;
