@@ -11,6 +11,7 @@
 
 #include "gradswitch/wire.h"
 #include "mpi/switch_call.h"
+#include "worker/control.h"
 
 namespace gradswitch::mpi {
 
@@ -64,12 +65,17 @@ std::unique_ptr<CommState> CommState::create(MPI_Comm comm, bool can_use_switch,
   o.rank = static_cast<unsigned>(s->rank_);
   o.world = static_cast<unsigned>(s->size_);
   o.wire = join_wire(cfg.wire);
+  // Native: MPI_DOUBLE travels as float64 on the float32 job, which the JOIN must list (types=).
+  if (cfg.wire == FloatWire::kNative) o.types = "float64";
   o.timeout_s = cfg.timeout_s;
   std::string error;
-  try {
-    s->group_ = worker::Group::connect(o);
-  } catch (const std::exception& e) {
-    error = e.what();
+  // A switch with an auth file: the tenant and secret from the environment (docs/security.md).
+  if (worker::credentials_from_environment(&o.tenant, &o.secret, &error)) {
+    try {
+      s->group_ = worker::Group::connect(o);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
   }
   int vote = error.empty() ? INT_MAX : s->rank_, verdict = 0;
   PMPI_Allreduce(&vote, &verdict, 1, MPI_INT, MPI_MIN, s->private_);

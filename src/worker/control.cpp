@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "common/challenge.h"
@@ -99,6 +100,34 @@ std::string format_float32(float x) {
   }
   std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(x));
   return buf;
+}
+
+bool credentials_from_environment(std::string* tenant, std::string* secret, std::string* error) {
+  const char* t = std::getenv("GRADSWITCH_TENANT");
+  const char* s = std::getenv("GRADSWITCH_SECRET");
+  const char* f = std::getenv("GRADSWITCH_SECRET_FILE");
+  tenant->assign(t ? t : "");
+  secret->clear();
+  if (s && *s) {
+    secret->assign(s);
+  } else if (f && *f) {
+    std::ifstream in(f);
+    if (!in) return *error = std::string("gradswitch: cannot read GRADSWITCH_SECRET_FILE ") + f, false;
+    std::getline(in, *secret);
+  }
+  const auto trim = [](std::string* v) {
+    const size_t b = v->find_first_not_of(" \t\r\n"), e = v->find_last_not_of(" \t\r\n");
+    *v = b == std::string::npos ? std::string() : v->substr(b, e - b + 1);
+  };
+  trim(tenant);
+  trim(secret);
+  if (tenant->empty() != secret->empty())
+    return *error = tenant->empty()
+                        ? "gradswitch: a secret is set but GRADSWITCH_TENANT is not"
+                        : "gradswitch: GRADSWITCH_TENANT is set but neither GRADSWITCH_SECRET nor "
+                          "GRADSWITCH_SECRET_FILE",
+           false;
+  return true;
 }
 
 void split_host_port(const std::string& s, std::string* host, uint16_t* port) {

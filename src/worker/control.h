@@ -123,6 +123,12 @@ class ControlClient {
 // for 1e-3f: how float hyperparameters travel in JOIN and SETLR.
 std::string format_float32(float x);
 
+// A tenant and its secret from the environment, for programs that take no arguments of ours (the
+// MPI library): GRADSWITCH_TENANT, and GRADSWITCH_SECRET or the first line of the file
+// GRADSWITCH_SECRET_FILE. Leaves both empty (anonymous) when none is set; false with `error` for a
+// half or malformed configuration. (Python reads the same variables: gradswitch.control.credentials.)
+bool credentials_from_environment(std::string* tenant, std::string* secret, std::string* error);
+
 // Splits "host:port" (port optional: default 7700).
 void split_host_port(const std::string& s, std::string* host, uint16_t* port);
 
