@@ -255,7 +255,7 @@ void ControlPlane::spine_event(Conn& up, const std::string& line) {
   j.spine_event_keys.clear();
   for (const auto& [k, v] : kv)
     if (k.rfind("mismatch_", 0) == 0) j.spine_event_keys += " " + k + "=" + v;
-  engine_.abort_from_uplink(j.id, reason ? reason : GS_ABORT_OPERATOR,
+  engine_.abort_from_uplink(j.id, reason ? reason : static_cast<uint8_t>(GS_ABORT_OPERATOR),
                             rank ? static_cast<uint16_t>(*rank) : GS_RANK_ALL);
   note_abort(j, "the spine switch at " + up.peer + " aborted the job (" + kv["reason"] + ", rank " +
                     kv["rank"] + ")");

@@ -160,7 +160,7 @@ uint32_t write_udp_frame(uint8_t* out, uint32_t room, const UdpFrameAddress& a, 
   std::memcpy(out, &eth, sizeof eth);
   std::memcpy(out + sizeof eth, &ip, sizeof ip);
   std::memcpy(out + sizeof eth + sizeof ip, &udp, sizeof udp);
-  std::memcpy(out + kUdpFrameOverhead, payload, payload_len);
+  if (payload_len != 0) std::memcpy(out + kUdpFrameOverhead, payload, payload_len);  // payload may be null
   return len;
 }
 
