@@ -13,6 +13,7 @@
 #include "worker/chunk_codec.h"
 #include "worker/errors.h"
 #include "worker/loss_detector.h"
+#include "worker/stream_schedule.h"
 #include "worker/window.h"
 
 using namespace gradswitch;
@@ -463,6 +464,32 @@ TEST(window_versions_and_retransmission_flag) {
   size_t diffs = 0;
   for (size_t i = 0; i < before.size(); ++i) diffs += before[i] != after[i];
   CHECK_EQ(diffs, size_t{1});
+}
+
+TEST(stream_schedule_numbers_chunks_across_allreduces) {
+  // 4 slots; allreduce A has 6 chunks (numbers 0..5), B has 3 (6..8): number g uses slot g mod 4.
+  StreamSchedule sched(4);
+  AllreduceOp a, b;
+  a.ch = make_chunking(6 * 360, GS_ELEM_FLOAT32, 1440);
+  b.ch = make_chunking(3 * 360, GS_ELEM_FLOAT32, 1440);
+  auto* fa = sched.admit(&a);
+  size_t c = 99;
+  CHECK(sched.next(3, &c) == fa && c == 3);
+  CHECK(sched.next(1, &c) == fa && c == 1);
+  CHECK(sched.first_in_slot(3) && !sched.first_in_slot(5));
+  CHECK_EQ(sched.following(*fa, 1), size_t{5});  // chunk 1's slot carries chunk 5 next
+  CHECK_EQ(sched.following(*fa, 2), SIZE_MAX);
+  // Slot 2 finishes chunk 2: its next number (6) belongs to B, not admitted yet.
+  CHECK(!sched.finish(2, fa));
+  CHECK(sched.next(2, &c) == nullptr);
+  auto* fb = sched.admit(&b);
+  CHECK(sched.next(2, &c) == fb && c == 0);
+  // A finishes when all its chunks did, whatever the order.
+  for (unsigned s : {0u, 1u, 3u}) CHECK(!sched.finish(s, fa));
+  CHECK(!sched.finish(0, fa));  // chunk 4
+  CHECK(sched.finish(1, fa));   // chunk 5: the last
+  CHECK(!sched.empty());
+  CHECK(sched.next(0, &c) == fb && c == 2);  // slot 0 moved on to number 8 = B's chunk 2
 }
 
 GS_TEST_MAIN()
