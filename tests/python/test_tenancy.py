@@ -12,9 +12,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import resource
 import secrets
+import socket
 import struct
 import subprocess
+import time
 
 import pytest
 from test_switch_daemon import (
@@ -249,6 +252,46 @@ def test_a_connection_that_closes_is_noticed_whatever_it_queued(loopback):
     assert all(c.readline().startswith("OK job_id=") for c in ranks)
     for s in (*u, *ranks):
         s.close()
+
+
+def test_connections_beyond_the_file_descriptor_limit_are_refused_not_spun_on(loopback):
+    # Under a service manager's usual limit (1024 descriptors, below the switch's own cap of 4096
+    # connections), anyone who can connect could make accept() fail with EMFILE; the listening
+    # socket then stays readable and the switch spun on it, logging a warning each turn, while
+    # the clients waited unanswered. Here the limit is lowered on the running switch.
+    job = Job(loopback, "kept")
+    resource.prlimit(loopback.proc.pid, resource.RLIMIT_NOFILE, (64, 64))
+    floods = []
+    try:
+        for _ in range(80):
+            floods.append(socket.create_connection(("127.0.0.1", loopback.control_port), timeout=5))
+        time.sleep(1.5)  # the refusals' time to arrive; before, the switch spun and logged meanwhile
+        refused = []
+        for s in floods:
+            s.setblocking(False)
+            try:
+                reply = s.recv(200).decode()
+            except BlockingIOError:
+                continue  # accepted: a connection like any other, it said nothing yet
+            assert reply.startswith("ERR no_resources too many control connections"), reply
+            refused.append(s)
+        assert refused, "no connection was refused: the limit did not bite"
+        log = loopback.log()
+        assert log.count("accept()") == 0 and log.count("out of file descriptors") == 1, log[-2000:]
+    finally:
+        for s in floods:
+            s.close()
+
+    # Room again: the switch answers, and the job that was running is unharmed.
+    def answers():
+        try:
+            return loopback.stats()
+        except (AssertionError, OSError):
+            return None  # refused while the closed floods are still being swept
+
+    wait_for(answers, "the switch to answer again")
+    job.allreduce_round(slot=0, seq=0)
+    job.close()
 
 
 def test_the_join_wire_binds_the_element_type_of_data(loopback):

@@ -86,6 +86,9 @@ class ControlPlane {
   struct LiveJob;
 
   void accept_all(uint64_t now_ns);
+  // accept() failed for want of descriptors: refuse the waiting connection with the spare one.
+  // False when no connection was waiting.
+  bool refuse_without_descriptors(uint64_t now_ns);
   void read_input(Conn& c, uint64_t now_ns);
   void process_lines(Conn& c, uint64_t now_ns);
   void handle_line(Conn& c, const std::string& line, uint64_t now_ns);
@@ -161,6 +164,10 @@ class ControlPlane {
   const SwitchConfig& config_;
   std::optional<control::AuthTable> auth_;
   int listen_fd_ = -1;
+  // A descriptor held in reserve: out of descriptors (EMFILE), it is given up to accept the waiting
+  // connection and refuse it, so that the listening socket does not stay readable and spin the loop.
+  int spare_fd_ = -1;
+  uint64_t refused_no_fd_ = 0, next_fd_warning_ns_ = 0;
   uint64_t next_conn_id_ = 1;
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::map<std::string, std::unique_ptr<PendingJob>> pending_;  // by name

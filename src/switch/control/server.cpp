@@ -1,6 +1,7 @@
 // The control plane's server side: the listening socket, the poll() loop, connections, line
 // framing, dispatch of requests to their handlers, and output (replies, events, STATE_GET streams).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -20,11 +21,19 @@ using namespace control;
 
 namespace {
 constexpr size_t kMaxConnections = 4096;
+
 constexpr size_t kMaxOutput = 1 << 20;  // a client that does not read its replies is closed
 // Per connection and poll round: bytes read (binary uploads) and written (STATE_GET), so that one
 // large transfer cannot stall the other connections.
 constexpr size_t kReadBudget = 1 << 20;
 constexpr size_t kWriteBudget = 4 << 20;
+
+// A connection the switch has no room for gets one line before it is closed.
+void refuse(int fd) {
+  static const char msg[] = GS_REPLY_ERR " " GS_ERR_NO_RESOURCES " too many control connections\n";
+  (void)!::send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::close(fd);
+}
 }  // namespace
 
 ControlPlane::ControlPlane(Engine& engine, const SwitchConfig& config) : engine_(engine), config_(config) {}
@@ -32,6 +41,7 @@ ControlPlane::ControlPlane(Engine& engine, const SwitchConfig& config) : engine_
 ControlPlane::~ControlPlane() {
   close_all();
   if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (spare_fd_ >= 0) ::close(spare_fd_);
 }
 
 bool ControlPlane::listen(std::string* error) {
@@ -53,6 +63,7 @@ bool ControlPlane::listen(std::string* error) {
     return false;
   }
   listen_fd_ = fd;
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   return true;
 }
 
@@ -108,20 +119,24 @@ void ControlPlane::step(int timeout_ms, uint64_t now_ns) {
 }
 
 void ControlPlane::accept_all(uint64_t now_ns) {
+  if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // lost to a race before
   for (;;) {
     sockaddr_in a{};
     socklen_t alen = sizeof a;
     int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&a), &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
+      // Linux reports EMFILE before it looks for a waiting connection: stop when none was there.
+      if ((errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
+        if (refuse_without_descriptors(now_ns)) continue;
+        return;
+      }
       if (errno != EAGAIN && errno != EWOULDBLOCK)
         GS_LOG_WARN("control plane: accept(): %s", std::strerror(errno));
       return;
     }
     if (conns_.size() >= kMaxConnections) {
-      static const char msg[] = GS_REPLY_ERR " " GS_ERR_NO_RESOURCES " too many control connections\n";
-      (void)!::send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-      ::close(fd);
+      refuse(fd);
       continue;
     }
     int one = 1;
@@ -137,6 +152,23 @@ void ControlPlane::accept_all(uint64_t now_ns) {
     GS_LOG_DEBUG("control: connection from %s", c->peer.c_str());
     conns_.emplace(c->id, std::move(c));
   }
+}
+
+bool ControlPlane::refuse_without_descriptors(uint64_t now_ns) {
+  ::close(spare_fd_);
+  int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) refuse(fd);
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ++refused_no_fd_;
+  if (now_ns >= next_fd_warning_ns_) {  // one line per 10 s, however many are refused
+    GS_LOG_WARN(
+        "control plane: out of file descriptors (%s): %llu connection(s) refused so far; raise the "
+        "limit (ulimit -n, LimitNOFILE=) above the connections and jobs this switch serves",
+        std::strerror(EMFILE), static_cast<unsigned long long>(refused_no_fd_));
+    next_fd_warning_ns_ = now_ns + 10'000'000'000ull;
+  }
+  return true;
 }
 
 void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
