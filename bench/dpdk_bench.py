@@ -402,7 +402,8 @@ def onset(
                 f"{r['sent_pps'] / 1e3:.0f} kpps loss {r['loss'] * 100:.2f}%",
                 flush=True,
             )
-            if r["loss"] >= LOSS_ONSET or r["sent_pps"] < 0.97 * rate:
+            # Stop at the first loss, or when the generator no longer gets faster (its own limit).
+            if r["loss"] >= LOSS_ONSET or (len(steps) > 1 and r["sent_pps"] < 1.05 * steps[-2]["sent_pps"]):
                 break
     clean = [s for s in steps if s["loss"] < LOSS_ONSET]
     lossy = [s for s in steps if s["loss"] >= LOSS_ONSET]
