@@ -2,8 +2,8 @@
  * with and without libgradswitch_mpi.so preloaded. It reduces float, double and int buffers in the
  * ways MPI programs do (MPI_Allreduce, MPI_Reduce to a non-zero root, MPI_Iallreduce completed by
  * MPI_Wait / MPI_Waitall / MPI_Test (also while other ranks sit in MPI_Barrier), MPI_IN_PLACE,
- * communicators from MPI_Comm_split and
- * MPI_Comm_dup, a small message, another op) and writes every result it holds to
+ * communicators from MPI_Comm_split, MPI_Comm_dup and MPI_Comm_create (ranks 1.., so a
+ * communicator that rank 0 is not in), a small message, another op) and writes every result it holds to
  * OUTDIR/rank<R>.bin, so that the two runs can be compared.
  *
  *   mpirun -np 4 reduce_check OUTDIR [ELEMENTS]
@@ -147,6 +147,20 @@ int main(int argc, char** argv) {
   MPI_Comm_free(&halves);
   MPI_Comm_free(&copy);
   reduce_on(MPI_COMM_WORLD, n, 4);
+
+  /* MPI_Comm_create of every rank but 0 (3 of 4: not a power of two); rank 0 gets MPI_COMM_NULL. */
+  MPI_Group world_group, tail_group;
+  const int first_excluded[] = {0};
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_excl(world_group, 1, first_excluded, &tail_group);
+  MPI_Comm tail;
+  MPI_Comm_create(MPI_COMM_WORLD, tail_group, &tail);
+  if (tail != MPI_COMM_NULL) {
+    reduce_on(tail, n, 5);
+    MPI_Comm_free(&tail);
+  }
+  MPI_Group_free(&tail_group);
+  MPI_Group_free(&world_group);
 
   fclose(out);
   MPI_Finalize();

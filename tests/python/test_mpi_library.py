@@ -120,14 +120,13 @@ def closed_port() -> int:
 def c_segments(rank: int, n: int) -> list[tuple[str, np.dtype, int]]:
     """(what, dtype, count) of every result reduce_check.c writes, in order (see its reduce_on)."""
     out = []
-    # MPI_COMM_WORLD, the halves of MPI_Comm_split(rank % 2), a dup of the world, the world again;
-    # MPI_Reduce's root is each communicator's last rank.
-    for comm, root in (
-        ("world", rank == 3),
-        ("half", rank in (2, 3)),
-        ("dup", rank == 3),
-        ("world2", rank == 3),
-    ):
+    # MPI_COMM_WORLD, the halves of MPI_Comm_split(rank % 2), a dup of the world, the world again,
+    # MPI_Comm_create of ranks 1..3 (rank 0 is not in it); MPI_Reduce's root is each communicator's
+    # last rank.
+    blocks = [("world", rank == 3), ("half", rank in (2, 3)), ("dup", rank == 3), ("world2", rank == 3)]
+    if rank in CREATED:
+        blocks.append(("created", rank == 3))
+    for comm, root in blocks:
         seg = [("allreduce", np.float32, n), ("allreduce", np.float64, n), ("inplace", np.int32, n)]
         if root:
             seg += [("reduce-inplace", np.int32, n), ("reduce", np.float64, n)]
@@ -140,6 +139,14 @@ def c_segments(rank: int, n: int) -> list[tuple[str, np.dtype, int]]:
         seg += [("small", np.int32, 16), ("max", np.int32, n)]
         out += [(f"{comm}-{what}", np.dtype(t), c) for what, t, c in seg]
     return out
+
+
+CREATED = (1, 2, 3)  # the ranks in reduce_check.c's MPI_Comm_create communicator
+
+
+def c_blocks(rank: int) -> int:
+    """How many blocks of reductions (reduce_on) `rank` runs in reduce_check.c."""
+    return 5 if rank in CREATED else 4
 
 
 def read_c(outdir: Path, rank: int, n: int = N) -> dict[str, np.ndarray]:
@@ -193,15 +200,17 @@ def test_c_program_same_results_through_the_switch(library, c_program, switch, t
     ok(mpirun([*c_program, str(plain), str(N)]))
     for rank in range(RANKS):
         compare(read_c(lib, rank), read_c(plain, rank), C_MAX_INPUT)
-    # Each rank: per communicator 3 MPI_Allreduce, 2 MPI_Reduce, 5 MPI_Iallreduce through the switch,
-    # a 64-byte one and an MPI_MAX by MPI; 4 blocks on 3 communicators (the world twice).
-    for s in stats(lib / "stats"):
-        assert (s["allreduce"], s["reduce"], s["iallreduce"]) == (12, 8, 20), s
-        assert (s["mpi_small"], s["mpi_other"], s["mpi_no_switch"], s["mpi_fallback"]) == (4, 4, 0, 0), s
-        assert s["jobs"] == 3 and s["switch_bytes"] == 4 * 52 * N, s
+    # Each rank, per block: 3 MPI_Allreduce, 2 MPI_Reduce, 5 MPI_Iallreduce through the switch, a
+    # 64-byte one and an MPI_MAX by MPI; 4 blocks on 3 communicators (the world twice), and ranks 1..3
+    # a fifth on the created communicator.
+    for rank, s in enumerate(stats(lib / "stats")):
+        b = c_blocks(rank)
+        assert (s["allreduce"], s["reduce"], s["iallreduce"]) == (3 * b, 2 * b, 5 * b), s
+        assert (s["mpi_small"], s["mpi_other"], s["mpi_no_switch"], s["mpi_fallback"]) == (b, b, 0, 0), s
+        assert s["jobs"] == b - 1 and s["switch_bytes"] == b * 52 * N, s
     after = switch.stats()
-    # The world, its two halves (two jobs) and the dup; every reduction summed there.
-    assert after["jobs_started"] - before["jobs_started"] == 4
+    # The world, its two halves (two jobs), the dup and the created one; every reduction summed there.
+    assert after["jobs_started"] - before["jobs_started"] == 5
     rounds = 4 * (3 * N // 360 + 3 * N // 180)  # at least one round per 1440-byte packet of one rank
     assert after["completed"] - before["completed"] >= rounds
     deadline = time.monotonic() + 5
@@ -259,8 +268,9 @@ def test_unreachable_switch_falls_back_with_one_warning(library, c_program, tmp_
     ok(mpirun([*c_program, str(plain), str(N)]))
     for rank in range(RANKS):  # all by MPI: the same bytes
         assert (lib / f"rank{rank}.bin").read_bytes() == (plain / f"rank{rank}.bin").read_bytes()
-    for s in stats(lib / "stats"):
-        assert s["allreduce"] + s["reduce"] + s["iallreduce"] == 0 and s["mpi_no_switch"] == 40, s
+    for rank, s in enumerate(stats(lib / "stats")):
+        assert s["allreduce"] + s["reduce"] + s["iallreduce"] == 0, s
+        assert s["mpi_no_switch"] == 10 * c_blocks(rank), s
     # A malformed setting is named, and the library stays out of the way.
     r = mpirun([*c_program, str(lib), "1000"], preload(library, "127.0.0.1:1", wire="float128"))
     ok(r)
