@@ -12,6 +12,9 @@ fig4: allreduce latency (slowest rank, median) of 64 B .. 64 KB and of 64 MB vs 
 ring94: N = 4, 94 MB (ResNet-50): switch, ring, gloo.
 fallback: N = 4, 64 MB allreduces with algorithm "auto"; the switch is SIGKILLed in the middle of the
   third; the time of every allreduce, against the same loop on the ring alone.
+b2b: back-to-back allreduces, N = 4: 8 MB and 100 MB buffers, each as one allreduce, as 4 allreduces
+  queued at once (DDP's buckets: 2 MB and 25 MB) and as the same 4 waited for one by one; switch, ring
+  and gloo.
 physring: paper 001's topology: the workers also wired in a physical ring (a veth pair between each
   worker and the next, shaped like the testbed's links), N = 4, 94 MB: the ring over those links
   against gloo's ring over the same links.
@@ -46,6 +49,7 @@ def spawn(
     port: int,
     job: str,
     timeout: float = 600,
+    extra: tuple = (),
 ):
     from gradswitch.baselines.common import fail_text, parse_results, wait_all
 
@@ -66,6 +70,7 @@ def spawn(
             big_iters,
             "--job",
             job,
+            *extra,
         ]
         args += ["--master", f"{tb.address('w0')}:{port}"] if system == "gloo" else ["--switch", sw.address]
         procs.append(
@@ -198,6 +203,22 @@ def series_fallback(tb, sw_factory, res, log):
             f"fallback {mode}: " + ", ".join(f"{t * 1e3:.0f}" for t in times) + " ms; "
             f"served by {reps[0]['algorithms']}"
         )
+
+
+B2B_SIZES = [8_000_000, 100_000_000]
+B2B_MODES = {"one": (), "queued": ("--buckets", 4), "serial": ("--buckets", 4, "--serial")}
+
+
+def series_b2b(tb, sw_factory, res, log):
+    port = 17500
+    for system in SYSTEMS:
+        for mode, extra in B2B_MODES.items():
+            port += 1
+            with sw_factory() as sw:
+                reps = spawn(tb, sw, system, 4, B2B_SIZES, 0, 4, port, f"b2b-{system}-{mode}", extra=extra)
+            row = {str(s): slowest_median(reps, s) for s in B2B_SIZES}
+            res.setdefault("b2b", {}).setdefault(system, {})[mode] = row
+            log(f"b2b {system:6s} {mode:6s}: " + ", ".join(f"{row[str(s)] * 1e3:.0f} ms" for s in B2B_SIZES))
 
 
 RING_PORT = 17900
@@ -372,6 +393,33 @@ def report(res: dict) -> str:
                     f"{r2:.3f} | {'ring' if ring_better else 'tree'} | {a + b * x(32):.1f} ms | "
                     f"{a + b * x(1024):.1f} ms |"
                 )
+        rate = res.get("rate_bps")
+        if rate:
+            out += [
+                "",
+                "64 MB with the bytes on the wire taken out: each system's time minus its bandwidth term "
+                "(switch M/B, rings 2(N−1)/N·M/B, B = the link rate, headers included: 1500/1440 of the "
+                "payload) fitted to a + 2·alpha·(N−1); predictions add the bandwidth term back.",
+                "",
+                "| system | a (ms) | alpha per hop (ms) | rms (ms) | predicted N=32 | predicted N=1024 |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
+            wire = BIG * 1500 / 1440 * 8 / rate * 1e3  # ms for M on one link direction
+
+            def bw(system, n):
+                return wire if system == "switch" else 2 * (n - 1) / n * wire
+
+            for system in SYSTEMS:
+                row = f4.get(system, {})
+                ws = [w for w in worlds if str(w) in row]
+                if len(ws) < 2:
+                    continue
+                ys = [row[str(w)][str(BIG)] * 1e3 - bw(system, w) for w in ws]
+                a, b, r = fit([w - 1 for w in ws], ys)
+                out.append(
+                    f"| {system} | {a:.1f} | {b / 2:.2f} | {r:.1f} | {bw(system, 32) + a + b * 31:.0f} ms | "
+                    f"{bw(system, 1024) + a + b * 1023:.0f} ms |"
+                )
         out.append("")
     if "ring94" in res:
         r = res["ring94"]
@@ -381,6 +429,27 @@ def report(res: dict) -> str:
                 out.append(
                     f"| {system} | {r[system]['median_s'] * 1e3:.0f} ms | "
                     f"{r['gloo']['median_s'] / r[system]['median_s']:.2f}x |"
+                )
+        out.append("")
+    if "b2b" in res:
+        b = res["b2b"]
+        out += [
+            "## Back-to-back allreduces, N = 4: one allreduce, 4 queued at once, 4 one by one",
+            "",
+            "| size | system | one | 4 queued | 4 one by one | one by one / queued | queued vs gloo queued |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for size in B2B_SIZES:
+            for system in SYSTEMS:
+                row = {m: b.get(system, {}).get(m, {}).get(str(size)) for m in B2B_MODES}
+                if None in row.values():
+                    continue
+                gq = b.get("gloo", {}).get("queued", {}).get(str(size))
+                out.append(
+                    f"| {size / 1e6:g} MB | {system} | {row['one'] * 1e3:.0f} ms | "
+                    f"{row['queued'] * 1e3:.0f} ms | {row['serial'] * 1e3:.0f} ms | "
+                    f"{row['serial'] / row['queued']:.2f}x | "
+                    + (f"{gq / row['queued']:.2f}x |" if gq else "— |")
                 )
         out.append("")
     if "physring" in res:
@@ -441,6 +510,9 @@ def main() -> int:
     series = a.series.split(",")
     a.out.mkdir(parents=True, exist_ok=True)
     res = {"when": _dt.datetime.now().isoformat(timespec="minutes"), "command": " ".join(sys.argv)}
+    from gradswitch.testbed.core import parse_rate
+
+    res["rate_bps"] = parse_rate(a.rate)
 
     def log(msg):
         print(msg, flush=True)
@@ -467,6 +539,9 @@ def main() -> int:
             save()
         if "fallback" in series:
             series_fallback(tb, sw_factory, res, log)
+            save()
+        if "b2b" in series:
+            series_b2b(tb, sw_factory, res, log)
             save()
         if "physring" in series:  # last: it adds links to the namespaces
             series_physring(tb, res, log)

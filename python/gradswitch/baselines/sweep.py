@@ -9,6 +9,10 @@ for paper 001's Fig. 4 analog (latency vs N), the ring vs gloo comparison and th
 
 --system auto runs the allreduces with algorithm="auto" and reports, per iteration, which algorithm
 served it (the bench kills the switch during the run).
+
+--buckets K splits each buffer into K equal allreduces, as DDP hands its buckets to the process group:
+all K queued at once (gradswitch's allreduce_async, gloo's async_op=True) and then waited for, or, with
+--serial, each waited for before the next starts. The time of one iteration covers all K.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ def run(a) -> dict:
         def allreduce(buf):
             dist.all_reduce(torch.from_numpy(buf))
 
+        def allreduce_async(buf):
+            return dist.all_reduce(torch.from_numpy(buf), async_op=True)
+
         group = None
     else:
         import gradswitch
@@ -81,6 +88,18 @@ def run(a) -> dict:
         def allreduce(buf):
             group.allreduce(buf)
 
+        def allreduce_async(buf):
+            return group.allreduce_async(buf)
+
+    def buckets(buf):
+        parts = np.array_split(buf, a.buckets)
+        if a.serial:
+            for part in parts:
+                allreduce(part)
+        else:
+            for handle in [allreduce_async(part) for part in parts]:
+                handle.wait()
+
     try:
         for nbytes in a.sizes:
             n = nbytes // 4
@@ -93,7 +112,10 @@ def run(a) -> dict:
                 np.copyto(buf, base if big else grad(a.rank, n, it))
                 barrier()
                 t0 = time.perf_counter()
-                allreduce(buf)
+                if a.buckets > 1:
+                    buckets(buf)
+                else:
+                    allreduce(buf)
                 dt = time.perf_counter() - t0
                 if it >= a.warmup:
                     times[nbytes].append(dt)
@@ -144,7 +166,13 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="untimed iterations per size (default: %(default)s)")
     p.add_argument("--wire", default="float32")
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument(
+        "--buckets", type=int, default=1, help="split each buffer into this many allreduces (default: 1)"
+    )
+    p.add_argument("--serial", action="store_true", help="with --buckets: wait for each before the next")
     a = p.parse_args(argv)
+    if a.buckets < 1:
+        p.error(f"--buckets must be >= 1, got {a.buckets}")
     if a.system == "gloo" and not a.master:
         p.error("--system gloo needs --master")
     if a.system != "gloo" and not (a.switch or (a.system == "ring" and a.peers)):
