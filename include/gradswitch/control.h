@@ -110,6 +110,14 @@ extern "C" {
 #define GS_KEY_SLOT_SEQ "slot_seq"
 #define GS_KEY_SLOT_OFFSET "slot_offset"
 #define GS_KEY_SEEN "seen"
+/* the job's open rounds (a contribution arrived, not every rank's yet) and the oldest of them */
+#define GS_KEY_OPEN_ROUNDS "open_rounds"
+#define GS_KEY_OLDEST_SLOT "oldest_slot"
+#define GS_KEY_OLDEST_VERSION "oldest_version"
+#define GS_KEY_OLDEST_SEQ "oldest_seq"
+#define GS_KEY_OLDEST_OFFSET "oldest_offset"
+#define GS_KEY_OLDEST_AGE_MS "oldest_age_ms" /* since its first contribution */
+#define GS_KEY_OLDEST_SEEN "oldest_seen"     /* the ranks that contributed to it */
 /* a leaf switch's STATUS, and its EVENT aborted with reason uplink (docs/protocol.md section 8) */
 #define GS_KEY_UPLINK "uplink"               /* the spine's ip:port */
 #define GS_KEY_MEMBERS "members"             /* the ranks the leaf serves */
