@@ -28,14 +28,6 @@
 
 namespace gradswitch {
 
-// A job appearing or going away, for backends that keep per-job state of their own
-// (called on the control-plane thread; `spec` is null for kDestroyed).
-struct JobEvent {
-  enum Kind { kCreated, kDestroyed } kind;
-  uint32_t job_id;
-  const JobSpec* spec;
-};
-
 class ControlPlane {
  public:
   ControlPlane(Engine& engine, const SwitchConfig& config);
@@ -63,7 +55,6 @@ class ControlPlane {
   // every connection is anonymous and sees every job. Call before run().
   void use_auth(control::AuthTable table);
 
-  void add_job_listener(std::function<void(const JobEvent&)> listener);
   // Extra `key=value ...` text appended to the total STATS reply and the stats log line.
   void add_stats_source(std::function<std::string()> source);
 
@@ -78,7 +69,6 @@ class ControlPlane {
     std::atomic<uint64_t> connections{0};
   };
   const Gauges& gauges() const { return gauges_; }
-  size_t connections() const { return conns_.size(); }
 
  private:
   struct Conn;
@@ -95,6 +85,8 @@ class ControlPlane {
   void handle_join(Conn& c, const control::Request& r, uint64_t now_ns);
   void handle_leave(Conn& c, const control::Request& r, uint64_t now_ns);
   void handle_status(Conn& c, const control::Request& r, uint64_t now_ns);
+  // STATUS's open_rounds= and, when a round is open, the oldest one's slot, age and contributors.
+  void add_open_rounds(control::Line& out, uint32_t job_id, uint64_t now_ns) const;
   void handle_stats(Conn& c, const control::Request& r);
   void handle_jobs(Conn& c, const control::Request& r);
   void handle_upload(Conn& c, const control::Request& r);  // PARAMS, STATE_SET
@@ -172,7 +164,6 @@ class ControlPlane {
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::map<std::string, std::unique_ptr<PendingJob>> pending_;  // by name
   std::map<uint32_t, std::unique_ptr<LiveJob>> live_;           // by job id
-  std::vector<std::function<void(const JobEvent&)>> listeners_;
   std::vector<std::function<std::string()>> stats_sources_;
   uint64_t jobs_started_ = 0;
   Gauges gauges_;

@@ -246,6 +246,14 @@ void ControlPlane::launch(PendingJob& p, const JobSpec& spec, std::vector<uint16
   live->present = p.joined;
   live->leader = std::move(leader);
   live->left.assign(p.world, 0);
+  for (uint16_t r = 0; r < p.world; ++r) {
+    std::string at = "-";
+    if (r < p.leaf.size() && p.leaf[r])
+      at = endpoint_text(p.peer[r]);
+    else if (p.conn[r])
+      at = endpoint_text(Endpoint{conns_.at(p.conn[r])->peer_ipv4_be, htons(p.port[r])});
+    live->peers += (r ? "," : "") + at;
+  }
   live->uplink_conn = p.uplink_conn;
   if (spec.uplink) live->spine = config_.uplink;
   live->start_ns = live->last_request_ns = now_ns;
@@ -274,10 +282,8 @@ void ControlPlane::launch(PendingJob& p, const JobSpec& spec, std::vector<uint16
                   ? (", leaf of " + config_.uplink + " (ranks " + ranks_text(spec.members) + ")").c_str()
                   : "");
   ++jobs_started_;
-  LiveJob& lj = *live;
   live_.emplace(id, std::move(live));
   pending_.erase(p.name);  // `p` is gone from here on
-  for (auto& l : listeners_) l({JobEvent::kCreated, id, &lj.spec});
   for (Conn* c : members) reply(*c, ok.str());
   // Requests that arrived while the JOIN reply was held.
   for (Conn* c : members) process_lines(*c, now_ns);
@@ -395,7 +401,6 @@ void ControlPlane::end_job_if_empty(LiveJob& j) {
   GS_LOG_INFO("job '%s' (id 0x%" PRIx32 ") ended: %s", j.spec.name.c_str(), id,
               j.aborted ? ("aborted (" + j.abort_why + ")").c_str() : "all ranks left");
   for (uint64_t cid : j.uplink_conn) close_upward(cid);
-  for (auto& l : listeners_) l({JobEvent::kDestroyed, id, nullptr});
   engine_.destroy_job(id);
   live_.erase(id);
 }

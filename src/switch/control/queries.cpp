@@ -57,6 +57,20 @@ std::string counters_text(const CounterValues& v) {
 }
 }  // namespace
 
+void ControlPlane::add_open_rounds(Line& out, uint32_t job_id, uint64_t now_ns) const {
+  std::vector<OpenRound> open;
+  if (!engine_.open_rounds(job_id, &open)) return;
+  out.add(GS_KEY_OPEN_ROUNDS, open.size());
+  if (open.empty()) return;
+  const OpenRound& oldest = open.front();
+  out.add(GS_KEY_OLDEST_SLOT, oldest.slot)
+      .add(GS_KEY_OLDEST_VERSION, int(oldest.version))
+      .add(GS_KEY_OLDEST_SEQ, oldest.seq)
+      .add(GS_KEY_OLDEST_OFFSET, oldest.offset)
+      .add(GS_KEY_OLDEST_AGE_MS, now_ns > oldest.opened_ns ? (now_ns - oldest.opened_ns) / 1'000'000 : 0)
+      .add(GS_KEY_OLDEST_SEEN, ranks_text(oldest.seen));
+}
+
 void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
   Error err;
   auto q = parse_status(r, &err);
@@ -89,6 +103,8 @@ void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
       .add(GS_KEY_IDLE_MS, now_ns > last ? (now_ns - last) / 1'000'000 : 0)
       .add(GS_KEY_RANK_SEQ, seqs)
       .add(GS_KEY_LEFT, ranks_text(s.left));
+  if (it != live_.end()) out.add(GS_KEY_PEERS, it->second->peers);
+  add_open_rounds(out, id, now_ns);
   if (s.aborted && s.abort_reason == GS_ABORT_MISMATCH) out.raw(mismatch_keys(s.mismatch));
   if (it != live_.end() && !it->second->spine.empty()) {  // a leaf (docs/protocol.md section 8)
     out.add(GS_KEY_UPLINK, it->second->spine).add(GS_KEY_MEMBERS, ranks_text(s.members));

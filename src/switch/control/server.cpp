@@ -71,9 +71,6 @@ std::string ControlPlane::describe() const {
   return config_.control_host + ":" + std::to_string(config_.control_port);
 }
 
-void ControlPlane::add_job_listener(std::function<void(const JobEvent&)> l) {
-  listeners_.push_back(std::move(l));
-}
 void ControlPlane::add_stats_source(std::function<std::string()> s) {
   stats_sources_.push_back(std::move(s));
 }
@@ -287,7 +284,6 @@ void ControlPlane::close_all() {
   for (auto& [id, c] : conns_) c->dead = true;
   sweep(monotonic_ns());
   for (auto& [id, j] : live_) {
-    for (auto& l : listeners_) l({JobEvent::kDestroyed, id, nullptr});
     engine_.destroy_job(id);
   }
   live_.clear();
