@@ -1,4 +1,4 @@
-"""The `gradswitch` command: switch, bench, demo, testbed."""
+"""The `gradswitch` command: switch, bench, demo, testbed, mpirun, timeline, status, top."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
         "  demo     a switch and 4 workers on loopback summing a 64 MiB tensor, checked\n"
         "  testbed  an emulated cluster in network namespaces (root)\n"
         "  mpirun   an unmodified Open MPI program, its reductions summed by the switch (docs/mpi.md)\n"
-        "  timeline merge or summarise worker timelines (GRADSWITCH_TIMELINE, docs/observability.md)",
+        "  timeline merge or summarise worker timelines (GRADSWITCH_TIMELINE, docs/observability.md)\n"
+        "  status   jobs, ranks, open rounds and counters of a running switch; says why a job is stuck\n"
+        "  top      live per-job packet and round rates of a running switch, refreshed",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"gradswitch {__version__}")
@@ -47,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     from gradswitch import timeline
 
     timeline.add_parser(sub)
+    from gradswitch import status
+
+    status.add_parsers(sub)
 
     # Sub-commands that own their whole argument list are dispatched before argparse sees it.
     if argv and argv[0] == "switch":

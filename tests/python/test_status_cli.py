@@ -1,0 +1,185 @@
+"""`gradswitch status` and `gradswitch top` against a running gradswitchd: a healthy job and a stuck one
+(rank 0 contributed to a round, rank 1 sent nothing), the diagnosis in words, STATUS's open-round keys,
+live rates, and clear errors for an unreachable switch or an unknown job."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+from _ranks import in_threads
+
+from gradswitch import cli
+from gradswitch.daemon import Daemon, parse_kv, read_reply
+
+THREADS = 2
+
+
+def _join_raw(d: Daemon, name: str, world: int):
+    """`world` ranks JOINed over plain sockets (int32 wire): control sockets, UDP sockets, job id, key."""
+    ctl, udp = [], []
+    for r in range(world):
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.bind(("127.0.0.1", 0))
+        c = d.connect()
+        c.sendall(
+            f"JOIN job={name} world={world} rank={r} wire=int32 token=t port={u.getsockname()[1]}\n".encode()
+        )
+        ctl.append(c)
+        udp.append(u)
+    replies = [parse_kv(read_reply(c, bytearray())) for c in ctl]
+    return ctl, udp, int(replies[0]["job_id"]), int(replies[0]["key"])
+
+
+def _contribute(d: Daemon, udp: socket.socket, job_id: int, key: int, rank: int, slot: int, seq: int) -> None:
+    """One int32 element from `rank` to `slot` (version 0) of allreduce `seq` (docs/protocol.md section 2)."""
+    header = struct.pack(
+        ">HBBIIHHBBHIIbbH", 0x4753, 1, 1, job_id, key, rank, slot, 0, 1, 1, seq, 0, -128, 0, 0
+    )
+    # a slot's packets go to the data thread that owns it (slot % threads)
+    udp.sendto(header + struct.pack("<i", 7), ("127.0.0.1", d.data_port + slot % THREADS))
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def switch():
+    with Daemon(threads=THREADS) as d:
+        yield d
+
+
+def _wait(what: str, fn, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s (last: {value!r})")
+        time.sleep(0.1)
+
+
+def test_status_names_the_ranks_a_stuck_job_waits_for(switch, capsys):
+    import gradswitch
+
+    d = switch
+    groups = in_threads(
+        lambda r: gradswitch.connect(d.address, job="healthy", rank=r, world_size=2, timeout=30)
+    )
+    ctl, udp = [], []
+    try:
+        in_threads(lambda r: [groups[r].allreduce(np.ones(1000, np.float32)) for _ in range(3)])
+        ctl, udp, stuck_id, key = _join_raw(d, "stuck", 3)
+        # allreduce 0 completes (every rank), allreduce 1 waits at slot 5 for ranks 1 and 2
+        for r in range(3):
+            _contribute(d, udp[r], stuck_id, key, r, 4, 0)
+        _contribute(d, udp[0], stuck_id, key, 0, 5, 1)
+        st = _wait("the round open", lambda: (s := d.status(stuck_id)).get("open_rounds") == "1" and s)
+        assert st["oldest_slot"] == "5" and st["oldest_seq"] == "1" and st["oldest_seen"] == "0", st
+        assert st["peers"].split(",") == [f"127.0.0.1:{u.getsockname()[1]}" for u in udp], st
+        assert st["rank_seq"] == "1,0,0"
+        healthy = d.status(int(next(j for j in d.jobs() if ":healthy:" in j).split(":")[0]))
+        assert healthy["open_rounds"] == "0" and "oldest_slot" not in healthy, healthy
+
+        _wait("the round a second old", lambda: int(d.status(stuck_id)["oldest_age_ms"]) >= 1000)
+        rc, out, err = _run(capsys, "status", "--switch", d.address)
+        assert rc == 0, err
+        assert "job 'healthy'" in out and "job 'stuck'" in out, out
+        blocks = {b.split("'")[1]: b for b in out.split("\n\n") if b.startswith("job '")}
+        stuck_part, healthy_part = blocks["stuck"], blocks["healthy"]
+        assert "  ok" in healthy_part and "!" not in healthy_part, out
+        for u in udp:
+            assert f"127.0.0.1:{u.getsockname()[1]}" in stuck_part, out
+        assert "stalled: slot 5 (allreduce seq 1, offset 0)" in stuck_part, out
+        assert "for rank 1 (127.0.0.1:" in stuck_part and ", rank 2 (127.0.0.1:" in stuck_part, out
+        assert "rank 1 last sent allreduce seq 0" in stuck_part, out
+        assert "contributed: 0" in stuck_part, out
+
+        # one job by name; the others are not shown
+        rc, out, err = _run(capsys, "status", "--switch", d.address, "stuck")
+        assert rc == 0 and "job 'stuck'" in out and "healthy" not in out, out + err
+    finally:
+        for g in groups:
+            g.close()
+        for s in ctl + udp:
+            s.close()
+        _wait("the jobs gone", lambda: d.jobs() == [])
+
+
+def test_top_shows_live_rates(switch, capsys):
+    import gradswitch
+
+    d = switch
+    groups = in_threads(lambda r: gradswitch.connect(d.address, job="busy", rank=r, world_size=2, timeout=30))
+    stop = threading.Event()
+    done = [0, 0]
+    # Both ranks decide together whether to run another allreduce: a rank that ran one more than
+    # the other would wait for it until its timeout.
+    go = [True]
+    together = threading.Barrier(2, action=lambda: go.__setitem__(0, not stop.is_set()))
+
+    def work(r: int) -> None:
+        while True:
+            together.wait(30)
+            if not go[0]:
+                return
+            groups[r].allreduce(np.ones(10_000, np.float32))
+            done[r] += 1
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        _wait("allreduces running", lambda: min(done) > 0)
+        rc, out, err = _run(capsys, "top", "--switch", d.address, "-i", "0.5", "-n", "2")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(35)
+        for g in groups:
+            g.close()
+        _wait("the jobs gone", lambda: d.jobs() == [])
+    assert rc == 0, err
+    frames = [f for f in out.split("gradswitch top") if f.strip()]
+    assert len(frames) == 2, out
+    rows = [ln for ln in frames[-1].splitlines() if ln.startswith("busy")]
+    assert len(rows) == 1, frames[-1]
+    cols = rows[0].split()
+    # job, id, state, pkt/s in, pkt/s out, rounds/s, retx/s, drops/s, Gbit/s in, stall s
+    assert cols[2] == "running" and float(cols[3]) > 0 and float(cols[5]) > 0, rows[0]
+    switch_row = next(ln for ln in frames[-1].splitlines() if ln.startswith("(switch)"))
+    assert float(switch_row.split()[3]) >= float(cols[3]), frames[-1]
+
+
+def test_clear_errors(switch, capsys):
+    from gradswitch.daemon import pick_ports
+
+    rc, out, err = _run(capsys, "status", "--switch", switch.address, "no-such-job")
+    assert rc == 1 and "no job 'no-such-job' at the switch" in err, err
+    closed = pick_ports(0)[0]
+    for argv in (["status"], ["top", "-n", "1"]):
+        rc, out, err = _run(capsys, *argv, "--switch", f"127.0.0.1:{closed}")
+        assert rc == 1 and f"cannot reach the switch at 127.0.0.1:{closed}" in err, err
+    rc, out, err = _run(capsys, "status", "--switch", "nonsense")
+    assert rc == 1 and "is not host:port" in err, err
+
+
+def test_help(capsys):
+    for cmd in ("status", "top"):
+        with pytest.raises(SystemExit) as e:
+            cli.main([cmd, "--help"])
+        assert e.value.code == 0
+        out = capsys.readouterr().out
+        assert "--switch" in out and "GRADSWITCH_SWITCH" in out
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "status" in out and "top" in out
