@@ -4,44 +4,18 @@ live rates, and clear errors for an unreachable switch or an unknown job."""
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
 import time
 
 import numpy as np
 import pytest
 from _ranks import in_threads
+from _raw_job import contribute, join_raw
 
 from gradswitch import cli
-from gradswitch.daemon import Daemon, parse_kv, read_reply
+from gradswitch.daemon import Daemon
 
 THREADS = 2
-
-
-def _join_raw(d: Daemon, name: str, world: int):
-    """`world` ranks JOINed over plain sockets (int32 wire): control sockets, UDP sockets, job id, key."""
-    ctl, udp = [], []
-    for r in range(world):
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        u.bind(("127.0.0.1", 0))
-        c = d.connect()
-        c.sendall(
-            f"JOIN job={name} world={world} rank={r} wire=int32 token=t port={u.getsockname()[1]}\n".encode()
-        )
-        ctl.append(c)
-        udp.append(u)
-    replies = [parse_kv(read_reply(c, bytearray())) for c in ctl]
-    return ctl, udp, int(replies[0]["job_id"]), int(replies[0]["key"])
-
-
-def _contribute(d: Daemon, udp: socket.socket, job_id: int, key: int, rank: int, slot: int, seq: int) -> None:
-    """One int32 element from `rank` to `slot` (version 0) of allreduce `seq` (docs/protocol.md section 2)."""
-    header = struct.pack(
-        ">HBBIIHHBBHIIbbH", 0x4753, 1, 1, job_id, key, rank, slot, 0, 1, 1, seq, 0, -128, 0, 0
-    )
-    # a slot's packets go to the data thread that owns it (slot % threads)
-    udp.sendto(header + struct.pack("<i", 7), ("127.0.0.1", d.data_port + slot % THREADS))
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -77,11 +51,11 @@ def test_status_names_the_ranks_a_stuck_job_waits_for(switch, capsys):
     ctl, udp = [], []
     try:
         in_threads(lambda r: [groups[r].allreduce(np.ones(1000, np.float32)) for _ in range(3)])
-        ctl, udp, stuck_id, key = _join_raw(d, "stuck", 3)
+        ctl, udp, stuck_id, key = join_raw(d, "stuck", 3)
         # allreduce 0 completes (every rank), allreduce 1 waits at slot 5 for ranks 1 and 2
         for r in range(3):
-            _contribute(d, udp[r], stuck_id, key, r, 4, 0)
-        _contribute(d, udp[0], stuck_id, key, 0, 5, 1)
+            contribute(d, udp[r], stuck_id, key, r, 4, 0, THREADS)
+        contribute(d, udp[0], stuck_id, key, 0, 5, 1, THREADS)
         st = _wait("the round open", lambda: (s := d.status(stuck_id)).get("open_rounds") == "1" and s)
         assert st["oldest_slot"] == "5" and st["oldest_seq"] == "1" and st["oldest_seen"] == "0", st
         assert st["peers"].split(",") == [f"127.0.0.1:{u.getsockname()[1]}" for u in udp], st

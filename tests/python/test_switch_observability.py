@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import socket
-import struct
 import subprocess
 import time
 import urllib.parse
@@ -15,8 +14,9 @@ import urllib.request
 import numpy as np
 import pytest
 from _ranks import in_threads
+from _raw_job import contribute, join_raw
 
-from gradswitch.daemon import parse_kv, parse_metrics, read_reply
+from gradswitch.daemon import parse_metrics
 from gradswitch.local_switch import LocalSwitch
 
 
@@ -109,22 +109,6 @@ def _wait(what: str, fn, timeout: float = 30.0):
         time.sleep(0.2)
 
 
-def _join_raw(d, name: str, world: int) -> tuple[list[socket.socket], list[socket.socket], int, int]:
-    """`world` ranks JOINed over plain sockets (int32 wire): control connections, UDP sockets, job id, key."""
-    ctl, udp = [], []
-    for r in range(world):
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        u.bind(("127.0.0.1", 0))
-        c = d.connect()
-        c.sendall(
-            f"JOIN job={name} world={world} rank={r} wire=int32 token=t port={u.getsockname()[1]}\n".encode()
-        )
-        ctl.append(c)
-        udp.append(u)
-    replies = [parse_kv(read_reply(c, bytearray())) for c in ctl]
-    return ctl, udp, int(replies[0]["job_id"]), int(replies[0]["key"])
-
-
 def test_metrics_match_stats_pass_promtool_and_reach_prometheus(tmp_path):
     import gradswitch
     from gradswitch import _tools
@@ -143,11 +127,8 @@ def test_metrics_match_stats_pass_promtool_and_reach_prometheus(tmp_path):
             u.sendto(b"XX" + bytes(40), ("127.0.0.1", d.data_port))  # garbage: bad_magic
             _wait("the garbage datagram counted", lambda: d.stats().get("drop.bad_magic") == 1)
             # a stuck job: rank 0's contribution waits for rank 1, which sends nothing
-            ctl, udp, stuck_id, key = _join_raw(d, "stuck", 2)
-            header = struct.pack(
-                ">HBBIIHHBBHIIbbH", 0x4753, 1, 1, stuck_id, key, 0, 0, 0, 1, 1, 0, 0, -128, 0, 0
-            )
-            udp[0].sendto(header + struct.pack("<i", 7), ("127.0.0.1", d.data_port))
+            ctl, udp, stuck_id, key = join_raw(d, "stuck", 2)
+            contribute(d, udp[0], stuck_id, key, rank=0, slot=0, seq=0, threads=2)
             _wait("the stuck round open", lambda: d.metric("gradswitch_open_rounds") == 1)
 
             text = d.metrics()
