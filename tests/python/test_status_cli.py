@@ -113,7 +113,7 @@ def test_top_shows_live_rates(switch, capsys):
         t.start()
     try:
         _wait("allreduces running", lambda: min(done) > 0)
-        rc, out, err = _run(capsys, "top", "--switch", d.address, "-i", "0.5", "-n", "2")
+        rc, out, err = _run(capsys, "top", "--switch", d.address, "-i", "1", "-n", "2")
     finally:
         stop.set()
         for t in threads:
