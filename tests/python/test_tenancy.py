@@ -198,6 +198,27 @@ def test_a_tenant_at_its_quota_gets_no_resources_and_others_are_unaffected(share
             c.close()
 
 
+def test_one_address_cannot_take_every_control_connection(shared):
+    # Idle connections from one host (127.0.0.2) held the switch's 4096 connections, and nobody else
+    # could JOIN. Now an address gets 256 outside jobs; other hosts (127.0.0.1) still join.
+    floods = []
+    try:
+        for _ in range(256 + 1):
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.connect(("127.0.0.1", shared.control_port))
+            floods.append(s)
+        floods[-1].settimeout(5)
+        reply = floods[-1].recv(200).decode()
+        assert reply.startswith("ERR no_resources too many control connections from this address"), reply
+        job = TenantJob(shared, "alice", "still")
+        job.allreduce_round(slot=0, seq=0)
+        job.close()
+    finally:
+        for s in floods:
+            s.close()
+
+
 def test_the_operator_aborts_a_job_and_tenants_cannot(shared):
     job = TenantJob(shared, "alice", "victim")
     with as_tenant(shared, "bob") as bob:

@@ -79,6 +79,8 @@ class ControlPlane {
   // accept() failed for want of descriptors: refuse the waiting connection with the spare one.
   // False when no connection was waiting.
   bool refuse_without_descriptors(uint64_t now_ns);
+  // Connections from this address that are in no job (neither joining nor joined).
+  size_t outside_jobs_from(uint32_t ipv4_be) const;
   void read_input(Conn& c, uint64_t now_ns);
   void process_lines(Conn& c, uint64_t now_ns);
   void handle_line(Conn& c, const std::string& line, uint64_t now_ns);

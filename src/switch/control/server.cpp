@@ -28,10 +28,15 @@ constexpr size_t kMaxOutput = 1 << 20;  // a client that does not read its repli
 constexpr size_t kReadBudget = 1 << 20;
 constexpr size_t kWriteBudget = 4 << 20;
 
+// With an auth file: connections from one address that are in no job (not authenticated yet, or
+// idle), so that one host cannot hold all kMaxConnections and keep the other tenants from joining.
+// A job's own connections do not count: they are bounded by the tenants' quotas.
+constexpr size_t kMaxOutsideJobsPerAddress = 256;
+
 // A connection the switch has no room for gets one line before it is closed.
-void refuse(int fd) {
-  static const char msg[] = GS_REPLY_ERR " " GS_ERR_NO_RESOURCES " too many control connections\n";
-  (void)!::send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+void refuse(int fd, const char* why = "too many control connections") {
+  const std::string line = std::string(GS_REPLY_ERR " " GS_ERR_NO_RESOURCES " ") + why + "\n";
+  (void)!::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::close(fd);
 }
 }  // namespace
@@ -136,6 +141,10 @@ void ControlPlane::accept_all(uint64_t now_ns) {
       refuse(fd);
       continue;
     }
+    if (auth_ && outside_jobs_from(a.sin_addr.s_addr) >= kMaxOutsideJobsPerAddress) {
+      refuse(fd, "too many control connections from this address outside a job");
+      continue;
+    }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto c = std::make_unique<Conn>();
@@ -149,6 +158,12 @@ void ControlPlane::accept_all(uint64_t now_ns) {
     GS_LOG_DEBUG("control: connection from %s", c->peer.c_str());
     conns_.emplace(c->id, std::move(c));
   }
+}
+
+size_t ControlPlane::outside_jobs_from(uint32_t ipv4_be) const {
+  size_t n = 0;
+  for (auto& [id, c] : conns_) n += c->role == Conn::Role::kNone && !c->dead && c->peer_ipv4_be == ipv4_be;
+  return n;
 }
 
 bool ControlPlane::refuse_without_descriptors(uint64_t now_ns) {
