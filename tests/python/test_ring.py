@@ -332,17 +332,25 @@ def _dying_worker(q, rank, world, switch, algorithm, peers, die_after):
     q.put((rank, out))
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "auto"])
-def test_dead_rank_is_a_clear_error(switch_factory, algorithm):
+@pytest.mark.parametrize("mode", ["ring", "auto", "auto-fallen-back"])
+def test_dead_rank_is_a_clear_error(switch_factory, mode):
     """A rank that dies ends the job for the others with an error naming it: on the ring (no
     switch) a timeout naming the rank; with algorithm="auto" and a live switch, JobAborted at once
-    (the switch saw the rank leave): no fallback hides a dead rank."""
+    (the switch saw the rank leave); with algorithm="auto" after the fallback (the switch absent
+    at start, so the ranks run on the ring), the same timeout naming the rank: no fallback hides a
+    dead rank."""
     import multiprocessing as mp
     import queue as queue_mod
 
     world = 3
     peers = [f"127.0.0.1:{p}" for p in free_udp_ports(world)]
-    switch = switch_factory(binary=daemon_binary(), threads=1).address if algorithm == "auto" else None
+    algorithm = "ring" if mode == "ring" else "auto"
+    if mode == "auto":
+        switch = switch_factory(binary=daemon_binary(), threads=1).address
+    elif mode == "auto-fallen-back":
+        switch = f"127.0.0.1:{free_udp_ports(1)[0]}"  # a port nothing listens on (TCP)
+    else:
+        switch = None
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     procs = [
@@ -366,7 +374,7 @@ def test_dead_rank_is_a_clear_error(switch_factory, algorithm):
                 p.kill()
     for r in range(world - 1):
         err = reports[r].get("error", "")
-        if algorithm == "ring":
+        if mode != "auto":
             assert "GradswitchTimeout" in err and "ring allreduce timed out" in err, err
             assert f"rank {world - 1} alive" in err or f", {world - 1} alive" in err, err
         else:
