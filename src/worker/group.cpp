@@ -122,7 +122,26 @@ bool Handle::done() const {
 
 // ---------------------------------------------------------------- Group: setup, queue
 
-std::unique_ptr<Group> Group::connect(const Options& opt) {
+namespace {
+
+// The window options with their environment overrides (benchmarks compare windows without code).
+Options with_window_env(Options o) {
+  if (const char* e = std::getenv("GRADSWITCH_WINDOW")) o.window = e;
+  if (const char* e = std::getenv("GRADSWITCH_TARGET_DELAY_US")) o.target_delay_s = std::atof(e) * 1e-6;
+  if (o.window != "adaptive" && o.window != "fixed")
+    throw InvalidArgument("gradswitch: window must be 'adaptive' or 'fixed' (GRADSWITCH_WINDOW), got '" +
+                          o.window + "'");
+  if (!(o.target_delay_s > 0 && o.target_delay_s <= 1))
+    throw InvalidArgument(
+        "gradswitch: the window's target delay must be in (0, 1] s (GRADSWITCH_TARGET_DELAY_US), got " +
+        std::to_string(o.target_delay_s) + " s");
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<Group> Group::connect(const Options& requested) {
+  const Options opt = with_window_env(requested);
   parse_wire(opt.wire);
   if (opt.world < 1 || opt.world > GS_MAX_WORLD)
     throw InvalidArgument("gradswitch: world_size must be in 1.." + std::to_string(GS_MAX_WORLD) + ", got " +

@@ -27,14 +27,20 @@ struct Options {
   // Element types DATA may carry besides `wire` and int32 (JOIN types=, comma separated): what a
   // per-call wire (Group::allreduce_async's `wire`) uses, e.g. "float64".
   std::string types;
-  double timeout_s = 30.0;          // an allreduce fails after this long without progress
-  double join_timeout_s = 120.0;    // JOIN waits this long for the other ranks (the switch has its own)
-  double connect_timeout_s = 5.0;   // TCP connect to the control port
-  double drop_rate = 0.0;           // test hook: drop this fraction of outgoing data packets
-  uint64_t seed = 0;                //   with a PRNG seeded from (seed, rank)
-  uint64_t shuffle_seed = 0;        // test hook: != 0 permutes the order of each window's first sends
-  double rto_initial_s = 0.004;     // first retransmission timeout of a round (raised by measured RTT)
-  double rto_max_s = 0.2;           // backoff cap
+  double timeout_s = 30.0;         // an allreduce fails after this long without progress
+  double join_timeout_s = 120.0;   // JOIN waits this long for the other ranks (the switch has its own)
+  double connect_timeout_s = 5.0;  // TCP connect to the control port
+  double drop_rate = 0.0;          // test hook: drop this fraction of outgoing data packets
+  uint64_t seed = 0;               //   with a PRNG seeded from (seed, rank)
+  uint64_t shuffle_seed = 0;       // test hook: != 0 permutes the order of each window's first sends
+  double rto_initial_s = 0.004;    // first retransmission timeout of a round (raised by measured RTT)
+  double rto_max_s = 0.2;          // backoff cap
+  // Rounds in flight (docs/transport.md): "adaptive" (a delay-based controller finds the path's
+  // rate; the switch's slot pool is the cap) or "fixed" (always the whole pool). `target_delay_s`:
+  // the queueing delay the adaptive window tolerates above the path's base round trip. Env
+  // GRADSWITCH_WINDOW=adaptive|fixed and GRADSWITCH_TARGET_DELAY_US override them.
+  std::string window = "adaptive";
+  double target_delay_s = 0.0005;
   int sockbuf_bytes = 4 << 20;      // UDP SO_RCVBUF/SO_SNDBUF request
   std::string bind_ip = "0.0.0.0";  // local UDP address
   bool gso = true;                  // UDP_SEGMENT for runs of DATA packets (env GRADSWITCH_GSO=1|0 overrides)

@@ -47,6 +47,9 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       window_(ctx.join->slots, ctx.join->payload_bytes),
       schedule_(ctx.join->slots),
       flight_(ctx.join->slots, nullptr),
+      agreed_exp_(ctx.join->slots, GS_EXP_NONE),
+      adaptive_(ctx.opt->window == "adaptive"),
+      cc_(ctx.join->slots, static_cast<int64_t>(ctx.opt->target_delay_s * 1e9)),
       loss_(std::max<unsigned>(ctx.join->threads, 1),
             LossDetector(static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9),
                          static_cast<int64_t>(ctx.opt->rto_max_s * 1e9))),
@@ -93,16 +96,35 @@ void SwitchAllreduce::prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp) 
       len);
 }
 
-void SwitchAllreduce::start_slot(unsigned s, int64_t now) {
+bool SwitchAllreduce::start_slot(unsigned s, int64_t now) {
   size_t c = 0;
   Flight* f = schedule_.next(s, &c);
-  if (!f) return;  // its next chunk belongs to an allreduce not admitted yet
+  if (!f) return false;  // its next chunk belongs to an allreduce not admitted yet
   flight_[s] = f;
   if (f->op->ch.elem == GS_ELEM_FIXED32 && schedule_.first_in_slot(c))
     prepare_bootstrap(s, c);
   else
-    prepare_chunk(s, c, GS_EXP_NONE);  // non-fixed32: no exponent
+    prepare_chunk(s, c, agreed_exp_[s]);  // fixed32: agreed by the slot's previous round
   launch(s, now);
+  return true;
+}
+
+// Chunks start in their global order (chunk g in slot g mod slots), so a window smaller than the
+// pool holds the oldest chunks, and a chunk whose slot still waits for the chunk before it (a lost
+// round) holds the ones after it: the window is a limit, the pool the cap.
+void SwitchAllreduce::fill_window(int64_t now) {
+  const unsigned S = window_.slots();
+  const unsigned limit = window_now();
+  while (in_flight_ < limit) {
+    const unsigned s = static_cast<unsigned>(launch_next_ % S);
+    if (window_.timer(s).busy || !start_slot(s, now)) {
+      window_limited_ = false;
+      return;
+    }
+    ++launch_next_;
+    ++in_flight_;
+  }
+  window_limited_ = true;
 }
 
 void SwitchAllreduce::send(unsigned slot) {
@@ -167,6 +189,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
       late_answer(h, now);
     } else if (t.tries > 0) {  // each HELD answers one resend that found the contribution there
       counter_add(k.spurious_retransmissions);
+      if (t.cause == RetxCause::kRack || t.cause == RetxCause::kTimeout) cc_.on_spurious(now);
       detector(slot).held(t, now);
     }
     return;
@@ -184,6 +207,10 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     return;
   }
   if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
+  // Only a round this rank completed, sent once, measures this rank's own path (window_controller.h).
+  const bool own = t.tries == 0 && !(h.flags & GS_FLAG_UNICAST) && h.completer == ctx_.opt->rank;
+  cc_.on_result(now, own ? now - t.sent_ns : -1, window_limited_,
+                static_cast<int64_t>(detector(slot).rtt().srtt_ns()));
   remember_delivered(slot, h, t, now);
   detector(slot).delivered(t, now);
   last_progress_ns_ = now;
@@ -195,16 +222,11 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   }
   if (op.base) decode_chunk(op.ch, p + GS_HEADER_BYTES, r.chunk, r.scale, op.base);
   if (op.done) (*op.done)[r.chunk] = 1;
-  size_t c = r.chunk;
   AllreduceOp* whole = f->op;
-  size_t after = schedule_.following(*f, c);
+  agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   if (schedule_.finish(slot, f)) finished->push_back(whole);
-  if (after != SIZE_MAX) {  // the same allreduce's next chunk in this slot: its exponent is agreed
-    prepare_chunk(slot, after, h.next_exp);
-    launch(slot, now);
-  } else {
-    start_slot(slot, now);  // the next allreduce's chunk, if it was admitted
-  }
+  --in_flight_;
+  fill_window(now);
 }
 
 void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t,
@@ -242,6 +264,7 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
     return;
   }
   counter_add(ctx_.counters->spurious_retransmissions);
+  if (d.cause == RetxCause::kRack || d.cause == RetxCause::kTimeout) cc_.on_spurious(now);
   if (d.taught) return;
   d.taught = true;
   // After a HELD the RESULT that delivered the round may have waited for another rank.
@@ -262,6 +285,7 @@ int64_t SwitchAllreduce::check_timers(int64_t now) {
       counter_add(cause == RetxCause::kRack      ? k.retx_rack
                   : cause == RetxCause::kTimeout ? k.retx_timeout
                                                  : k.retx_probe);
+      if (cause != RetxCause::kProbe) cc_.on_loss(now);  // evidence of loss; a probe is none
       if (AllreduceTimes* t = flight_[s]->op->times) t->retransmit(now, s, window_.round(s).chunk);
       send(s);
     }
@@ -277,15 +301,12 @@ void SwitchAllreduce::admit(AllreduceOp* op) {
     wait_ns_ = 0;
   }
   schedule_.admit(op);
-  // The idle slots whose next chunk is this allreduce's, optionally in a permuted order (test hook).
-  std::vector<unsigned> order;
-  for (unsigned s = 0; s < window_.slots(); ++s)
-    if (!window_.timer(s).busy) order.push_back(s);
-  if (ctx_.opt->shuffle_seed != 0) {
+  const size_t queued = out_.size();
+  fill_window(now);
+  if (ctx_.opt->shuffle_seed != 0) {  // test hook: these first sends in a permuted order
     std::mt19937_64 g(ctx_.opt->shuffle_seed * 0x9E3779B97F4A7C15ull + op->seq);
-    std::shuffle(order.begin(), order.end(), g);
+    std::shuffle(out_.begin() + static_cast<std::ptrdiff_t>(queued), out_.end(), g);
   }
-  for (unsigned s : order) start_slot(s, now);
   flush();
 }
 

@@ -1,6 +1,8 @@
 // The allreduce through the switch (docs/protocol.md section 4): tensors stream through the job's
 // slot pool, one chunk per round, each slot reused as soon as its result arrives, successive
-// allreduces back to back (stream_schedule.h); lost rounds are found by the LossDetectors (one
+// allreduces back to back (stream_schedule.h), at most as many rounds in flight as the
+// WindowController allows (chunks go out in order; the pool is the cap); lost rounds are found by
+// the LossDetectors (one
 // per switch thread: each thread's results keep their order, threads' results do not) and
 // resent, and the switch's DSACK answers, or an original result that arrives after the answer to
 // its resend, undo what a spurious resend taught them; fixed32 agrees block exponents through the
@@ -17,6 +19,7 @@
 #include "worker/path.h"
 #include "worker/stream_schedule.h"
 #include "worker/window.h"
+#include "worker/window_controller.h"
 
 namespace gradswitch::worker {
 
@@ -58,8 +61,12 @@ class SwitchAllreduce : public DataPath {
     int64_t sent_ns = 0, delivered_ns = 0;
   };
 
-  // Starts slot `s`'s next round if its allreduce was admitted (fixed32: its exponent round first).
-  void start_slot(unsigned s, int64_t now);
+  // Starts slot `s`'s next round if its allreduce was admitted (fixed32: its exponent round first);
+  // false when it was not.
+  bool start_slot(unsigned s, int64_t now);
+  // Starts the next chunks in order while the window allows and their slots are free.
+  void fill_window(int64_t now);
+  unsigned window_now() const { return adaptive_ ? cc_.window() : window_.slots(); }
   void prepare_bootstrap(unsigned slot, size_t c);
   void prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp);
   void launch(unsigned slot, int64_t now);
@@ -83,7 +90,14 @@ class SwitchAllreduce : public DataPath {
   ControlClient* control_;
   Window window_;
   StreamSchedule schedule_;
-  std::vector<Flight*> flight_;       // per slot: the allreduce of its current round
+  std::vector<Flight*> flight_;  // per slot: the allreduce of its current round
+  // fixed32, per slot: the exponent the last RESULT agreed for the slot's next chunk
+  std::vector<int8_t> agreed_exp_;
+  bool adaptive_;
+  WindowController cc_;
+  unsigned in_flight_ = 0;            // slots with a round out
+  uint64_t launch_next_ = 0;          // global number of the next chunk to start
+  bool window_limited_ = false;       // the last fill stopped at the window
   std::vector<LossDetector> loss_;    // per switch thread: slot s is served by thread s % threads
   std::vector<DeliveredRound> last_;  // per slot and version: [2 * slot + version]
   LossInjector drops_;                // the drop_rate test hook, seeded from (seed, rank)

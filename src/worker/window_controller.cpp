@@ -1,0 +1,94 @@
+// The delay-based window controller (see window_controller.h).
+#include "worker/window_controller.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gradswitch::worker {
+
+namespace {
+
+constexpr double kBeta = 0.8;    // Swift's multiplicative-decrease gain on the excess delay
+constexpr double kMaxCut = 0.5;  // at most halve the window per period
+constexpr double kIncrease = 1;  // rounds added per period once past the start
+constexpr int64_t kMinPeriodNs = 100'000;
+constexpr int64_t kBaseWindowNs = 10'000'000'000;  // the base round trip is the minimum of 10-20 s
+
+}  // namespace
+
+WindowController::WindowController(unsigned cap, int64_t target_queue_ns, unsigned initial)
+    : cap_(std::max(cap, 1u)),
+      target_ns_(target_queue_ns),
+      cwnd_(std::clamp<double>(initial, 1, std::max(cap, 1u))) {}
+
+unsigned WindowController::window() const {
+  return static_cast<unsigned>(std::clamp<double>(std::floor(cwnd_), 1, cap_));
+}
+
+int64_t WindowController::base_rtt_ns() const {
+  if (base_cur_ < 0) return std::max<int64_t>(base_prev_, 0);
+  if (base_prev_ < 0) return base_cur_;
+  return std::min(base_cur_, base_prev_);
+}
+
+void WindowController::note_base(int64_t rtt, int64_t now) {
+  if (base_epoch_ == 0) base_epoch_ = now;
+  if (now - base_epoch_ >= kBaseWindowNs) {
+    base_prev_ = base_cur_;
+    base_cur_ = -1;
+    base_epoch_ = now;
+  }
+  if (base_cur_ < 0 || rtt < base_cur_) base_cur_ = rtt;
+}
+
+void WindowController::on_result(int64_t now, int64_t own_rtt_ns, bool window_limited, int64_t srtt_ns) {
+  if (period_start_ == 0) {
+    period_start_ = now;
+    period_len_ = std::max(srtt_ns, kMinPeriodNs);
+  }
+  if (own_rtt_ns > 0) {
+    note_base(own_rtt_ns, now);
+    if (period_min_rtt_ < 0 || own_rtt_ns < period_min_rtt_) period_min_rtt_ = own_rtt_ns;
+  }
+  period_limited_ |= window_limited;
+  if (now - period_start_ < period_len_) return;
+  end_period();
+  period_start_ = now;
+  period_len_ = std::max(srtt_ns, kMinPeriodNs);
+  period_min_rtt_ = -1;
+  period_limited_ = false;
+}
+
+void WindowController::end_period() {
+  const int64_t base = base_rtt_ns();
+  if (period_min_rtt_ > 0 && base > 0) {
+    const int64_t queue = period_min_rtt_ - base;
+    if (queue > target_ns_) {
+      const double excess = static_cast<double>(queue - target_ns_) / static_cast<double>(period_min_rtt_);
+      cwnd_ = std::max(1.0, cwnd_ * std::max(1 - kBeta * excess, 1 - kMaxCut));
+      slow_start_ = false;
+      return;
+    }
+  }
+  if (!period_limited_) return;  // the data, not the window, limited this period
+  cwnd_ = std::min<double>(cap_, slow_start_ ? cwnd_ * 2 : cwnd_ + kIncrease);
+}
+
+void WindowController::on_loss(int64_t now) {
+  // Only a loss with a standing queue is congestion; one cut per period.
+  const int64_t base = base_rtt_ns();
+  const bool queued = period_min_rtt_ > 0 && base > 0 && period_min_rtt_ - base > target_ns_;
+  if (!queued || (cut_at_ >= 0 && now - cut_at_ < period_len_)) return;
+  before_cut_ = cwnd_;
+  cut_at_ = now;
+  cwnd_ = std::max(1.0, cwnd_ * (1 - kMaxCut));
+  slow_start_ = false;
+}
+
+void WindowController::on_spurious(int64_t now) {
+  if (cut_at_ < 0 || now - cut_at_ > 4 * period_len_) return;
+  cwnd_ = std::max(cwnd_, before_cut_);
+  cut_at_ = -1;
+}
+
+}  // namespace gradswitch::worker

@@ -1,0 +1,152 @@
+// The worker's window controller alone (worker/window_controller.h, docs/protocol.md section 4.2)
+// on a hand-made clock: growth while the window is used, the cut on queueing delay, which round
+// trips count as delay, loss with and without a queue, the DSACK undo, the pool as a cap.
+#include <cstdint>
+
+#include "harness.h"
+#include "worker/window_controller.h"
+
+using namespace gradswitch::worker;
+
+namespace {
+
+constexpr int64_t kUs = 1'000;
+constexpr int64_t kMs = 1'000'000;
+
+// One round-trip period (srtt 1 ms) of results, each measuring `own_rtt` (-1: not this rank's
+// own), starting at `*now`; the last result ends the period.
+void period(WindowController& c, int64_t* now, int64_t own_rtt, bool limited = true) {
+  constexpr int64_t rtt = kMs;
+  for (int i = 0; i < 4; ++i) {
+    c.on_result(*now, own_rtt, limited, rtt);
+    *now += rtt / 4;
+  }
+  c.on_result(*now, own_rtt, limited, rtt);
+}
+
+}  // namespace
+
+TEST(window_starts_at_initial_and_is_capped_by_the_pool) {
+  WindowController a(256, 500 * kUs);
+  CHECK_EQ(a.window(), 16u);
+  WindowController b(8, 500 * kUs);  // a pool smaller than the initial window
+  CHECK_EQ(b.window(), 8u);
+  WindowController c(0, 500 * kUs);  // never zero rounds in flight
+  CHECK_EQ(c.window(), 1u);
+}
+
+TEST(window_doubles_per_round_trip_while_used_and_stops_at_the_cap) {
+  WindowController c(100, 500 * kUs);
+  int64_t now = kMs;
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 32u);
+  CHECK(c.slow_start());
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 64u);
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 100u);  // capped: the pool
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 100u);
+  CHECK_EQ(c.base_rtt_ns(), kMs);
+}
+
+TEST(window_does_not_grow_when_the_data_limited_it) {
+  WindowController c(256, 500 * kUs);
+  int64_t now = kMs;
+  for (int i = 0; i < 5; ++i) period(c, &now, kMs, /*limited=*/false);
+  CHECK_EQ(c.window(), 16u);
+}
+
+TEST(window_cuts_in_proportion_to_queueing_delay_then_grows_by_one) {
+  WindowController c(256, 500 * kUs);
+  int64_t now = kMs;
+  period(c, &now, kMs);  // base 1 ms, window 32
+  CHECK_EQ(c.window(), 32u);
+  // 1 ms of queue (target 0.5 ms) in a 2 ms round trip: excess 0.25, cut by 0.8 * 0.25.
+  period(c, &now, 2 * kMs);
+  CHECK_EQ(c.window(), 25u);  // 32 * 0.8
+  CHECK(!c.slow_start());
+  // A queue far above the target: at most halved per period.
+  period(c, &now, 20 * kMs);
+  CHECK_EQ(c.window(), 12u);  // 25.6 * 0.5
+  // Back at the base: one round more per period, no more doubling.
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 13u);
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 14u);
+  // A queue below the target is no reason to cut.
+  period(c, &now, kMs + 400 * kUs);
+  CHECK_EQ(c.window(), 15u);
+}
+
+TEST(window_uses_the_smallest_own_round_trip_of_a_period) {
+  WindowController c(256, 500 * kUs);
+  int64_t now = kMs;
+  period(c, &now, kMs);  // base 1 ms, window 32
+  // Most samples of this period were inflated (a descheduled thread), one was not: no queue.
+  for (int i = 0; i < 4; ++i) {
+    c.on_result(now, i == 2 ? kMs : 9 * kMs, true, kMs);
+    now += kMs / 4;
+  }
+  c.on_result(now, 9 * kMs, true, kMs);
+  CHECK_EQ(c.window(), 64u);
+}
+
+TEST(window_ignores_round_trips_that_waited_for_other_ranks) {
+  WindowController c(256, 500 * kUs);
+  int64_t now = kMs;
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 32u);
+  // Results completed by another rank (own_rtt -1): no delay sample, the window keeps growing.
+  period(c, &now, -1);
+  CHECK_EQ(c.window(), 64u);
+}
+
+TEST(window_loss_without_a_queue_is_not_congestion) {
+  WindowController c(256, 500 * kUs);
+  int64_t now = kMs;
+  period(c, &now, kMs);
+  c.on_result(now, kMs, true, kMs);  // this period: no queue
+  c.on_loss(now);
+  CHECK_EQ(c.window(), 32u);
+  CHECK(c.slow_start());
+}
+
+TEST(window_loss_with_a_queue_halves_once_and_dsack_undoes_it) {
+  WindowController c(256, 500 * kUs);
+  int64_t now = kMs;
+  period(c, &now, kMs);
+  period(c, &now, kMs);  // window 64
+  CHECK_EQ(c.window(), 64u);
+  c.on_result(now, 1600 * kUs, true, kMs);  // 0.6 ms of queue in this period
+  c.on_loss(now);
+  CHECK_EQ(c.window(), 32u);
+  c.on_loss(now + 100 * kUs);  // the same period: one cut
+  CHECK_EQ(c.window(), 32u);
+  CHECK(!c.slow_start());
+  c.on_spurious(now + 200 * kUs);  // the resend was not needed: the cut is undone
+  CHECK_EQ(c.window(), 64u);
+  c.on_spurious(now + 300 * kUs);  // nothing more to undo
+  CHECK_EQ(c.window(), 64u);
+}
+
+TEST(window_dsack_long_after_the_cut_undoes_nothing) {
+  WindowController c(256, 500 * kUs);
+  int64_t now = kMs;
+  period(c, &now, kMs);
+  c.on_result(now, 1600 * kUs, true, kMs);
+  c.on_loss(now);
+  CHECK_EQ(c.window(), 16u);
+  c.on_spurious(now + 10 * kMs);  // more than 4 round trips later: the cut had another reason too
+  CHECK_EQ(c.window(), 16u);
+}
+
+TEST(window_never_below_one_round) {
+  WindowController c(256, 100 * kUs, 1);
+  int64_t now = kMs;
+  period(c, &now, kMs);
+  for (int i = 0; i < 10; ++i) period(c, &now, 50 * kMs);
+  CHECK_EQ(c.window(), 1u);
+}
+
+GS_TEST_MAIN()
