@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import sys
 import time
 
@@ -86,6 +87,10 @@ def add_arguments(p: argparse.ArgumentParser, *, demo: bool) -> None:
     )
     p.add_argument("--threads", type=_bounded(int, 1, 64), default=1,
                    help="switch data threads when starting one")
+    p.add_argument("--slots", type=_bounded(int, 1, 65535), default=None,
+                   help="slot pool per job of the switch started here (default: the daemon's, 256)")
+    p.add_argument("--window", choices=("adaptive", "fixed"), default=None,
+                   help="workers' window (docs/protocol.md 4.2; default: $GRADSWITCH_WINDOW, else adaptive)")
     p.add_argument(
         "--drop-rate",
         type=_bounded(float, 0.0, 0.99, "a fraction in [0, 0.99]"),
@@ -115,6 +120,9 @@ def _tensor(n: int, rank: int, dtype) -> np.ndarray:
 
 def _worker(args, rank: int, results) -> None:
     import gradswitch
+
+    if args.window:
+        os.environ["GRADSWITCH_WINDOW"] = args.window  # read by connect, in this worker process only
 
     dtype = element_dtype(args.wire)
     n = args.size // np.dtype(dtype).itemsize
@@ -155,7 +163,7 @@ def run(args, *, out=sys.stdout) -> int:
 
     local = None
     if args.switch is None:
-        local = LocalSwitch(threads=args.threads, drop_rate=args.drop_rate).start()
+        local = LocalSwitch(threads=args.threads, drop_rate=args.drop_rate, slots=args.slots).start()
         args.switch = local.address
         print(f"started gradswitchd on {local.address} ({args.threads} data thread(s))", file=out)
     try:
