@@ -11,7 +11,7 @@ namespace gradswitch::mpi {
 enum class FloatWire { kNative, kFloat32, kFixed32, kFloat64 };
 
 // Below this many bytes a reduction goes to MPI (PMPI): its latency wins there. Measured on the
-// testbed (BENCHMARKS.md, "MPI library"); GRADSWITCH_MPI_MIN_BYTES overrides it.
+// testbed (BENCHMARKS.md, "MPI programs through the switch"); GRADSWITCH_MPI_MIN_BYTES overrides it.
 inline constexpr size_t kDefaultMinBytes = 256 * 1024;
 // An operation that makes no progress for this long falls back to MPI (GRADSWITCH_MPI_TIMEOUT).
 inline constexpr double kDefaultTimeoutS = 60.0;
