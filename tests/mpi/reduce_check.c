@@ -3,7 +3,8 @@
  * ways MPI programs do (MPI_Allreduce, MPI_Reduce to a non-zero root, MPI_Iallreduce completed by
  * MPI_Wait / MPI_Waitall / MPI_Test (also while other ranks sit in MPI_Barrier), MPI_IN_PLACE,
  * communicators from MPI_Comm_split, MPI_Comm_dup and MPI_Comm_create (ranks 1.., so a
- * communicator that rank 0 is not in), a small message, another op) and writes every result it holds to
+ * communicator that rank 0 is not in), a small message, another op, another datatype, an
+ * inter-communicator) and writes every result it holds to
  * OUTDIR/rank<R>.bin, so that the two runs can be compared.
  *
  *   mpirun -np 4 reduce_check OUTDIR [ELEMENTS]
@@ -120,6 +121,30 @@ static void reduce_on(MPI_Comm comm, int n, uint32_t tag) {
   free(fs), free(fr), free(ds), free(dr), free(is), free(ir);
 }
 
+/* What the library must leave to MPI even for a large MPI_SUM: a datatype the switch does not carry
+ * (64-bit integers) and an inter-communicator (the halves of the world facing each other: each rank
+ * gets the other half's sum). */
+static void pass_through(int n, int rank) {
+  long long* ls = malloc(n * sizeof *ls);
+  long long* lr = malloc(n * sizeof *lr);
+  int* is = malloc(n * sizeof *is);
+  int* ir = malloc(n * sizeof *ir);
+  for (int i = 0; i < n; ++i) ls[i] = (long long)i * 4000000007LL * (rank + 1); /* beyond 32 bits */
+  MPI_Allreduce(ls, lr, n, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  put(lr, n * sizeof *lr);
+
+  MPI_Comm half, inter;
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+  /* Each half's leader is its lowest world rank (0 or 1); each names the other's. */
+  MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, 1 - rank % 2, 99, &inter);
+  fill_int(is, n, 6 * 7919u + (uint32_t)rank * 104729u);
+  MPI_Allreduce(is, ir, n, MPI_INT, MPI_SUM, inter);
+  put(ir, n * sizeof *ir);
+  MPI_Comm_free(&inter);
+  MPI_Comm_free(&half);
+  free(ls), free(lr), free(is), free(ir);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   if (argc < 2) {
@@ -161,6 +186,8 @@ int main(int argc, char** argv) {
   }
   MPI_Group_free(&tail_group);
   MPI_Group_free(&world_group);
+
+  pass_through(n, rank);
 
   fclose(out);
   MPI_Finalize();

@@ -138,7 +138,8 @@ def c_segments(rank: int, n: int) -> list[tuple[str, np.dtype, int]]:
         seg += [("iallreduce-wait", np.int32, n), ("iallreduce-barrier", np.int32, n)]
         seg += [("small", np.int32, 16), ("max", np.int32, n)]
         out += [(f"{comm}-{what}", np.dtype(t), c) for what, t, c in seg]
-    return out
+    # pass_through: int64 on the world, int32 on an inter-communicator (both by MPI)
+    return out + [("int64", np.dtype(np.int64), n), ("intercomm", np.dtype(np.int32), n)]
 
 
 CREATED = (1, 2, 3)  # the ranks in reduce_check.c's MPI_Comm_create communicator
@@ -202,11 +203,11 @@ def test_c_program_same_results_through_the_switch(library, c_program, switch, t
         compare(read_c(lib, rank), read_c(plain, rank), C_MAX_INPUT)
     # Each rank, per block: 3 MPI_Allreduce, 2 MPI_Reduce, 5 MPI_Iallreduce through the switch, a
     # 64-byte one and an MPI_MAX by MPI; 4 blocks on 3 communicators (the world twice), and ranks 1..3
-    # a fifth on the created communicator.
+    # a fifth on the created communicator; then an int64 and an inter-communicator sum by MPI.
     for rank, s in enumerate(stats(lib / "stats")):
         b = c_blocks(rank)
         assert (s["allreduce"], s["reduce"], s["iallreduce"]) == (3 * b, 2 * b, 5 * b), s
-        assert (s["mpi_small"], s["mpi_other"], s["mpi_no_switch"], s["mpi_fallback"]) == (b, b, 0, 0), s
+        assert (s["mpi_small"], s["mpi_other"], s["mpi_no_switch"], s["mpi_fallback"]) == (b, b + 2, 0, 0), s
         assert s["jobs"] == b - 1 and s["switch_bytes"] == b * 52 * N, s
     after = switch.stats()
     # The world, its two halves (two jobs), the dup and the created one; every reduction summed there.
