@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The ring's benchmarks on the emulated testbed (issue 11): paper 001's Fig. 4 analog, the ring vs gloo's
-ring at 94 MB, and the fallback from a dying switch to the ring. Every rank checks every sum.
+ring at 94 MB, back-to-back allreduces, and the fallback from a dying switch to the ring. Every rank
+checks every sum.
 
-    sudo python3 bench/ring_bench.py [--series fig4,ring94,fallback] [--worlds 2,3,4,6,8] [--rate 1gbit]
-        [--out bench/results/<date>-ring]
+    sudo python3 bench/ring_bench.py [--series fig4,ring94,fallback,b2b,physring] [--worlds 2,3,4,6,8]
+        [--rate 1gbit] [--out bench/results/<date>-ring]
     python3 bench/ring_bench.py --report-only bench/results/<date>-ring     # re-render from results.json
 
 fig4: allreduce latency (slowest rank, median) of 64 B .. 64 KB and of 64 MB vs N for the switch, the
@@ -491,12 +492,23 @@ def report(res: dict) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--series", default="fig4,ring94,fallback")
-    p.add_argument("--worlds", default="2,3,4,6,8")
-    p.add_argument("--rate", default="1gbit")
+    p.add_argument(
+        "--series",
+        default="fig4,ring94,fallback",
+        help="comma separated: fig4, ring94, fallback, b2b, physring (default: %(default)s)",
+    )
+    p.add_argument("--worlds", default="2,3,4,6,8", help="fig4's numbers of ranks (default: %(default)s)")
+    p.add_argument("--rate", default="1gbit", help="every link's rate per direction (default: %(default)s)")
     p.add_argument("--slots", type=int, default=256, help="gradswitchd --slots (default: %(default)s)")
-    p.add_argument("--out", type=Path, default=HERE / "results" / f"{_dt.date.today()}-ring")
-    p.add_argument("--report-only", type=Path, metavar="DIR")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=HERE / "results" / f"{_dt.date.today()}-ring",
+        help="where results.json and report.md go (default: bench/results/<today>-ring)",
+    )
+    p.add_argument(
+        "--report-only", type=Path, metavar="DIR", help="re-render DIR/report.md from DIR/results.json"
+    )
     a = p.parse_args()
     if a.report_only:
         res = json.loads((a.report_only / "results.json").read_text())
