@@ -89,7 +89,7 @@ int Runtime::on_init(int provided) {
 }
 
 CommState* Runtime::route(const Call& c) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   if (keyval_ == MPI_KEYVAL_INVALID || finalized_) return nullptr;  // MPI_Init did not come through here
   retire_freed();
   const Elem e = classify(c.type);
@@ -112,7 +112,14 @@ CommState* Runtime::route(const Call& c) {
   PMPI_Comm_get_attr(c.comm, keyval_, &attr, &found);
   CommState* cs = found ? static_cast<CommState*>(attr) : nullptr;
   if (!cs) {
-    comms_.push_back(CommState::create(c.comm, active_, cfg_, tally_));
+    // Collective over c.comm, so made without the lock: in an MPI_THREAD_MULTIPLE program another
+    // thread's first reduction on another communicator may be the one the other ranks make first,
+    // and must not wait behind this one. (MPI forbids two threads' collectives on one communicator
+    // at once, so no other thread creates this communicator's state meanwhile.)
+    lk.unlock();
+    std::unique_ptr<CommState> created = CommState::create(c.comm, true, cfg_, tally_);
+    lk.lock();
+    comms_.push_back(std::move(created));
     cs = comms_.back().get();
     PMPI_Comm_set_attr(c.comm, keyval_, cs);
     if (cs->uses_switch()) {

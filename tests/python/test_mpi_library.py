@@ -256,6 +256,22 @@ def test_mpi4py_program_same_results_through_the_switch(library, switch, tmp_pat
         assert (s["allreduce"], s["reduce"], s["iallreduce"], s["mpi_fallback"]) == (18, 9, 9, 0), s
 
 
+def test_two_threads_reduce_on_two_communicators_at_once(library, switch, tmp_path):
+    """MPI_THREAD_MULTIPLE: each rank's two threads make the first reductions on two communicators at
+    once, in opposite orders on even and odd ranks (tests/mpi/threads_check.c). Setting up one
+    communicator's switch job must not hold up the other's: that would hang every rank."""
+    exe = tmp_path / "threads_check"
+    src = REPO / "tests/mpi/threads_check.c"
+    subprocess.run(["mpicc", "-O2", "-Wall", "-pthread", "-o", str(exe), str(src)], check=True)
+    try:
+        r = mpirun([str(exe), str(N)], preload(library, switch.address, stats=str(tmp_path / "stats")), 60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the ranks hung: one communicator's first reduction waited behind another's")
+    ok(r)  # the program checks its sums
+    for s in stats(tmp_path / "stats"):
+        assert (s["allreduce"], s["jobs"], s["mpi_fallback"]) == (2, 2, 0), s
+
+
 def test_unreachable_switch_falls_back_with_one_warning(library, c_program, tmp_path):
     plain, lib = tmp_path / "plain", tmp_path / "lib"
     plain.mkdir(), lib.mkdir()
