@@ -76,7 +76,16 @@ void ControlPlane::forward_join(Conn& member, const Request& join, PendingJob& p
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = spine_ip;
   a.sin_port = htons(spine_port);
-  if (fd < 0 || (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS)) {
+  // The spine sends a leaf's results to the address this connection comes from (protocol.md §8), so it
+  // must be one the leaf's data ports listen on: the --control-host address when it is a specific one
+  // (a leaf with a rack side and an uplink side would otherwise connect from its uplink address).
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  inet_pton(AF_INET, config_.control_host.c_str(), &local.sin_addr);
+  const bool bind_failed = fd >= 0 && local.sin_addr.s_addr != htonl(INADDR_ANY) &&
+                           ::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0;
+  if (fd < 0 || bind_failed ||
+      (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS)) {
     const std::string err = std::strerror(errno);
     if (fd >= 0) ::close(fd);
     return fail_pending(p, {kErrState, "job '" + p.name + "': cannot reach the spine switch at " +
