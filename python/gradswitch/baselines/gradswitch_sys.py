@@ -136,13 +136,13 @@ def parse_stats(reply: str) -> dict[str, int]:
     return out
 
 
-def switch_request(tb, line: str, wait: float = 0.0, port: int = CONTROL_PORT) -> str:
-    """A control-plane request to the daemon, sent from inside the switch namespace."""
+def switch_request(tb, line: str, wait: float = 0.0, port: int = CONTROL_PORT, host: str = "switch") -> str:
+    """A control-plane request to the daemon on machine `host`, sent from inside its namespace."""
     from .common import python
 
-    addr = f"{tb.address('switch')}:{port}"
+    addr = f"{tb.address(host)}:{port}"
     r = tb.exec(
-        "switch",
+        host,
         [
             python(),
             "-m",
@@ -161,7 +161,9 @@ def switch_request(tb, line: str, wait: float = 0.0, port: int = CONTROL_PORT) -
 
 
 class SwitchDaemon:
-    """gradswitchd in the testbed's switch namespace (context manager)."""
+    """gradswitchd in the testbed's switch namespace, or on machine `host` of another topology
+    (context manager). control_host="0.0.0.0" listens on every address of that machine (a spine, which
+    each rack reaches over its own uplink)."""
 
     def __init__(
         self,
@@ -174,16 +176,19 @@ class SwitchDaemon:
         control_port: int = CONTROL_PORT,
         data_port: int = DATA_PORT,
         binary: str | None = None,
+        host: str = "switch",
+        control_host: str | None = None,
     ):
         from .._paths import switch_binary
 
         self.tb = tb
+        self.host = host
         self.control_port = control_port
-        self.address = f"{tb.address('switch')}:{control_port}"
+        self.address = f"{tb.address(host)}:{control_port}"
         self.cmd = [
             binary or switch_binary(),
             "--control-host",
-            tb.address("switch"),
+            control_host or tb.address(host),
             "--insecure",  # the testbed's own namespaces: only its hosts reach it
             "--control-port",
             str(control_port),
@@ -208,8 +213,8 @@ class SwitchDaemon:
         import tempfile
 
         self.log = tempfile.TemporaryFile()
-        self.proc = self.tb.popen("switch", self.cmd, stdout=self.log, stderr=-2)
-        reply = switch_request(self.tb, "PING", wait=timeout, port=self.control_port)
+        self.proc = self.tb.popen(self.host, self.cmd, stdout=self.log, stderr=-2)
+        reply = switch_request(self.tb, "PING", wait=timeout, port=self.control_port, host=self.host)
         if not reply.startswith("OK"):
             self.stop()
             raise RuntimeError(f"gradswitchd did not answer PING ({reply}); its log:\n{self.log_text()}")
@@ -220,7 +225,7 @@ class SwitchDaemon:
         return self.proc.pid
 
     def stats(self) -> dict[str, int]:
-        return parse_stats(switch_request(self.tb, "STATS", port=self.control_port))
+        return parse_stats(switch_request(self.tb, "STATS", port=self.control_port, host=self.host))
 
     def log_text(self) -> str:
         if self.log is None:
@@ -242,6 +247,61 @@ class SwitchDaemon:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def run_workers(
+    tb,
+    addresses: list[str],
+    nbytes: int,
+    total: int,
+    warmup: int,
+    wire: str = "float32",
+    op_timeout: float = 30.0,
+    drop_rate: float = 0.0,
+    timeout: float = 300,
+    env: dict | None = None,
+    switch_pid: int | None = None,
+    logs=lambda: "",
+) -> list[dict]:
+    """One worker process per rank r on machine w<r>, joining through addresses[r] (one switch, its
+    rack's leaf, or a "a:port,b:port" list of shards); their result records in rank order. A failure
+    raises BaselineError with every rank's output and `logs()` (the switches' logs)."""
+    from .common import fail_text, parse_results, wait_all
+    from .runner import BaselineError
+
+    extra = ["--switch-pid", switch_pid] if switch_pid else []
+    procs = [
+        (
+            f"w{r}",
+            tb.python(
+                f"w{r}",
+                "gradswitch.baselines.gradswitch_sys",
+                "worker",
+                "--switch", addr,
+                "--rank", r,
+                "--world", len(addresses),
+                "--nbytes", nbytes,
+                "--iters", total,
+                "--warmup", warmup,
+                "--wire", wire,
+                "--timeout", op_timeout,
+                "--drop-rate", drop_rate,
+                "--job", f"bench{os.getpid()}",
+                *extra,
+                stdout=-1,
+                stderr=-1,
+                text=True,
+                env=env,
+            ),
+        )
+        for r, addr in enumerate(addresses)
+    ]  # fmt: skip
+    outs = wait_all(procs, timeout)
+    if any(rc != 0 for _, rc, _, _ in outs):
+        raise BaselineError("gradswitch failed:\n" + fail_text(outs) + "\n--- gradswitchd log\n" + logs())
+    rs = [r for _, _, so, _ in outs for r in parse_results(so)]
+    rs.sort(key=lambda r: r["rank"])
+    return rs
 
 
 def run_gradswitch(
@@ -271,8 +331,8 @@ def run_gradswitch(
     gso=False turns UDP segmentation offload off in the daemon (--udp-gso off) and the workers
     (GRADSWITCH_GSO=0): every datagram is then its own skb, so the testbed's random loss (an nftables
     rule sees one skb: a whole UDP_SEGMENT burst when GSO is on) drops datagrams one by one."""
-    from .common import combine, fail_text, parse_results, wait_all
-    from .runner import BaselineError, _workers
+    from .common import combine
+    from .runner import _workers
 
     n = _workers(tb, workers)
     total = iters + warmup
@@ -282,51 +342,11 @@ def run_gradswitch(
         env = {"GRADSWITCH_GSO": "1" if gso else "0"}
     with SwitchDaemon(tb, threads, mtu, switch_drop_rate, slots, daemon_args) as sw:
         s0 = sw.stats()
-        procs = [
-            (
-                f"w{r}",
-                tb.python(
-                    f"w{r}",
-                    "gradswitch.baselines.gradswitch_sys",
-                    "worker",
-                    "--switch",
-                    sw.address,
-                    "--rank",
-                    r,
-                    "--world",
-                    n,
-                    "--nbytes",
-                    nbytes,
-                    "--iters",
-                    total,
-                    "--warmup",
-                    warmup,
-                    "--wire",
-                    wire,
-                    "--timeout",
-                    op_timeout,
-                    "--drop-rate",
-                    drop_rate,
-                    "--switch-pid",
-                    sw.pid,
-                    "--job",
-                    f"bench{os.getpid()}",
-                    stdout=-1,
-                    stderr=-1,
-                    text=True,
-                    env=env,
-                ),
-            )
-            for r in range(n)
-        ]
-        outs = wait_all(procs, timeout)
+        rs = run_workers(
+            tb, [sw.address] * n, nbytes, total, warmup, wire, op_timeout, drop_rate, timeout, env,
+            switch_pid=sw.pid, logs=sw.log_text,
+        )
         s1 = sw.stats() if sw.proc.poll() is None else {}
-        if any(rc != 0 for _, rc, _, _ in outs):
-            raise BaselineError(
-                "gradswitch failed:\n" + fail_text(outs) + "\n--- gradswitchd log\n" + sw.log_text()
-            )
-    rs = [r for _, _, so, _ in outs for r in parse_results(so)]
-    rs.sort(key=lambda r: r["rank"])
 
     def summed(key):
         out: dict[str, int] = {}

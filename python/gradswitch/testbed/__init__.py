@@ -1,5 +1,6 @@
 """Emulated cluster for gradswitch: worker, host and switch network namespaces joined by a bridge
-(or, with switch="dpdk", by gradswitchd --backend dpdk).
+(or, with switch="dpdk", by gradswitchd --backend dpdk); several switch machines (switches=S) or
+racks with leaves and a spine (racks=R, workers_per_rack=W).
 
 from gradswitch.testbed import Testbed
 with Testbed(workers=4, rate="1gbit") as tb:
@@ -9,7 +10,6 @@ with Testbed(workers=4, rate="1gbit") as tb:
 from .core import (
     PREFIX,
     STATE_DIR,
-    DpdkOptions,
     LinkOptions,
     Testbed,
     TestbedError,
@@ -19,6 +19,7 @@ from .core import (
     parse_rate,
     remove_testbed,
 )
+from .dpdk import DpdkOptions
 
 __all__ = [
     "PREFIX",

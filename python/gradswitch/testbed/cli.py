@@ -10,7 +10,6 @@ import sys
 
 from .core import (
     DEFAULT_SUBNET,
-    DpdkOptions,
     Testbed,
     TestbedError,
     fmt_rate,
@@ -18,6 +17,7 @@ from .core import (
     load_state,
     remove_testbed,
 )
+from .dpdk import DpdkOptions
 
 
 def _safe(fn):
@@ -40,7 +40,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "testbed",
         help="emulated cluster in network namespaces (needs root)",
         description="Emulated cluster: N worker namespaces (w0..), a host namespace "
-        "(host) and a switch namespace (switch) joined by a bridge.",
+        "(host) and a switch namespace (switch) joined by a bridge; with --switches S also switch "
+        "machines s0..; with --racks R --workers-per-rack W racks of workers behind leaves and a spine.",
     )
     sub = p.add_subparsers(dest="testbed_cmd", metavar="{up,down,status,exec}")
     sub.required = True
@@ -90,6 +91,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="what joins the links: a Linux bridge (default) or gradswitchd --backend dpdk, started by "
         "up and stopped by down (docs/testbed.md)",
     )
+    g = up.add_argument_group("topologies (docs/testbed.md)")
+    g.add_argument(
+        "--switches",
+        type=int,
+        default=0,
+        help="S switch machines s0..s{S-1} on the bridge, each on its own link (a sharded job)",
+    )
+    g.add_argument("--switch-rate", default=None, help="rate of the switch machines' links (default --rate)")
+    g.add_argument(
+        "--racks",
+        type=int,
+        default=0,
+        help="R racks: each a leaf machine leaf<r> bridging its workers, routed to a spine machine",
+    )
+    g.add_argument("--workers-per-rack", type=int, default=0, help="W workers per rack (-n is then R*W)")
+    g.add_argument("--uplink-rate", default=None, help="rate of each uplink to the spine (default --rate)")
     dd = DpdkOptions()
     g = up.add_argument_group("--switch dpdk")
     g.add_argument(
@@ -131,7 +148,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     ex = sub.add_parser("exec", help="run a command on a host: exec w0 -- ping -c1 host")
     common(ex)
-    ex.add_argument("host", help="w0..w{N-1}, host or switch")
+    ex.add_argument("host", help="w0..w{N-1}, host, switch (s0.., leaf0.., spine in other topologies)")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command ...")
     ex.set_defaults(func=_safe(_exec))
     return p
@@ -140,7 +157,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def _up(a) -> int:
     offload = {"auto": None, "on": True, "off": False}[a.offload]
     tb = Testbed(
-        workers=a.workers,
+        workers=None if a.racks else a.workers,
+        switches=a.switches,
+        switch_rate=a.switch_rate,
+        racks=a.racks,
+        workers_per_rack=a.workers_per_rack,
+        uplink_rate=a.uplink_rate,
         rate=a.rate,
         delay=a.delay,
         mtu=a.mtu,
@@ -164,7 +186,10 @@ def _up(a) -> int:
     )
     tb.up()
     d = tb.describe()
-    print(f"testbed {a.name} up: {a.workers} workers, rate {d['rate']}, mtu {d['mtu']}, loss {d['loss']}")
+    print(
+        f"testbed {a.name} up: {tb.workers} workers, {d['topology']}, rate {d['rate']}, mtu {d['mtu']}, "
+        f"loss {d['loss']}"
+    )
     if tb.switch == "dpdk":
         x = d["dpdk"]
         print(f"  switch: gradswitchd --backend dpdk pid {x['pid']} ({x['vdev_used']}), log {x['log']}")
@@ -210,7 +235,8 @@ def _status(a) -> int:
         print(
             f"{n}: {st.workers} workers, rate {fmt_rate(tb.link.rate)}, mtu {tb.link.mtu}, "
             f"loss {tb.link.loss}, "
-            f"offload {'on' if tb.link.offloads_on() else 'off'}, switch {tb.switch}{flag}"
+            f"offload {'on' if tb.link.offloads_on() else 'off'}, switch {tb.switch}, "
+            f"topology {tb.topology.kind}{flag}"
         )
         if tb.switch == "dpdk":
             pid = st.daemon_pid
@@ -222,12 +248,14 @@ def _status(a) -> int:
         for h in tb.hosts:
             ns = tb.netns(h)
             print(f"  {h:7s} {tb.address(h):15s} {ns:20s} {'ok' if ns in live else 'MISSING'}")
-        if a.verbose and tb.netns("switch") in live:
-            for h in tb.endpoints:
-                for host, dev in ((h, tb.interface(h)), ("switch", tb.port(h))):
-                    r = tb.exec(host, ["tc", "-s", "qdisc", "show", "dev", dev], check=False)
-                    print(f"  [{host}:{dev}] " + " ".join(r.stdout.split()))
-            for host in ["switch"] + (tb.endpoints if tb.switch == "dpdk" else []):
+        if a.verbose:
+            for host in tb.hosts:  # every shaped egress and every loss rule, wherever the topology put them
+                if tb.netns(host) not in live:
+                    continue
+                r = tb.exec(host, ["tc", "-s", "qdisc", "show"], check=False)
+                for line in r.stdout.split("qdisc ")[1:]:
+                    if line.startswith("tbf"):
+                        print(f"  [{host}] qdisc " + " ".join(line.split()))
                 r = tb.exec(host, ["nft", "list", "ruleset"], check=False)
                 if r.stdout.strip():
                     print(f"  [{host}] nft:\n{r.stdout}")

@@ -1,19 +1,24 @@
-"""Emulated cluster: network namespaces, veth links, a Linux bridge, tc shaping and nftables loss.
+"""Emulated cluster: network namespaces, veth links, tc shaping and nftables loss, in one of several
+topologies (one strategy each):
 
-Topology (name ``tb``, N workers)::
+* ``bridge`` (bridge.py, the default): N workers and a host, one veth each into a switch namespace
+  whose Linux bridge joins them and carries the switch's address (gradswitchd runs there)::
 
-    gs-tb-w0 ... gs-tb-w{N-1}, gs-tb-host     one namespace per machine, one interface ``gs-eth0``
-         |  veth (gs-eth0 <-> gs-p-<host>)    per-link rate / loss / MTU
-    gs-tb-switch                              ports gs-p-w0.. gs-p-host joined by bridge ``gs-br0``,
-                                              which also carries the switch's own address
-                                              (switch="dpdk": no bridge; gradswitchd --backend dpdk
-                                              owns the ports, its tap ``gs-tap0`` has the address)
+      gs-tb-w0 ... gs-tb-w{N-1}, gs-tb-host     one namespace per machine, one interface ``gs-eth0``
+           |  veth (gs-eth0 <-> gs-p-<host>)    per-link rate / loss / MTU
+      gs-tb-switch                              ports gs-p-w0.. gs-p-host joined by bridge ``gs-br0``
+
+* ``dpdk`` (dpdk.py): the same links, switched by gradswitchd --backend dpdk instead of the bridge.
+* ``sharded`` (sharded.py): the bridge star plus S switch machines ``s0..s{S-1}``, each on its own
+  link (rate ``switch_rate``): a job sharded over several switches.
+* ``racks`` (racks.py): R racks of W workers; each rack's leaf machine ``leaf<r>`` bridges its
+  workers and routes to a spine machine ``spine`` over a rate-limited uplink: two-level aggregation.
 
 Every kernel object lives inside a namespace this module creates (veth pairs are created directly
 in their namespaces, nothing is ever created in the caller's namespace), so deleting the namespaces
 removes links, qdiscs, nftables tables and routes. The only other objects are the state file under
 ``/run/gradswitch-testbed/`` and the per-namespace ``/etc/netns/gs-<name>-<host>/hosts`` files
-(``ip netns exec`` bind-mounts them over /etc/hosts so ``w0``, ``host``, ``switch`` resolve), and with
+(``ip netns exec`` bind-mounts them over /etc/hosts so host names resolve), and with
 switch="dpdk" the daemon process (pid in the state file) and its ``/run/gradswitch-testbed/<name>-switch/``.
 """
 
@@ -40,6 +45,10 @@ HOST_IF = "gs-eth0"
 BRIDGE = "gs-br0"
 TAP = "gs-tap0"  # --switch dpdk: the daemon's net_tap port, carrying the switch address
 SWITCH_KINDS = ("bridge", "dpdk")
+TOPOLOGIES = ("bridge", "dpdk", "sharded", "racks")
+# Host names of every topology (namespaces gs-<name>-<host>): what `down` recognises as the testbed's.
+HOST_PATTERN = r"w\d+|host|switch|s\d+|leaf\d+|spine"
+LOSS_HOOKS = (("ingress", "up"), ("egress", "down"))  # nft hooks of a switch-side port, and their tags
 DEFAULT_SUBNET = "10.66.0.0/24"
 HOST_QUEUE_BYTES = 8 << 20  # tbf limit on the hosts' egress (the switch ports use LinkOptions.queue)
 # python/ directory that holds the gradswitch package (for PYTHONPATH of processes in namespaces)
@@ -176,42 +185,6 @@ class LinkOptions:
         return (self.loss <= 0) if self.offload is None else bool(self.offload)
 
 
-AF_XDP_MAX_MTU = 3000  # net_af_xdp on veth takes frames up to ~3.5 KB (docs/dpdk.md)
-
-
-@dataclass
-class DpdkOptions:
-    """How `switch="dpdk"` runs `gradswitchd --backend dpdk` in the switch namespace (docs/testbed.md)."""
-
-    vdev: str = "auto"  # af_xdp | af_packet | auto (af_xdp up to MTU 3000, else af_packet)
-    lcores: str = "0"  # EAL -l
-    threads: int = 1  # aggregation threads X (--threads)
-    idle_sleep_us: int = 50  # --idle-sleep-us: sleep after idle polls (0 = busy-poll a core)
-    memory_mb: int | None = None  # EAL -m; None = 256 (af_xdp) / 1024 (af_packet)
-    daemon_args: list = field(default_factory=list)  # daemon options, before the first `--`
-    eal_args: list = field(default_factory=list)  # extra EAL arguments
-    dpdk_args: list = field(default_factory=list)  # extra DPDK options, after the second `--`
-    binary: str | None = None  # gradswitchd; None = $GRADSWITCHD or the package's
-    start_timeout: float = 20.0  # seconds for the daemon to switch (ping through it)
-
-    def kind(self, mtu: int) -> str:
-        if self.vdev == "auto":
-            return "af_xdp" if mtu <= AF_XDP_MAX_MTU else "af_packet"
-        return self.vdev
-
-    def check(self, mtu: int) -> None:
-        if self.vdev not in ("auto", "af_xdp", "af_packet"):
-            raise TestbedError(f"dpdk vdev {self.vdev!r}: use auto, af_xdp or af_packet")
-        if self.kind(mtu) == "af_xdp" and mtu > AF_XDP_MAX_MTU:
-            raise TestbedError(
-                f"mtu {mtu} with net_af_xdp: af_xdp on veth takes frames up to ~3.5 KB; "
-                "use vdev af_packet (or auto) for jumbo frames"
-            )
-        if int(self.threads) < 1:
-            raise TestbedError("dpdk threads must be >= 1")
-        if not re.fullmatch(r"[0-9,\-@()]+", str(self.lcores)):
-            raise TestbedError(f"dpdk lcores {self.lcores!r}: an EAL -l list such as 0 or 0,1 or 0-2")
-
 
 @dataclass
 class State:
@@ -224,23 +197,91 @@ class State:
     complete: bool = False
     created: float = 0.0
     pid: int = 0
-    switch: str = "bridge"  # bridge | dpdk
+    switch: str = "bridge"  # bridge | dpdk: what joins the workers' links
     dpdk: dict | None = None  # DpdkOptions (switch == "dpdk")
     daemon_pid: int = 0  # gradswitchd --backend dpdk, in the switch namespace
     daemon_cmd: list = field(default_factory=list)
+    topology: dict = field(default_factory=dict)  # Topology.state(): its kind and parameters
+
+
+class Topology:
+    """How a testbed's machines are joined: its hosts, their addresses and interfaces, and how to
+    build the links. One subclass per topology (bridge.py, dpdk.py, sharded.py, racks.py); the
+    Testbed does everything else (namespaces, state, exec, down) the same way for all of them."""
+
+    kind = ""
+
+    def __init__(self, tb: Testbed):
+        self.tb = tb
+
+    def hosts(self) -> list[str]:
+        """Every machine (namespace), in creation order."""
+        raise NotImplementedError
+
+    def endpoints(self) -> list[str]:
+        """The machines with a link into the switch namespace (or, in racks, into their leaf)."""
+        raise NotImplementedError
+
+    def aliases(self) -> dict[str, str]:
+        """Other names a host may be called by (e.g. "sw" for "switch")."""
+        return {"sw": "switch", "h": "host"}
+
+    def address(self, host: str) -> str:
+        raise NotImplementedError
+
+    def interface(self, host: str) -> str:
+        """The host's interface toward its switch."""
+        return HOST_IF
+
+    def port(self, host: str) -> str:
+        """Name of the switch-side port of host's link."""
+        return f"{PREFIX}p-{host}"
+
+    def build(self) -> None:
+        raise NotImplementedError
+
+    def state(self) -> dict:
+        """What attach() needs to rebuild this object (kind and parameters)."""
+        return {"kind": self.kind}
+
+    def describe(self) -> dict:
+        return {}
+
+
+def make_topology(tb: Testbed, kind: str, params: dict) -> Topology:
+    """The strategy object of topology `kind` (imported here: the modules import this one)."""
+    if kind == "bridge":
+        from .bridge import BridgeTopology
+
+        return BridgeTopology(tb)
+    if kind == "dpdk":
+        from .dpdk import DpdkTopology
+
+        return DpdkTopology(tb)
+    if kind == "sharded":
+        from .sharded import ShardedTopology
+
+        return ShardedTopology(tb, **params)
+    if kind == "racks":
+        from .racks import RacksTopology
+
+        return RacksTopology(tb, **params)
+    raise TestbedError(f"unknown topology {kind!r}: one of {', '.join(TOPOLOGIES)}")
 
 
 class Testbed:
-    """N worker namespaces + 1 host namespace, each with one veth link to a switch namespace whose
-    bridge joins them. Use as a context manager or call up()/down().
+    """Machines in network namespaces joined by shaped veth links, in one of the topologies of this
+    module's docstring. Use as a context manager or call up()/down().
 
-    >>> with Testbed(workers=3, rate="1gbit") as tb:
+    >>> with Testbed(workers=3, rate="1gbit") as tb:                      # bridge
     ...     tb.exec("w0", ["ping", "-c1", tb.address("w1")])
+    >>> Testbed(workers=4, switches=2, switch_rate="300mbit")              # sharded
+    >>> Testbed(racks=2, workers_per_rack=4, rate="300mbit", uplink_rate="300mbit")  # racks
     """
 
     def __init__(
         self,
-        workers: int = 2,
+        workers: int | None = None,
         rate="1gbit",
         delay="0ms",
         mtu: int = 1500,
@@ -252,8 +293,23 @@ class Testbed:
         offload: bool | None = None,
         fail_at: str | None = None,
         switch: str = "bridge",
-        dpdk: DpdkOptions | dict | None = None,
+        dpdk=None,
+        switches: int = 0,
+        switch_rate=None,
+        racks: int = 0,
+        workers_per_rack: int = 0,
+        uplink_rate=None,
     ):
+        if racks:
+            if racks < 1 or workers_per_rack < 1:
+                raise TestbedError("racks and workers_per_rack must both be >= 1")
+            if workers is not None and workers != racks * workers_per_rack:
+                raise TestbedError(
+                    f"workers={workers} but racks={racks} x workers_per_rack={workers_per_rack}: "
+                    "give racks and workers_per_rack alone"
+                )
+            workers = racks * workers_per_rack
+        workers = 2 if workers is None else workers
         if workers < 1:
             raise TestbedError("workers must be >= 1")
         if mtu not in (1500, 9000) and not (576 <= mtu <= 9000):
@@ -283,25 +339,36 @@ class Testbed:
             raise TestbedError(
                 f"switch {switch!r}: use bridge (Linux bridge) or dpdk (gradswitchd --backend dpdk)"
             )
+        if (switches or racks) and switch != "bridge":
+            raise TestbedError("switches= and racks= build on Linux bridges: they take switch='bridge' only")
+        if switches and racks:
+            raise TestbedError("give switches= (a sharded job) or racks= (two levels), not both")
         self.switch = switch
+        from .dpdk import DpdkOptions
+
         self.dpdk = DpdkOptions(**dpdk) if isinstance(dpdk, dict) else (dpdk or DpdkOptions())
-        if switch == "dpdk":
-            self.dpdk.check(self.link.mtu)
         self.fail_at = fail_at or os.environ.get("GRADSWITCH_TESTBED_FAIL_AT") or None
         self._state: State | None = None
+        if racks:
+            kind, params = "racks", {"racks": racks, "uplink_rate": uplink_rate}
+        elif switches:
+            kind, params = "sharded", {"switches": switches, "switch_rate": switch_rate}
+        else:
+            kind, params = switch, {}
+        self.topology = make_topology(self, kind, params)
 
     # ------------------------------------------------------------------------------- naming
     @property
     def hosts(self) -> list[str]:
-        return [f"w{i}" for i in range(self.workers)] + ["host", "switch"]
+        return self.topology.hosts()
 
     @property
     def endpoints(self) -> list[str]:
-        """Hosts that have a link to the switch (all but the switch)."""
-        return [f"w{i}" for i in range(self.workers)] + ["host"]
+        """Hosts that have a link to their switch."""
+        return self.topology.endpoints()
 
     def _canon(self, host: str) -> str:
-        h = {"sw": "switch", "h": "host"}.get(host, host)
+        h = self.topology.aliases().get(host, host)
         if re.fullmatch(r"\d+", h):
             h = f"w{h}"
         if h not in self.hosts:
@@ -312,23 +379,16 @@ class Testbed:
         return f"{PREFIX}{self.name}-{self._canon(host)}"
 
     def address(self, host: str) -> str:
-        h = self._canon(host)
-        base = self.subnet.network_address
-        off = {"switch": 1, "host": 2}.get(h)
-        if off is None:
-            off = 10 + int(h[1:])
-        return str(base + off)
+        return self.topology.address(self._canon(host))
 
     def interface(self, host: str) -> str:
-        """Name of the host's interface toward the switch (for the switch itself: the bridge, or
+        """Name of the host's interface toward its switch (for the switch itself: the bridge, or
         the DPDK daemon's tap with switch="dpdk")."""
-        if self._canon(host) == "switch":
-            return TAP if self.switch == "dpdk" else BRIDGE
-        return HOST_IF
+        return self.topology.interface(self._canon(host))
 
     def port(self, host: str) -> str:
-        """Name of the switch-side port of host's link (inside the switch namespace)."""
-        return f"{PREFIX}p-{self._canon(host)}"
+        """Name of the switch-side port of host's link."""
+        return self.topology.port(self._canon(host))
 
     @property
     def state_file(self) -> Path:
@@ -382,10 +442,12 @@ class Testbed:
             pid=os.getpid(),
             switch=self.switch,
             dpdk=asdict(self.dpdk) if self.switch == "dpdk" else None,
+            topology=self.topology.state(),
         )
         try:
             self._save()
-            self._build()
+            self._machines()
+            self.topology.build()
             self._state.complete = True
             self._save()
         except BaseException as e:
@@ -400,17 +462,15 @@ class Testbed:
             raise
         return self
 
+    # ------------------------------------------------------------------------------- building blocks
     def _ns_add(self, host: str) -> None:
         ns = self.netns(host)
         _run(["ip", "netns", "add", ns])
         self._state.namespaces.append(ns)
         self._save()
 
-    def _build(self) -> None:
-        lk = self.link
-        mtu = str(lk.mtu)
-        plen = self.subnet.prefixlen
-        # 1. namespaces, loopback, /etc/netns/<ns>/hosts
+    def _machines(self) -> None:
+        """Step 1 of every topology: namespaces, loopback, /etc/netns/<ns>/hosts, no IPv6."""
         hosts_txt = "127.0.0.1 localhost\n" + "".join(
             f"{self.address(h)} {h} {self.netns(h)}\n" for h in self.hosts
         )
@@ -423,8 +483,6 @@ class Testbed:
             self._save()
             (d / "hosts").write_text(hosts_txt)
             self.ip(h, "link", "set", "lo", "up")
-        sw = "switch"
-        dp = self.switch == "dpdk"
         # no IPv6 (router/neighbour solicitations would only add noise to counters)
         for h in self.hosts:
             self.exec(
@@ -437,262 +495,83 @@ class Testbed:
                 ],
                 check=False,
             )
-        # 2. bridge with the switch's address (dpdk: none, the daemon's tap gets the address in step 7)
-        self._step("bridge")
-        if not dp:
-            self.ip(
-                sw,
-                "link",
-                "add",
-                BRIDGE,
-                "type",
-                "bridge",
-                "stp_state",
-                "0",
-                "forward_delay",
-                "0",
-                "mcast_snooping",
-                "0",
-            )
-            self.ip(sw, "link", "set", BRIDGE, "mtu", mtu)
-            self.ip(sw, "addr", "add", f"{self.address(sw)}/{plen}", "dev", BRIDGE)
-            # bridged IPv4 must not traverse iptables (br_netfilter) in the switch namespace: pure cost
-            for key in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"):
-                p = f"/proc/sys/net/bridge/{key}"
-                self.exec(sw, ["sh", "-c", f"[ -w {p} ] && echo 0 > {p} || true"], check=False)
-        # 3. links
-        for h in self.endpoints:
-            self._step(f"link:{h}")
-            port = self.port(h)
-            self.ip(
-                sw,
-                "link",
-                "add",
-                port,
-                "mtu",
-                mtu,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                HOST_IF,
-                "netns",
-                self.netns(h),
-                "mtu",
-                mtu,
-            )
-            if not dp:
-                self.ip(sw, "link", "set", port, "master", BRIDGE)
-            self.ip(h, "addr", "add", f"{self.address(h)}/{plen}", "dev", HOST_IF)
-            if not lk.offloads_on():
-                # tx-udp-segmentation too: a UDP_SEGMENT burst (gradswitch's GSO sends) would
-                # otherwise cross the link as one skb and the loss rule would drop ~32 datagrams at once.
-                for ns_host, dev in ((h, HOST_IF), (sw, port)):
-                    features = ["tso", "off", "gso", "off", "gro", "off", "tx-udp-segmentation", "off"]
-                    self.exec(ns_host, ["ethtool", "-K", dev, *features])
-            if dp:
-                # af_xdp/af_packet hand the daemon the frame as the sender's kernel left it: with TX
-                # checksum offload a veth leaves TCP/UDP checksums partial and the receiver drops them
-                self.exec(h, ["ethtool", "-K", HOST_IF, "tx", "off"])
-        if not lk.offloads_on() and not dp:
-            # the switch's own sends (results) leave through the bridge: segment them there too
-            self.exec(sw, ["ethtool", "-K", BRIDGE, "tx-udp-segmentation", "off"])
-        # 4. shaping: egress of both ends of every link
-        if lk.rate is not None:
-            burst, limit = lk.tbf_params()
-            # host side: a NIC queue, deep enough that senders see backpressure rather than local
-            # drops (4 TCP flows out of `host` into a 5 ms queue lost 2000 packets and ~30% of the rate);
-            # switch side: a switch port buffer of `queue` time at rate
-            host_limit = max(limit, HOST_QUEUE_BYTES)
-            for h in self.endpoints:
-                self._step(f"shape:{h}")
-                for ns_host, dev, lim in ((h, HOST_IF, host_limit), (sw, self.port(h), limit)):
-                    self.tc(
-                        ns_host,
-                        "qdisc",
-                        "replace",
-                        "dev",
-                        dev,
-                        "root",
-                        "tbf",
-                        "rate",
-                        f"{lk.rate}bit",
-                        "burst",
-                        str(burst),
-                        "limit",
-                        str(lim),
-                    )
-        # 5. loss: netdev ingress+egress hooks on the switch-side ports (silent to both endpoints);
-        # dpdk: on the host-side ends instead (XDP and packet sockets take frames before the switch
-        # side's nft ingress hook, and af_xdp transmits past its egress hook: measured, docs/testbed.md)
-        if lk.loss > 0 and dp:
-            self._step("loss")
-            thr = int(round(lk.loss * 1_000_000))
-            for h in self.endpoints:
-                rules = (
-                    "table netdev gs_loss {\n"
-                    + "".join(
-                        f'  chain {tag} {{ type filter hook {hook} device "{HOST_IF}" priority 0; '
-                        f"meta protocol ip numgen random mod 1000000 < {thr} counter drop; }}\n"
-                        for hook, tag in (("egress", "up"), ("ingress", "down"))
-                    )
-                    + "}\n"
-                )
-                self.exec(h, ["nft", "-f", "-"], input=rules)
-        elif lk.loss > 0:
-            self._step("loss")
-            thr = int(round(lk.loss * 1_000_000))
-            chains = []
-            for h in self.endpoints:
-                p = self.port(h)
-                ident = p.replace("-", "_")
-                for hook, tag in (("ingress", "up"), ("egress", "down")):
-                    chains.append(
-                        f'  chain {tag}_{ident} {{ type filter hook {hook} device "{p}" priority 0; '
-                        f"meta protocol ip numgen random mod 1000000 < {thr} counter drop; }}\n"
-                    )
-            rules = "table netdev gs_loss {\n" + "".join(chains) + "}\n"
-            self.exec(sw, ["nft", "-f", "-"], input=rules)
-        # 6. everything up
-        self._step("up")
-        if not dp:
-            self.ip(sw, "link", "set", BRIDGE, "up")
-        for h in self.endpoints:
-            self.ip(sw, "link", "set", self.port(h), "up")
-            self.ip(h, "link", "set", HOST_IF, "up")
-        if not dp:
-            self._wait_links()
+
+    def _bridge(self, host: str, address: str | None) -> None:
+        """A Linux bridge BRIDGE in `host` (not up yet), with `address` ("a.b.c.d/len") if given."""
+        self.ip(host, "link", "add", BRIDGE, "type", "bridge", "stp_state", "0", "forward_delay", "0",
+                "mcast_snooping", "0")
+        self.ip(host, "link", "set", BRIDGE, "mtu", str(self.link.mtu))
+        if address:
+            self.ip(host, "addr", "add", address, "dev", BRIDGE)
+        # bridged IPv4 must not traverse iptables (br_netfilter) in the bridge's namespace: pure cost
+        for key in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"):
+            p = f"/proc/sys/net/bridge/{key}"
+            self.exec(host, ["sh", "-c", f"[ -w {p} ] && echo 0 > {p} || true"], check=False)
+
+    def _veth(self, a: str, a_dev: str, b: str, b_dev: str, link: LinkOptions) -> None:
+        """A veth pair between hosts a (dev a_dev) and b (dev b_dev), created in a's namespace with its
+        peer straight into b's; offloads off on both ends when the link drops packets."""
+        mtu = str(link.mtu)
+        self.ip(a, "link", "add", a_dev, "mtu", mtu, "type", "veth", "peer", "name", b_dev,
+                "netns", self.netns(b), "mtu", mtu)
+        if not link.offloads_on():
+            # tx-udp-segmentation too: a UDP_SEGMENT burst (gradswitch's GSO sends) would
+            # otherwise cross the link as one skb and the loss rule would drop ~32 datagrams at once.
+            for host, dev in ((b, b_dev), (a, a_dev)):
+                features = ["tso", "off", "gso", "off", "gro", "off", "tx-udp-segmentation", "off"]
+                self.exec(host, ["ethtool", "-K", dev, *features])
+
+    def _shape(self, host: str, dev: str, link: LinkOptions, limit: int | None = None) -> None:
+        """tbf on the egress of `dev` at the link's rate (limit: bytes queued; default the link's)."""
+        if link.rate is None:
             return
-        # 7. dpdk: gradswitchd --backend dpdk owns the switch-side ports and switches between them
-        self._step("dpdk")
-        self._start_daemon()
+        burst, lim = link.tbf_params()
+        self.tc(host, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{link.rate}bit",
+                "burst", str(burst), "limit", str(limit or lim))
 
-    def daemon_command(self) -> list[str]:
-        """The gradswitchd --backend dpdk command line that switch="dpdk" runs in the switch namespace."""
-        o, lk = self.dpdk, self.link
-        if o.binary:
-            binary = o.binary
-        else:
-            from .._paths import switch_binary
-
-            try:
-                binary = switch_binary()
-            except FileNotFoundError as e:
-                raise TestbedError(str(e)) from e
-        kind = o.kind(lk.mtu)
-        vdevs = []
-        for i, h in enumerate(self.endpoints):
-            if kind == "af_xdp":
-                vdevs.append(f"--vdev=net_af_xdp{i},iface={self.port(h)}")
-            else:
-                # qdisc_bypass=0: transmit through the port's qdisc, so its tbf shapes switch -> host;
-                # frames of a jumbo MTU need 12 KiB ring frames (the block must be whole pages)
-                ring = ",blocksz=12288,framesz=12288" if lk.mtu > 1500 else ""
-                vdevs.append(
-                    f"--vdev=net_af_packet{i},iface={self.port(h)},qpairs=1{ring},framecnt=4096,"
-                    "qdisc_bypass=0"
+    def _loss(self, host: str, devs: list[str], loss: float, hooks=LOSS_HOOKS) -> None:
+        """nft netdev table gs_loss in `host`: drop IPv4 with probability `loss` on each device's hooks."""
+        if loss <= 0:
+            return
+        thr = int(round(loss * 1_000_000))
+        chains = []
+        for dev in devs:
+            ident = dev.replace("-", "_")
+            for hook, tag in hooks:
+                chains.append(
+                    f'  chain {tag}_{ident} {{ type filter hook {hook} device "{dev}" priority 0; '
+                    f"meta protocol ip numgen random mod 1000000 < {thr} counter drop; }}\n"
                 )
-        vdevs.append(f"--vdev=net_tap0,iface={TAP}")
-        mem = o.memory_mb or (256 if kind == "af_xdp" else 1024)
-        # the control plane answers on the tap, in namespaces only the testbed's hosts reach
-        daemon = ["--backend", "dpdk", "--control-host", "0.0.0.0", "--insecure", "--threads", str(o.threads)]
-        if "--mtu" not in o.daemon_args:
-            daemon += ["--mtu", str(lk.mtu)]
-        return [
-            str(binary),
-            *daemon,
-            *map(str, o.daemon_args),
-            "--",
-            "-l",
-            str(o.lcores),
-            "--no-huge",
-            "--no-pci",
-            "-m",
-            str(mem),
-            "--log-level=pmd.net.af_xdp:warning",
-            *vdevs,
-            *map(str, o.eal_args),
-            "--",
-            "--agg-ip",
-            self.address("switch"),
-            "--agg-prefix",
-            str(self.subnet.prefixlen),
-            "--idle-sleep-us",
-            str(o.idle_sleep_us),
-            "--stats-file",
-            str(self.stats_file),
-            "--stats-interval-ms",
-            "500",
-            *map(str, o.dpdk_args),
-        ]
+        self.exec(host, ["nft", "-f", "-"], input="table netdev gs_loss {\n" + "".join(chains) + "}\n")
 
-    def _start_daemon(self) -> None:
-        cmd = self.daemon_command()
-        d = self.switch_dir
-        d.mkdir(parents=True, exist_ok=True)
-        self._state.files.append(str(d))
-        self._state.daemon_cmd = cmd
-        self._save()
-        with open(self.daemon_log, "wb") as log:
-            # its own session: it outlives `gradswitch testbed up`; down stops it (SIGTERM)
-            p = subprocess.Popen(
-                self._cmd("switch", cmd),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self._state.daemon_pid = p.pid
-        self._save()
-        o = self.dpdk
-        deadline = time.time() + o.start_timeout
-
-        def fail(why: str) -> TestbedError:
-            try:
-                tail = self.daemon_log.read_text(errors="replace")[-3000:]
-            except OSError:
-                tail = ""
-            return TestbedError(
-                f"gradswitchd --backend dpdk {why}; rolled back.\ncommand: {' '.join(cmd)}\n"
-                f"log ({self.daemon_log}):\n{tail}"
-            )
-
-        while not self.stats_file.exists():
-            if p.poll() is not None:
-                raise fail(f"exited with rc={p.returncode} while starting")
-            if time.time() > deadline:
-                raise fail(f"did not start within {o.start_timeout:.0f}s")
-            time.sleep(0.1)
-        # every switch-side veth must be a port (EAL skips a vdev that fails to probe and goes on)
-        ports = set(re.findall(r"^port\d+\.iface=(\S+)$", self.stats_file.read_text(), re.M))
-        missing = [self.port(h) for h in self.endpoints if self.port(h) not in ports]
-        if missing:
-            raise fail(f"did not open port(s) {', '.join(missing)}")
-        # switching: every endpoint reaches the switch address (the tap) through the daemon; this
-        # also teaches it every host's MAC
-        for h in self.endpoints:
-            while True:
-                if p.poll() is not None:
-                    raise fail(f"exited with rc={p.returncode}")
-                r = self.exec(h, ["ping", "-c1", "-W1", self.address("switch")], check=False, timeout=5)
-                if r.returncode == 0:
-                    break
-                if time.time() > deadline:
-                    raise fail(f"up, but {h} cannot ping {self.address('switch')} through it")
-        # reap the child from this process (it stays ours until this process exits)
-        self._daemon = p
-
-    def _wait_links(self, timeout: float = 5.0) -> None:
-        """Wait until the bridge ports forward (no STP: normally immediate)."""
+    def _wait_bridge(self, host: str, ports: int, timeout: float = 5.0) -> None:
+        """Wait until the bridge in `host` forwards on all its `ports` (no STP: normally immediate)."""
         deadline = time.time() + timeout
         while True:
-            r = self.exec("switch", ["bridge", "link", "show"], check=False)
+            r = self.exec(host, ["bridge", "link", "show"], check=False)
             states = re.findall(r"state (\w+)", r.stdout)
-            if len(states) >= len(self.endpoints) and all(s == "forwarding" for s in states):
+            if len(states) >= ports and all(s == "forwarding" for s in states):
                 return
             if time.time() > deadline:
                 raise TestbedError(f"bridge ports not forwarding after {timeout}s:\n{r.stdout}")
             time.sleep(0.05)
+
+    def daemon_command(self) -> list[str]:
+        """The gradswitchd --backend dpdk command line that switch="dpdk" runs in the switch namespace."""
+        from .dpdk import daemon_command
+
+        return daemon_command(self)
+
+    def counters(self, host: str, dev: str) -> dict[str, int]:
+        """The interface's kernel counters (rx_bytes, tx_bytes, rx_packets, tx_packets, ...) in `host`:
+        what crossed a link, e.g. a rack's uplink."""
+        r = self.exec(host, ["ip", "-s", "-j", "link", "show", "dev", dev])
+        stats = json.loads(r.stdout)[0]["stats64"]
+        out = {}
+        for direction in ("rx", "tx"):
+            for k, v in stats[direction].items():
+                out[f"{direction}_{k}"] = int(v)
+        return out
 
     def down(self) -> None:
         """Remove everything this testbed created (works from another process via the state file)."""
@@ -772,41 +651,33 @@ class Testbed:
             raise TestbedError(
                 f"no testbed {name!r} (no {STATE_DIR / (name + '.json')}): run `gradswitch testbed up`"
             )
-        lk = st.link
+        from .dpdk import DpdkOptions
+
         tb = cls.__new__(cls)
         tb.name = st.name
         tb.workers = st.workers
         tb.subnet = ipaddress.ip_network(st.subnet)
-        tb.link = LinkOptions(**lk)
+        tb.link = LinkOptions(**st.link)
         tb.switch = st.switch
         tb.dpdk = DpdkOptions(**st.dpdk) if st.dpdk else DpdkOptions()
         tb.fail_at = None
         tb._state = st
+        params = dict(st.topology or {"kind": st.switch})
+        tb.topology = make_topology(tb, params.pop("kind"), params)
         return tb
 
     def describe(self) -> dict:
         return {
             "name": self.name,
             "workers": self.workers,
+            "topology": self.topology.kind,
             "rate": fmt_rate(self.link.rate),
             "mtu": self.link.mtu,
             "loss": self.link.loss,
             "offload": self.link.offloads_on(),
             "tbf_burst_limit": list(self.link.tbf_params()) if self.link.rate else None,
             "switch": self.switch,
-            **(
-                {
-                    "dpdk": {
-                        **asdict(self.dpdk),
-                        "vdev_used": self.dpdk.kind(self.link.mtu),
-                        "pid": self._state.daemon_pid if self._state else 0,
-                        "log": str(self.daemon_log),
-                        "stats_file": str(self.stats_file),
-                    }
-                }
-                if self.switch == "dpdk"
-                else {}
-            ),
+            **self.topology.describe(),
             "hosts": {
                 h: {"netns": self.netns(h), "address": self.address(h), "if": self.interface(h)}
                 for h in self.hosts
@@ -830,7 +701,7 @@ def list_testbeds() -> list[str]:
     if STATE_DIR.is_dir():
         names |= {p.stem for p in STATE_DIR.glob("*.json")}
     for ns in _netns_list():
-        m = re.fullmatch(rf"{PREFIX}([a-z0-9]{{1,12}})-(w\d+|host|switch)", ns)
+        m = re.fullmatch(rf"{PREFIX}([a-z0-9]{{1,12}})-({HOST_PATTERN})", ns)
         if m:
             names.add(m.group(1))
     return sorted(names)
@@ -846,7 +717,7 @@ def remove_testbed(name: str) -> list[str]:
     link, qdisc and nft table) and the /etc/netns files and state file. Returns what was removed."""
     _valid_name(name)
     st = load_state(name)
-    pat = re.compile(rf"{PREFIX}{name}-(w\d+|host|switch)")
+    pat = re.compile(rf"{PREFIX}{name}-({HOST_PATTERN})")
     nss = [n for n in _netns_list() if pat.fullmatch(n)]
     if st:
         nss = list(dict.fromkeys([n for n in st.namespaces if n in nss] + nss))
@@ -914,5 +785,5 @@ def leftovers(name: str) -> list[str]:
         if p.exists():
             out.append(str(p))
     r = _run(["ip", "-o", "link", "show"], check=False)
-    out += [ln for ln in r.stdout.splitlines() if re.search(rf": {PREFIX}(eth0|p-|br0|tap0)", ln)]
+    out += [ln for ln in r.stdout.splitlines() if re.search(rf": {PREFIX}(eth0|p-|br0|tap0|up0)", ln)]
     return out
