@@ -56,10 +56,20 @@ def test_status_names_the_ranks_a_stuck_job_waits_for(switch, capsys):
         for r in range(3):
             contribute(d, udp[r], stuck_id, key, r, 4, 0, THREADS)
         contribute(d, udp[0], stuck_id, key, 0, 5, 1, THREADS)
-        st = _wait("the round open", lambda: (s := d.status(stuck_id)).get("open_rounds") == "1" and s)
+
+        # slots 4 and 5 belong to different data threads: wait until both have taken their packets
+        def settled():
+            st = d.status(stuck_id)
+            ok = (
+                st.get("rank_seq") == "1,0,0"
+                and st.get("open_rounds") == "1"
+                and st.get("oldest_slot") == "5"
+            )
+            return st if ok else None
+
+        st = _wait("slot 4 complete and slot 5 open", settled)
         assert st["oldest_slot"] == "5" and st["oldest_seq"] == "1" and st["oldest_seen"] == "0", st
         assert st["peers"].split(",") == [f"127.0.0.1:{u.getsockname()[1]}" for u in udp], st
-        assert st["rank_seq"] == "1,0,0"
         healthy = d.status(int(next(j for j in d.jobs() if ":healthy:" in j).split(":")[0]))
         assert healthy["open_rounds"] == "0" and "oldest_slot" not in healthy, healthy
 

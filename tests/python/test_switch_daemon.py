@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from _daemon import daemon_binary
 
+import gradswitch.daemon
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -33,14 +35,29 @@ FLAG_LAST = 0x08
 ABORT_RANK_LEFT, ABORT_SHUTDOWN, ABORT_MISMATCH = 1, 3, 5
 
 ALL_OPTIONS = [
-    "control-host", "control-port", "data-port", "threads", "slots", "mtu", "max-jobs", "join-timeout",
-    "idle-timeout", "drop-rate", "seed", "batch", "stats-interval", "log-level", "backend", "max-memory",
+    "control-host",
+    "control-port",
+    "data-port",
+    "threads",
+    "slots",
+    "mtu",
+    "max-jobs",
+    "join-timeout",
+    "idle-timeout",
+    "drop-rate",
+    "seed",
+    "batch",
+    "stats-interval",
+    "log-level",
+    "backend",
+    "max-memory",
 ]
 
 
 def header(job_id, key, rank, slot, count, seq=0, offset=0, mtype=MSG_DATA, elem=INT32, magic=MAGIC):
-    return HEADER.pack(magic, VERSION, mtype, job_id, key, rank, slot, 0, elem, count, seq, offset,
-                       -128, -128, 0)
+    return HEADER.pack(
+        magic, VERSION, mtype, job_id, key, rank, slot, 0, elem, count, seq, offset, -128, -128, 0
+    )
 
 
 def data_packet(job_id, key, rank, slot, values, seq=0, offset=0):
@@ -53,53 +70,44 @@ def parse_ok(line: str) -> dict[str, str]:
     return dict(tok.split("=", 1) for tok in line.split()[1:])
 
 
-class Daemon:
-    """A gradswitchd on free local ports, its stderr in a file."""
+class Daemon(gradswitch.daemon.Daemon):
+    """gradswitch.daemon.Daemon, started at once on free local ports, its log in tmp_path; connect()
+    gives a line-level Client; stop() fails a daemon that ignores SIGTERM."""
 
     def __init__(self, tmp_path: Path, *args: str, threads: int = 2):
-        self.threads = threads
-        self.log_path = tmp_path / f"gradswitchd-{time.monotonic_ns()}.log"
-        for _ in range(20):
-            base = random.randrange(20000, 60000, 8)
-            self.control_port, self.data_port = base, base + 1
-            cmd = [str(daemon_path()), "--control-host", "127.0.0.1", "--control-port", str(base),
-                   "--data-port", str(base + 1), "--threads", str(threads), *args]
-            with open(self.log_path, "w") as log:
-                self.proc = subprocess.Popen(cmd, stderr=log, stdout=subprocess.DEVNULL)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                if "gradswitchd 0." in self.log() and ": control " in self.log():
-                    return
-                time.sleep(0.02)
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(f"gradswitchd did not start in 10 s:\n{self.log()}")
-            if "cannot" not in self.log():  # not a port clash: a real failure
-                raise AssertionError(f"gradswitchd exited {self.proc.returncode}:\n{self.log()}")
-        raise AssertionError("no free ports for gradswitchd")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        super().__init__(
+            *args,
+            threads=threads,
+            binary=str(daemon_path()),
+            log_path=tmp_path / f"gradswitchd-{time.monotonic_ns()}.log",
+        )
+        self.start()
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                super().stop(timeout=0)
                 raise AssertionError("gradswitchd ignored SIGTERM for 10 s") from None
-        return self.proc.returncode
+        return super().stop()
 
-    def connect(self) -> Client:
+    def connect(self, timeout: float = 5.0) -> Client:
         return Client(self.control_port)
 
-    def stats(self, job_id: int | None = None) -> dict[str, int]:
+    def request(self, line: str, timeout: float = 5.0) -> str:
         with self.connect() as c:
-            kv = parse_ok(c.request("STATS" + (f" job_id={job_id}" if job_id is not None else "")))
-        return {k: int(v) for k, v in kv.items()}
+            return c.request(line)
+
+    def stats(self, job_id: int | None = None) -> dict[str, int]:
+        """STATS as ints; an ERR reply fails as an AssertionError (parse_ok), as tests expect."""
+        return {
+            k: int(v)
+            for k, v in parse_ok(
+                self.request("STATS" + (f" job_id={job_id}" if job_id is not None else ""))
+            ).items()
+        }
 
 
 class Client:
@@ -195,8 +203,10 @@ class Job:
         """Every rank sends one chunk to `slot`; every rank must get the exact sum back."""
         world = len(self.udp)
         for r, s in enumerate(self.udp):
-            s.sendto(data_packet(self.job_id, self.key, r, slot, [r + seq, -r, 7], seq=seq),
-                     ("127.0.0.1", self.port_of(slot)))
+            s.sendto(
+                data_packet(self.job_id, self.key, r, slot, [r + seq, -r, 7], seq=seq),
+                ("127.0.0.1", self.port_of(slot)),
+            )
         want = [sum(r + seq for r in range(world)), -sum(range(world)), 7 * world]
         for s in self.udp:
             pkt = s.recv(65536)
@@ -531,8 +541,10 @@ def test_disconnect_aborts_the_job_and_data_gets_abort(daemon):
     job = Job(daemon, "crash", world=2)
     job.allreduce_round(slot=0, seq=0)
     job.ctl[1].close()  # rank 1 "crashes"
-    st = wait_for(lambda: (s := parse_ok(job.ctl[0].request("STATUS")))["state"] == "aborted" and s,
-                  "the job to be aborted")
+    st = wait_for(
+        lambda: (s := parse_ok(job.ctl[0].request("STATUS")))["state"] == "aborted" and s,
+        "the job to be aborted",
+    )
     assert st["abort_reason"] == "rank_left" and st["abort_rank"] == "1"
     job.udp[0].sendto(data_packet(job.job_id, job.key, 0, 2, [1, 2, 3], seq=1), ("127.0.0.1", job.port_of(2)))
     h = HEADER.unpack(job.udp[0].recv(65536)[:32])
@@ -587,8 +599,9 @@ def test_flood_of_bad_datagrams_is_counted_and_harmless(daemon):
         for _ in range(per_category):
             sender.sendto(make(), ("127.0.0.1", daemon.data_port))
         # Paced per category so that the kernel's socket buffer never overflows.
-        wait_for(lambda name=name: daemon.stats()[name] - before[name] >= per_category,
-                 f"{name} to be counted")
+        wait_for(
+            lambda name=name: daemon.stats()[name] - before[name] >= per_category, f"{name} to be counted"
+        )
     after = daemon.stats()
     for name in categories:
         assert after[name] - before[name] == per_category, (name, after[name] - before[name])
@@ -642,6 +655,7 @@ def test_idle_job_is_aborted(tmp_path):
     try:
         job = Job(d, "sleepy", world=1)
         other = d.connect()  # requests on an unrelated connection do not keep the job alive
+
         def aborted():
             st = parse_ok(other.request(f"STATUS job_id={job.job_id}"))
             return st if st["state"] == "aborted" else None
