@@ -35,11 +35,12 @@ struct Options {
   uint64_t shuffle_seed = 0;       // test hook: != 0 permutes the order of each window's first sends
   double rto_initial_s = 0.004;    // first retransmission timeout of a round (raised by measured RTT)
   double rto_max_s = 0.2;          // backoff cap
-  // Rounds in flight (docs/transport.md): "adaptive" (a delay-based controller finds the path's
-  // rate; the switch's slot pool is the cap) or "fixed" (always the whole pool). `target_delay_s`:
-  // the queueing delay the adaptive window tolerates above the path's base round trip. Env
-  // GRADSWITCH_WINDOW=adaptive|fixed and GRADSWITCH_TARGET_DELAY_US override them.
-  std::string window = "adaptive";
+  // Rounds in flight (docs/protocol.md 4.2, docs/transport.md): "fixed" (the whole pool, each slot
+  // on by itself) or "adaptive" (a delay-based controller, the pool is the cap; chunks start in
+  // order, so a lost round holds the window: slower under random loss, hence not the default).
+  // `target_delay_s`: the queueing delay the adaptive window tolerates above the path's base round
+  // trip. Env GRADSWITCH_WINDOW=adaptive|fixed and GRADSWITCH_TARGET_DELAY_US override them.
+  std::string window = "fixed";
   double target_delay_s = 0.0005;
   int sockbuf_bytes = 4 << 20;      // UDP SO_RCVBUF/SO_SNDBUF request
   std::string bind_ip = "0.0.0.0";  // local UDP address

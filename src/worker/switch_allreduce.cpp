@@ -109,9 +109,11 @@ bool SwitchAllreduce::start_slot(unsigned s, int64_t now) {
   return true;
 }
 
-// Chunks start in their global order (chunk g in slot g mod slots), so a window smaller than the
-// pool holds the oldest chunks, and a chunk whose slot still waits for the chunk before it (a lost
-// round) holds the ones after it: the window is a limit, the pool the cap.
+// Adaptive: chunks start in their global order (chunk g in slot g mod slots), so a window smaller
+// than the pool holds the oldest chunks, and a chunk whose slot still waits for the chunk before it
+// (a lost round) holds the ones after it: the window is a limit, the pool the cap. Without order,
+// two ranks could fill their windows with chunks the other's window does not hold and wait forever.
+// Fixed (the whole pool) needs no order: every slot always carries its next chunk.
 void SwitchAllreduce::fill_window(int64_t now) {
   const unsigned S = window_.slots();
   const unsigned limit = window_now();
@@ -225,8 +227,12 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   AllreduceOp* whole = f->op;
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   if (schedule_.finish(slot, f)) finished->push_back(whole);
-  --in_flight_;
-  fill_window(now);
+  if (adaptive_) {
+    --in_flight_;
+    fill_window(now);
+  } else {
+    start_slot(slot, now);  // the whole pool: each slot goes on by itself, a lost round holds only its own
+  }
 }
 
 void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t,
@@ -302,7 +308,12 @@ void SwitchAllreduce::admit(AllreduceOp* op) {
   }
   schedule_.admit(op);
   const size_t queued = out_.size();
-  fill_window(now);
+  if (adaptive_) {
+    fill_window(now);
+  } else {
+    for (unsigned s = 0; s < window_.slots(); ++s)
+      if (!window_.timer(s).busy) start_slot(s, now);
+  }
   if (ctx_.opt->shuffle_seed != 0) {  // test hook: these first sends in a permuted order
     std::mt19937_64 g(ctx_.opt->shuffle_seed * 0x9E3779B97F4A7C15ull + op->seq);
     std::shuffle(out_.begin() + static_cast<std::ptrdiff_t>(queued), out_.end(), g);
