@@ -6,8 +6,9 @@
     gradswitch top [--switch host:port] [-i 1] [-n COUNT]   live per-job rates, refreshed (like top)
 
 JOB is a job's name or id (default: every job). The switch answers STATUS, STATS and JOBS
-(docs/protocol.md section 1.2); with tenants (--auth-file) a tenant sees its own jobs and an operator
-every job: the credentials come from GRADSWITCH_TENANT and GRADSWITCH_SECRET or GRADSWITCH_SECRET_FILE.
+(docs/protocol.md section 1.2). On a switch with tenants (--auth-file) only an operator sees every job
+(a tenant's connection sees only a job it joined): the operator's name comes from GRADSWITCH_TENANT,
+its secret from GRADSWITCH_SECRET or GRADSWITCH_SECRET_FILE.
 """
 
 from __future__ import annotations

@@ -168,3 +168,29 @@ def test_help(capsys):
         cli.main(["--help"])
     out = capsys.readouterr().out
     assert "status" in out and "top" in out
+
+
+def test_status_on_a_switch_with_tenants_needs_an_operator(tmp_path, capsys, monkeypatch):
+    import secrets as tokens
+
+    import gradswitch
+
+    keys = {name: tokens.token_hex(32) for name in ("alice", "ops")}
+    auth = tmp_path / "auth"
+    auth.write_text(f"tenant alice secret={keys['alice']}\noperator ops secret={keys['ops']}\n")
+    auth.chmod(0o600)
+    with Daemon("--auth-file", str(auth), threads=THREADS) as d:
+        monkeypatch.setenv("GRADSWITCH_TENANT", "alice")
+        monkeypatch.setenv("GRADSWITCH_SECRET", keys["alice"])
+        with gradswitch.connect(d.address, job="train", rank=0, world_size=1) as g:
+            g.allreduce(np.ones(10, np.float32))
+            # a tenant's connection sees only the job it joined (docs/protocol.md section 1.5)
+            for who in ("alice", "ops"):
+                monkeypatch.setenv("GRADSWITCH_TENANT", who)
+                monkeypatch.setenv("GRADSWITCH_SECRET", keys[who])
+                rc, out, err = _run(capsys, "status", "--switch", d.address)
+                assert rc == 0, err
+                assert ("job 'alice/train'" in out) == (who == "ops"), (who, out)
+            monkeypatch.setenv("GRADSWITCH_SECRET", tokens.token_hex(32))  # a wrong secret
+            rc, out, err = _run(capsys, "status", "--switch", d.address)
+            assert rc == 1 and "refused tenant 'ops'" in err, err
