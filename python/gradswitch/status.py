@@ -37,7 +37,7 @@ class Session:
         from gradswitch import control
 
         self.address = address
-        if address.rpartition(":")[2].isdigit() is False:
+        if not address.rpartition(":")[2].isdigit():
             raise StatusError(f"--switch {address!r} is not host:port")
         try:
             self._conn = control.ControlConnection(
