@@ -70,6 +70,7 @@ def worker_cpu(rec: dict) -> float:
 def report(res: dict) -> str:
     cfg = res["config"]
     n = cfg["workers"]
+    lib_env = cfg.get("library_env", {"GRADSWITCH_MPI_WIRE": cfg["wire"]})
     lines = [
         f"# MPI programs with and without libgradswitch_mpi.so ({res['date']})",
         "",
@@ -80,6 +81,8 @@ def report(res: dict) -> str:
         "Machine: 2 CPU cores, shared; `busy` = both cores' busy share during the run.",
         "",
         f"Command: `{res['command']}`",
+        "",
+        "Library runs' environment: " + ", ".join(f"`{k}={v}`" for k, v in lib_env.items()),
         "",
     ]
     models = [r for r in res["runs"] if r["series"] == "models"]
@@ -144,6 +147,13 @@ def main(argv=None) -> int:
     p.add_argument("--slots", type=int, default=32, help="switch window (the suite's default, BENCHMARKS.md)")
     p.add_argument("--threads", type=int, default=1, help="switch data threads")
     p.add_argument("--wire", default="native", help="GRADSWITCH_MPI_WIRE of the library runs")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="more environment for the library runs' ranks (repeatable), e.g. GRADSWITCH_WINDOW=fixed",
+    )
     p.add_argument("--run-timeout", type=float, default=600)
     p.add_argument("--out", type=Path, default=None, help="directory (default bench/results/<date>-mpi)")
     p.add_argument("--name", default="mpilib", help="testbed name")
@@ -153,6 +163,11 @@ def main(argv=None) -> int:
     series = [s.strip() for s in a.series.split(",") if s.strip()]
     models = [(m, mb) for m, mb in MODELS if m in a.models.split(",")]
     a.library_env = {"GRADSWITCH_MPI_WIRE": a.wire}
+    for item in a.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            p.error(f"--env wants NAME=VALUE, got {item!r}")
+        a.library_env[name] = value
     out = a.out or HERE / "results" / f"{_dt.date.today().isoformat()}-mpi"
     out.mkdir(parents=True, exist_ok=True)
     res = {
@@ -167,6 +182,7 @@ def main(argv=None) -> int:
             "slots": a.slots,
             "threads": a.threads,
             "wire": a.wire,
+            "library_env": dict(a.library_env),
             "models": models,
         },
         "runs": [],
