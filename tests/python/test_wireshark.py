@@ -310,7 +310,9 @@ def test_decodes_a_captured_testbed_allreduce(tmp_path):
                 timeout=120,
             )
         finally:
-            time.sleep(0.3)  # the last results reach the capture
+            # tcpdump gets packets from the kernel in blocks retired after at most 1 s (its buffer
+            # timeout): a block still open at SIGINT would never reach the file
+            time.sleep(1.5)
             dump.send_signal(signal.SIGINT)
             dump.communicate(timeout=10)
         ip_rank = {tb.address(f"w{r}"): r for r in range(2)}
