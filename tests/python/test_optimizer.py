@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _ranks import in_threads
-from test_switch_daemon import HEADER, MAGIC, MSG_DATA, MSG_RESULT, Daemon, parse_ok, udp_socket
+from test_switch_daemon import HEADER, MAGIC, MSG_DATA, MSG_HELD, MSG_RESULT, Daemon, parse_ok, udp_socket
 
 FLOAT32, FLAG_RETX = 2, 2
 CHUNK = 360
@@ -209,6 +209,8 @@ class Ranks:
                     r = self.udp.index(sock)
                     res = sock.recv(65536)
                     h = HEADER.unpack(res[:32])
+                    if h[2] == MSG_HELD:  # the resend found the round still open: keep waiting
+                        continue
                     assert h[2] == MSG_RESULT, h
                     if h[10] == self.seq and h[11] == off and h[6] == slot and r in waiting:
                         out[r][off : off + h[9]] = np.frombuffer(res[32:], "<f4")

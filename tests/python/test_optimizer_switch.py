@@ -15,7 +15,7 @@ import pytest
 from test_switch_daemon import HEADER, MAGIC, MSG_DATA, MSG_RESULT, Daemon, parse_ok, udp_socket, wait_for
 
 FLOAT32 = 2
-FLAG_RETX, FLAG_UNICAST = 2, 4
+FLAG_RETX, FLAG_UNICAST, FLAG_DSACK = 2, 4, 0x20
 CHUNK = 360  # float32 elements per packet with the default --mtu 1500
 
 
@@ -183,7 +183,7 @@ class OptJob:
                         ("127.0.0.1", self.port_of(slot)),
                     )
                     again = self.udp[r].recv(65536)
-                    assert HEADER.unpack(again[:32])[7] == v | FLAG_UNICAST
+                    assert HEADER.unpack(again[:32])[7] == v | FLAG_UNICAST | FLAG_DSACK  # it held our part
                     assert again[32:] == res[32:]
                     res = again
                 out[r][c0 : c0 + h[9]] = np.frombuffer(res[32:], "<f4")

@@ -30,6 +30,7 @@ def daemon_path() -> Path:
 HEADER = struct.Struct(">HBBIIHHBBHIIbbH")
 MAGIC, VERSION = 0x4753, 1
 MSG_DATA, MSG_RESULT, MSG_ABORT = 1, 2, 3
+MSG_HELD = 7  # a retransmission found its round open with the sender's contribution in it
 INT32 = 1
 FLAG_LAST = 0x08
 ABORT_RANK_LEFT, ABORT_SHUTDOWN, ABORT_MISMATCH = 1, 3, 5
