@@ -9,6 +9,7 @@
 
 #include "mpi/datatypes.h"
 #include "worker/control.h"
+#include "worker/group.h"
 
 namespace gradswitch::mpi {
 
@@ -35,19 +36,21 @@ int cancel_request(void*, int) {
   return MPI_SUCCESS;
 }  // a reduction cannot be taken back: it completes
 
-// "" when the switch's control plane answers PING, else why not.
-std::string probe(const std::string& addr, double timeout_s) {
-  try {
-    std::string host;
-    uint16_t port = 0;
-    worker::split_host_port(addr, &host, &port);
-    worker::ControlClient client(host, port, timeout_s);
-    worker::Reply r = worker::parse_reply(client.request("PING", timeout_s));
-    if (!r.ok) return "the switch at " + addr + " refused PING: " + r.line;
-    return "";
-  } catch (const std::exception& e) {
-    return e.what();
+// "" when the control plane of every switch of the list answers PING, else why not.
+std::string probe(const std::string& addrs, double timeout_s) {
+  for (const std::string& addr : worker::switch_list(addrs)) {  // every switch of a sharded job
+    try {
+      std::string host;
+      uint16_t port = 0;
+      worker::split_host_port(addr, &host, &port);
+      worker::ControlClient client(host, port, timeout_s);
+      worker::Reply r = worker::parse_reply(client.request("PING", timeout_s));
+      if (!r.ok) return "the switch at " + addr + " refused PING: " + r.line;
+    } catch (const std::exception& e) {
+      return e.what();
+    }
   }
+  return "";
 }
 
 }  // namespace

@@ -20,6 +20,17 @@
 
 namespace gradswitch::worker {
 
+std::vector<std::string> switch_list(const std::string& addrs) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = addrs.find(',', start);
+    out.push_back(addrs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 namespace {
 
 constexpr size_t kMaxShards = 64;  // the transport watches one control connection per switch
@@ -37,18 +48,6 @@ bool valid_key(const std::string& s) {
   for (char c : s)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
   return true;
-}
-
-// The switches of Options::switch_addr: "host:port" or "host:port,host:port,..." (a sharded job).
-std::vector<std::string> switch_list(const std::string& addrs) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = addrs.find(',', start);
-    out.push_back(addrs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
 }
 
 // Control connections to a sharded job's switches beyond the first (none for one switch).

@@ -36,6 +36,9 @@
 
 namespace gradswitch::worker {
 
+// The switches of Options::switch_addr: "host:port" or "host:port,host:port,..." (a sharded job).
+std::vector<std::string> switch_list(const std::string& addrs);
+
 // Shared completion state of one queued operation.
 class Handle {
  public:

@@ -240,6 +240,20 @@ def test_fixed32_runs_are_bitwise_identical(library, c_program, switch, tmp_path
         compare(read_c(runs[0], rank), read_c(plain, rank), C_MAX_INPUT, wire="fixed32")
 
 
+def test_a_sharded_job_through_two_switches(library, c_program, switch_factory, tmp_path):
+    # GRADSWITCH_SWITCH as a list (docs/scaling.md): every switch is probed, each sums its share.
+    a, b = switch_factory(), switch_factory()
+    lib, plain = tmp_path / "lib", tmp_path / "plain"
+    lib.mkdir(), plain.mkdir()
+    r = mpirun([*c_program, str(lib), str(N)], preload(library, f"{a.address},{b.address}", wire="fixed32"))
+    ok(r)
+    assert not warnings(r.stderr), r.stderr
+    ok(mpirun([*c_program, str(plain), str(N)]))
+    for rank in range(RANKS):
+        compare(read_c(lib, rank), read_c(plain, rank), C_MAX_INPUT, wire="fixed32")
+    assert a.stats()["completed"] > 0 and b.stats()["completed"] > 0
+
+
 def test_mpi4py_program_same_results_through_the_switch(library, switch, tmp_path):
     pytest.importorskip("mpi4py")
     prog = [sys.executable, str(REPO / "tests/mpi/reduce_check.py")]
