@@ -13,6 +13,9 @@ racks: R racks of W workers behind leaf machines, uplinks to the spine at the wo
   each rack's uplink per allreduce (interface counters, both ways, barriers and headers included) over M.
 sharding: N workers and S switch machines whose links are capped at B (testbed sharded topology): the
   job on one switch vs sharded over S switches, each S in --shards.
+colocated (not run by default): N workers, a switch on every worker machine and the job sharded over
+  all of them (S = N) vs one dedicated switch on the bridge machine (a switch with a port at B per worker:
+  its own address is on the bridge, not behind a shaped link) vs gloo's ring.
 """
 
 from __future__ import annotations
@@ -148,6 +151,40 @@ def sharding_series(a, log) -> list[dict]:
     return out
 
 
+def colocated_series(a, log) -> list[dict]:
+    from gradswitch.baselines import run_gloo
+    from gradswitch.baselines.gradswitch_sys import SwitchDaemon
+    from gradswitch.testbed import Testbed
+
+    nbytes = int(a.mb * MB) // 4 * 4
+    out = []
+    name = f"sk{os.getpid() % 100000}"
+    with Testbed(workers=a.workers, rate=a.rate, name=name) as tb:
+        n = a.workers
+        log(f"co-located: N = {n}, every link {a.rate}, {a.mb:g} MB x {a.iters}")
+        layouts = [
+            ("one dedicated switch", ["switch"]),
+            (f"co-located, S = N = {n}", [f"w{i}" for i in range(n)]),
+        ]
+        for label, hosts in layouts:
+            daemons = [SwitchDaemon(tb, host=h) for h in hosts]
+            try:
+                for d in daemons:
+                    d.start()
+                addr = ",".join(d.address for d in daemons)
+                logs = lambda ds=daemons: "".join(d.log_text() for d in ds)  # noqa: E731
+                res, _, _ = _run_gs(tb, [addr] * n, nbytes, a, logs)
+            finally:
+                for d in daemons:
+                    d.stop()
+            out.append(_record(f"gradswitch, {label}", res, tb, nbytes))
+            log(f"  {label}: {out[-1]}")
+        res = run_gloo(tb, nbytes, a.iters, warmup=1, timeout=a.run_timeout)
+        out.append(_record("gloo ring", res, tb, nbytes))
+        log(f"  gloo: {out[-1]}")
+    return out
+
+
 def report(results: dict) -> str:
     a = results["args"]
     lines = [f"Machine: {results['machine']}", f"Command: `{results['command']}`", ""]
@@ -190,12 +227,31 @@ def report(results: dict) -> str:
             lines.append(
                 f"| {r['shards']} | {r['median_s'] * 1e3:.0f} ms | {vs} | {r['goodput_share']:.2f} |"
             )
+        lines.append("")
+    if "colocated" in results:
+        rows = results["colocated"]
+        gloo = next((r.get("median_s") for r in rows if r["system"] == "gloo ring"), None)
+        lines += [
+            f"### Co-located: N = {a['workers']} workers, every worker link {a['rate']}, "
+            f"{a['mb']:g} MB float32",
+            "",
+            "| system | median time | per-worker goodput / B | vs gloo ring |",
+            "|---|---|---|---|",
+        ]
+        for r in rows:
+            if not r.get("median_s"):
+                lines.append(f"| {r['system']} | failed: {str(r.get('error'))[:80]} | | |")
+                continue
+            vs = f"{gloo / r['median_s']:.2f}x" if gloo else "n/a"
+            lines.append(
+                f"| {r['system']} | {r['median_s'] * 1e3:.0f} ms | {r['goodput_share']:.2f} | {vs} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--series", default="racks,sharding", help="comma list of racks, sharding")
+    p.add_argument("--series", default="racks,sharding", help="comma list of racks, sharding, colocated")
     p.add_argument("--rate", default="200mbit", help="rate of every link, uplinks and switch links included")
     p.add_argument("--mb", type=float, default=16.0, help="allreduce size in MiB (float32)")
     p.add_argument("--iters", type=int, default=3, help="timed allreduces per system (after 1 warmup)")
@@ -205,12 +261,18 @@ def main(argv=None) -> int:
     p.add_argument("--shards", default="1,2,4", help="S values of the sharding series")
     p.add_argument("--run-timeout", type=float, default=300.0, help="seconds per system run")
     p.add_argument("--out", type=Path, default=None, help="directory (default bench/results/<date>-scale)")
+    p.add_argument("--report-only", type=Path, default=None, metavar="DIR", help="re-render DIR/results.json")
     a = p.parse_args(argv)
+    if a.report_only:
+        text = report(json.loads((a.report_only / "results.json").read_text()))
+        (a.report_only / "report.md").write_text(text)
+        print(text)
+        return 0
     _import()
     series = [s for s in a.series.split(",") if s]
-    unknown = set(series) - {"racks", "sharding"}
+    unknown = set(series) - {"racks", "sharding", "colocated"}
     if unknown:
-        p.error(f"unknown series {', '.join(sorted(unknown))}: use racks, sharding")
+        p.error(f"unknown series {', '.join(sorted(unknown))}: use racks, sharding, colocated")
     out = a.out or ROOT / "bench" / "results" / f"{_dt.date.today().isoformat()}-scale"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -229,12 +291,14 @@ def main(argv=None) -> int:
         results["racks"] = racks_series(a, log)
     if "sharding" in series:
         results["sharding"] = sharding_series(a, log)
+    if "colocated" in series:
+        results["colocated"] = colocated_series(a, log)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     text = report(results)
     (out / "report.md").write_text(text)
     print(text)
     log(f"written to {out}")
-    ok = all(r.get("ok") for k in ("racks", "sharding") for r in results.get(k, []))
+    ok = all(r.get("ok") for k in ("racks", "sharding", "colocated") for r in results.get(k, []))
     return 0 if ok else 1
 
 
