@@ -515,7 +515,7 @@ def main() -> int:
         (a.report_only / "report.md").write_text(report(res))
         print(report(res))
         return 0
-    from gradswitch.baselines.gradswitch_sys import SwitchDaemon
+    from gradswitch.baselines.gradswitch_sys import switch_daemon
     from gradswitch.testbed import Testbed
 
     worlds = [int(w) for w in a.worlds.split(",")]
@@ -541,7 +541,7 @@ def main() -> int:
         )
 
         def sw_factory():
-            return SwitchDaemon(tb, threads=1, slots=a.slots)
+            return switch_daemon(tb, threads=1, slots=a.slots)
 
         if "fig4" in series:
             series_fig4(tb, sw_factory, worlds, res, log)

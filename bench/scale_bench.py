@@ -78,7 +78,7 @@ def _run_gs(tb, addresses, nbytes, a, logs, counted=()) -> tuple:
 
 def racks_series(a, log) -> list[dict]:
     from gradswitch.baselines import run_gloo
-    from gradswitch.baselines.gradswitch_sys import CONTROL_PORT, SwitchDaemon
+    from gradswitch.baselines.gradswitch_sys import CONTROL_PORT, switch_daemon
     from gradswitch.testbed import Testbed
 
     nbytes = int(a.mb * MB) // 4 * 4
@@ -95,9 +95,9 @@ def racks_series(a, log) -> list[dict]:
             f"racks: {a.racks} x {a.workers_per_rack} workers, links and uplinks {a.rate}, "
             f"{a.mb:g} MB x {a.iters}"
         )
-        with SwitchDaemon(tb, host="spine", control_host="0.0.0.0") as spine:
+        with switch_daemon(tb, host="spine", control_host="0.0.0.0") as spine:
             leaves = [
-                SwitchDaemon(
+                switch_daemon(
                     tb, host=f"leaf{r}", extra_args=["--uplink", f"{topo.spine_address(r)}:{CONTROL_PORT}"]
                 )
                 for r in range(a.racks)
@@ -105,7 +105,7 @@ def racks_series(a, log) -> list[dict]:
             try:
                 for lf in leaves:
                     lf.start()
-                logs = lambda: "".join(s.log_text() for s in (spine, *leaves))  # noqa: E731
+                logs = lambda: "".join(s.log() for s in (spine, *leaves))  # noqa: E731
                 res, b, af = _run_gs(tb, [leaves[k].address for k in rack_of], nbytes, a, logs, ups)
                 out.append(_record("gradswitch two-level", res, tb, nbytes, ups, b, af))
             finally:
@@ -113,7 +113,7 @@ def racks_series(a, log) -> list[dict]:
                     lf.stop()
             log(f"  two-level: {out[-1]}")
             spine_for = [f"{topo.spine_address(k)}:{CONTROL_PORT}" for k in rack_of]
-            res, b, af = _run_gs(tb, spine_for, nbytes, a, spine.log_text, ups)
+            res, b, af = _run_gs(tb, spine_for, nbytes, a, spine.log, ups)
             out.append(_record("gradswitch flat (one switch on the spine)", res, tb, nbytes, ups, b, af))
             log(f"  flat: {out[-1]}")
         b = [tb.counters(h, d) for h, d in ups]
@@ -126,7 +126,7 @@ def racks_series(a, log) -> list[dict]:
 
 
 def sharding_series(a, log) -> list[dict]:
-    from gradswitch.baselines.gradswitch_sys import SwitchDaemon
+    from gradswitch.baselines.gradswitch_sys import switch_daemon
     from gradswitch.testbed import Testbed
 
     nbytes = int(a.mb * MB) // 4 * 4
@@ -136,12 +136,12 @@ def sharding_series(a, log) -> list[dict]:
     with Testbed(workers=a.workers, switches=max(shards), rate=a.rate, switch_rate=a.rate, name=name) as tb:
         log(f"sharding: N = {a.workers}, switch links and worker links {a.rate}, {a.mb:g} MB x {a.iters}")
         for s in shards:
-            daemons = [SwitchDaemon(tb, host=f"s{i}") for i in range(s)]
+            daemons = [switch_daemon(tb, host=f"s{i}") for i in range(s)]
             try:
                 for d in daemons:
                     d.start()
                 addr = ",".join(d.address for d in daemons)
-                logs = lambda ds=daemons: "".join(d.log_text() for d in ds)  # noqa: E731
+                logs = lambda ds=daemons: "".join(d.log() for d in ds)  # noqa: E731
                 res, _, _ = _run_gs(tb, [addr] * a.workers, nbytes, a, logs)
             finally:
                 for d in daemons:
@@ -153,7 +153,7 @@ def sharding_series(a, log) -> list[dict]:
 
 def colocated_series(a, log) -> list[dict]:
     from gradswitch.baselines import run_gloo
-    from gradswitch.baselines.gradswitch_sys import SwitchDaemon
+    from gradswitch.baselines.gradswitch_sys import switch_daemon
     from gradswitch.testbed import Testbed
 
     nbytes = int(a.mb * MB) // 4 * 4
@@ -167,12 +167,12 @@ def colocated_series(a, log) -> list[dict]:
             (f"co-located, S = N = {n}", [f"w{i}" for i in range(n)]),
         ]
         for label, hosts in layouts:
-            daemons = [SwitchDaemon(tb, host=h) for h in hosts]
+            daemons = [switch_daemon(tb, host=h) for h in hosts]
             try:
                 for d in daemons:
                     d.start()
                 addr = ",".join(d.address for d in daemons)
-                logs = lambda ds=daemons: "".join(d.log_text() for d in ds)  # noqa: E731
+                logs = lambda ds=daemons: "".join(d.log() for d in ds)  # noqa: E731
                 res, _, _ = _run_gs(tb, [addr] * n, nbytes, a, logs)
             finally:
                 for d in daemons:

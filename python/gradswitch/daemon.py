@@ -6,12 +6,14 @@ bench`, examples), the testbed, the benchmarks and the tests.
         d.stats()["pkts_in"], d.jobs(), d.status(job_id), d.metric("gradswitch_jobs", state="running")
 
     Daemon(netns="gs-tb-switch", host="10.66.0.1", control_port=17700, ...)   # inside a namespace (root)
+    Daemon(netns=..., host="0.0.0.0", connect_host="10.66.0.1", ...)   # listens on every address there
 
 A Daemon picks free ports unless given them (and picks again if one was taken meanwhile), writes the
 daemon's stderr to a log file, and is ready when it answers PING. In a network namespace it is started
 with `ip netns exec`, and this process reaches its control plane and metrics endpoint from inside the
 namespace (the connecting thread enters it for the connect() only). Queries set aside the switch's
-EVENT lines (docs/protocol.md section 1.4).
+EVENT lines (docs/protocol.md section 1.4). A daemon whose readiness is not a PING answer (the DPDK
+backend's stats file) starts with ready="none" and then waits with `wait_until`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gradswitch._paths import switch_binary
@@ -153,6 +155,7 @@ class Daemon:
         *args: str,
         threads: int = 1,
         host: str = "127.0.0.1",
+        connect_host: str | None = None,
         control_port: int = 0,
         data_port: int = 0,
         metrics_port: int | None = None,
@@ -167,11 +170,15 @@ class Daemon:
         env: dict[str, str] | None = None,
         new_session: bool = False,
         ready: str = "ping",
+        start_timeout: float = 10.0,
     ):
-        """`args` (and `extra_args`) go to gradswitchd after the options this class sets; `ready` is
-        "ping" (start() waits for a PING answer) or "none" (the caller checks readiness itself)."""
+        """`args` (and `extra_args`) go to gradswitchd after the options this class sets; `host` is the
+        address it listens on and `connect_host` (default: `host`) the one clients and queries use;
+        `ready` is "ping" (start() waits up to `start_timeout` for a PING answer) or "none" (the caller
+        checks readiness itself, e.g. with wait_until)."""
         self.threads = threads
         self.host = host
+        self.connect_host = connect_host or host
         self.binary = binary or switch_binary()
         self.netns = netns
         self._fixed = (control_port, data_port, metrics_port)
@@ -185,17 +192,18 @@ class Daemon:
         if ready not in ("ping", "none"):
             raise ValueError(f"ready must be 'ping' or 'none', got {ready!r}")
         self._ready = ready
+        self._start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self._log = None
 
     # ---- addresses
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.control_port}"
+        return f"{self.connect_host}:{self.control_port}"
 
     @property
     def metrics_url(self) -> str | None:
-        return f"http://{self.host}:{self.metrics_port}/metrics" if self.metrics_port else None
+        return f"http://{self.connect_host}:{self.metrics_port}/metrics" if self.metrics_port else None
 
     @property
     def pid(self) -> int:
@@ -230,7 +238,8 @@ class Daemon:
         return cmd + self._args
 
     # ---- life cycle
-    def start(self, timeout: float = 10.0) -> Daemon:
+    def start(self, timeout: float | None = None) -> Daemon:
+        timeout = self._start_timeout if timeout is None else timeout
         for attempt in range(3):  # a port taken between picking and binding: pick again
             self._choose_ports()
             if self._log_path is None:
@@ -251,13 +260,8 @@ class Daemon:
             )
             if self._ready == "none":
                 return self
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    if self.request("PING", timeout=0.5).startswith("OK"):
-                        return self
-                except (OSError, SwitchError):
-                    time.sleep(0.02)
+            if self._answers_ping(timeout):
+                return self
             timed_out = self.proc.poll() is None
             self.stop()
             clash = "cannot listen" in self.log() or "Address already in use" in self.log()
@@ -265,6 +269,31 @@ class Daemon:
                 why = f"did not answer PING within {timeout:.0f} s" if timed_out else "exited"
                 raise SwitchError(f"gradswitchd {why}: {' '.join(cmd)}\nits log:\n{self.log()[-4000:]}")
         raise AssertionError("unreachable")
+
+    def _answers_ping(self, timeout: float) -> bool:
+        def ping() -> bool:
+            try:
+                return self.request("PING", timeout=0.5).startswith("OK")
+            except (OSError, SwitchError):
+                return False
+
+        try:
+            self.wait_until(ping, timeout, "answer PING", interval=0.02)
+            return True
+        except SwitchError:
+            return False
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+        """Polls `ready()` until it is true; SwitchError when the daemon exits first or `timeout` passes
+        (the daemon keeps running: the caller stops it)."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.proc is None or self.proc.poll() is not None:
+                rc = None if self.proc is None else self.proc.returncode
+                raise SwitchError(f"gradswitchd exited with rc={rc} before it could {what}")
+            if time.monotonic() > deadline:
+                raise SwitchError(f"gradswitchd did not {what} within {timeout:.0f} s")
+            time.sleep(interval)
 
     def _choose_ports(self) -> None:
         control, data, metrics = self._fixed
@@ -318,7 +347,7 @@ class Daemon:
     # ---- queries
     def connect(self, timeout: float = 5.0) -> socket.socket:
         """A new control-plane connection (inside the daemon's namespace)."""
-        return connect(self.host, self.control_port, timeout, self.netns)
+        return connect(self.connect_host, self.control_port, timeout, self.netns)
 
     def request(self, line: str, timeout: float = 5.0) -> str:
         """One request on a fresh control connection; the reply line (EVENT lines set aside)."""
@@ -345,9 +374,9 @@ class Daemon:
         """The body of GET /metrics (the daemon needs metrics_port)."""
         if not self.metrics_port:
             raise SwitchError("this switch has no metrics endpoint (Daemon(metrics_port=0) starts one)")
-        with connect(self.host, self.metrics_port, timeout, self.netns) as s:
+        with connect(self.connect_host, self.metrics_port, timeout, self.netns) as s:
             s.settimeout(timeout)
-            s.sendall(f"GET /metrics HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
+            s.sendall(f"GET /metrics HTTP/1.1\r\nHost: {self.connect_host}\r\n\r\n".encode())
             data = b""
             while chunk := s.recv(65536):
                 data += chunk

@@ -372,6 +372,8 @@ class Topology:
 
 
 class DpdkSwitch:
+    """gradswitchd --backend dpdk in the topology's switch namespace, a gradswitch.daemon.Daemon."""
+
     def __init__(
         self,
         topo: Topology,
@@ -383,9 +385,10 @@ class DpdkSwitch:
         vdev: str = "af_xdp",
         af_packet_args: str = "framecnt=4096",
     ) -> None:
+        from gradswitch.daemon import Daemon
+
         self.topo, self.tmp = topo, tmp
         self.stats_path = tmp / f"dpdk-stats-{topo.tag}.txt"
-        self.log_path = tmp / f"gradswitchd-dpdk-{topo.tag}.log"
         vdevs = []
         for i, ifname in enumerate(topo.sw_if):
             if vdev == "af_xdp":
@@ -393,20 +396,11 @@ class DpdkSwitch:
             else:
                 vdevs.append(f"--vdev=net_af_packet{i},iface={ifname},qpairs=1,{af_packet_args}")
         vdevs.append(f"--vdev=net_tap0,iface={topo.tap}")
-        self.cmd = [
-            "ip",
-            "netns",
-            "exec",
-            topo.sw_ns,
-            str(find_switch_binary()),
+        # JOINs come through the tap, from the test's own namespaces (docs/security.md; the netns
+        # adds --insecure)
+        self.daemon = Daemon(
             "--backend",
             "dpdk",
-            # JOINs come through the tap, from the test's own namespaces (docs/security.md)
-            "--control-host",
-            "0.0.0.0",
-            "--insecure",
-            "--threads",
-            str(threads),
             *(extra or []),
             "--",
             "-l",
@@ -425,21 +419,28 @@ class DpdkSwitch:
             "--stats-interval-ms",
             "200",
             *(dpdk_opts or []),
-        ]
-        self.proc: subprocess.Popen | None = None
+            binary=str(find_switch_binary()),
+            threads=threads,
+            host="0.0.0.0",
+            connect_host=topo.agg_ip,
+            control_port=7700,
+            data_port=7701,
+            netns=topo.sw_ns,
+            log_path=tmp / f"gradswitchd-dpdk-{topo.tag}.log",
+            ready="none",  # it is up once it writes its stats file, and switching once the tap answers
+        )
+        self.cmd = ["ip", "netns", "exec", topo.sw_ns, *self.daemon.command()]
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.daemon.proc
 
     def start(self) -> None:
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gradswitchd exited ({self.proc.returncode}):\n{self.log_text()}")
-            if self.stats_path.exists():
-                break
-            time.sleep(0.1)
-        else:
-            raise RuntimeError("gradswitchd --backend dpdk did not start:\n" + self.log_text())
+        self.daemon.start()
+        try:
+            self.daemon.wait_until(self.stats_path.exists, 20, "write its stats file")
+        except Exception as e:
+            raise RuntimeError(f"gradswitchd --backend dpdk did not start: {e}\n{self.log_text()}") from None
         # The control plane answers through the switch once the tap has its address.
         for _ in range(50):
             if self.topo.exec(0, "ping", "-c", "1", "-W", "1", self.topo.agg_ip).returncode == 0:
@@ -447,22 +448,10 @@ class DpdkSwitch:
         raise RuntimeError("aggregation address not reachable through the switch:\n" + self.log_text())
 
     def stop(self) -> int | None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc:
-            self.log.close()
-        return self.proc.returncode if self.proc else None
+        return self.daemon.stop(timeout=15)
 
     def log_text(self) -> str:
-        try:
-            return self.log_path.read_text()[-6000:]
-        except OSError:
-            return ""
+        return self.daemon.log()[-6000:]
 
     def control_stats(self) -> dict[str, str]:
         """The control plane's STATS reply (engine totals and the backend's counters), asked from host 0

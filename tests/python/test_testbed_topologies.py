@@ -9,7 +9,7 @@ import re
 import pytest
 from _netns import require_netns, unique
 
-from gradswitch.baselines.gradswitch_sys import CONTROL_PORT, SwitchDaemon, run_workers
+from gradswitch.baselines.gradswitch_sys import CONTROL_PORT, run_workers, switch_daemon
 
 
 @pytest.fixture(autouse=True)
@@ -33,10 +33,10 @@ def test_sharded_topology_carries_a_job_over_two_switch_machines():
         assert re.search(r"rate 300Mbit", qd), qd
         qd = tb.exec("switch", ["tc", "qdisc", "show", "dev", tb.port("w0")]).stdout
         assert re.search(r"rate 1Gbit", qd), qd
-        with SwitchDaemon(tb, host="s0") as a, SwitchDaemon(tb, host="s1") as b:
+        with switch_daemon(tb, host="s0") as a, switch_daemon(tb, host="s1") as b:
             shards = f"{a.address},{b.address}"
             rs = run_workers(
-                tb, [shards] * 2, 1 << 20, 2, 0, timeout=120, logs=lambda: a.log_text() + b.log_text()
+                tb, [shards] * 2, 1 << 20, 2, 0, timeout=120, logs=lambda: a.log() + b.log()
             )
         assert [r["ok"] for r in rs] == [True, True], rs
     assert t.leftovers(name) == []
@@ -50,10 +50,10 @@ def test_racks_route_between_racks_and_each_uplink_carries_one_rack_sum():
         topo = tb.topology
         assert tb.hosts == ["w0", "w1", "w2", "w3", "leaf0", "leaf1", "spine"]
         tb.exec("w0", ["ping", "-c1", "-W2", tb.address("w3")])  # across racks, through the spine
-        spine = SwitchDaemon(tb, host="spine", control_host="0.0.0.0")
+        spine = switch_daemon(tb, host="spine", control_host="0.0.0.0")
         with spine:
             leaves = [
-                SwitchDaemon(
+                switch_daemon(
                     tb, host=f"leaf{r}", extra_args=["--uplink", f"{topo.spine_address(r)}:{CONTROL_PORT}"]
                 )
                 for r in range(2)
@@ -64,7 +64,7 @@ def test_racks_route_between_racks_and_each_uplink_carries_one_rack_sum():
                 where = [leaves[topo.rack_of(f"w{r}")].address for r in range(4)]
                 rs = run_workers(
                     tb, where, nbytes, total, 0, timeout=120,
-                    logs=lambda: "".join(s.log_text() for s in (spine, *leaves)),
+                    logs=lambda: "".join(s.log() for s in (spine, *leaves)),
                 )  # fmt: skip
                 after = [tb.counters(host, dev) for host, dev in up]
         assert [r["ok"] for r in rs] == [True] * 4, rs

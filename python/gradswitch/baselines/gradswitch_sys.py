@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from gradswitch.daemon import Daemon
 from gradswitch.local_switch import control_request
 
 from .common import check, emit, grad
@@ -123,130 +124,37 @@ def work(
     }
 
 
-def parse_stats(reply: str) -> dict[str, int]:
-    if not reply.startswith("OK"):
-        raise RuntimeError(f"switch STATS failed: {reply}")
-    out = {}
-    for kv in reply.split()[1:]:
-        k, _, v = kv.partition("=")
-        try:
-            out[k] = int(v)
-        except ValueError:
-            pass
-    return out
-
-
-def switch_request(tb, line: str, wait: float = 0.0, port: int = CONTROL_PORT, host: str = "switch") -> str:
-    """A control-plane request to the daemon on machine `host`, sent from inside its namespace."""
-    from .common import python
-
-    addr = f"{tb.address(host)}:{port}"
-    r = tb.exec(
-        host,
-        [
-            python(),
-            "-m",
-            "gradswitch.baselines.gradswitch_sys",
-            "request",
-            "--switch",
-            addr,
-            "--wait",
-            wait,
-            line,
-        ],
-        check=False,
-        timeout=wait + 30,
+def switch_daemon(
+    tb,
+    threads: int = 1,
+    mtu: int | None = None,
+    drop_rate: float = 0.0,
+    slots: int | None = None,
+    extra_args: list[str] | None = None,
+    control_port: int = CONTROL_PORT,
+    data_port: int = DATA_PORT,
+    binary: str | None = None,
+    host: str = "switch",
+    control_host: str | None = None,
+) -> Daemon:
+    """gradswitchd in the testbed's switch namespace, or on machine `host` of another topology (a
+    Daemon, not started; a context manager). control_host="0.0.0.0" listens on every address of that
+    machine (a spine, which each rack reaches over its own uplink); clients and queries use the
+    machine's testbed address."""
+    return Daemon(
+        threads=threads,
+        host=control_host or tb.address(host),
+        connect_host=tb.address(host),
+        control_port=control_port,
+        data_port=data_port,
+        mtu=mtu or tb.link.mtu,
+        drop_rate=drop_rate,
+        slots=slots,
+        extra_args=["--log-level", "warn", *(extra_args or [])],
+        binary=binary,
+        netns=tb.netns(host),  # also adds --insecure: the testbed's own namespaces, only its hosts reach it
+        start_timeout=15.0,
     )
-    return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else f"ERR {r.stderr.strip()[-500:]}"
-
-
-class SwitchDaemon:
-    """gradswitchd in the testbed's switch namespace, or on machine `host` of another topology
-    (context manager). control_host="0.0.0.0" listens on every address of that machine (a spine, which
-    each rack reaches over its own uplink)."""
-
-    def __init__(
-        self,
-        tb,
-        threads: int = 1,
-        mtu: int | None = None,
-        drop_rate: float = 0.0,
-        slots: int | None = None,
-        extra_args: list[str] | None = None,
-        control_port: int = CONTROL_PORT,
-        data_port: int = DATA_PORT,
-        binary: str | None = None,
-        host: str = "switch",
-        control_host: str | None = None,
-    ):
-        from .._paths import switch_binary
-
-        self.tb = tb
-        self.host = host
-        self.control_port = control_port
-        self.address = f"{tb.address(host)}:{control_port}"
-        self.cmd = [
-            binary or switch_binary(),
-            "--control-host",
-            control_host or tb.address(host),
-            "--insecure",  # the testbed's own namespaces: only its hosts reach it
-            "--control-port",
-            str(control_port),
-            "--data-port",
-            str(data_port),
-            "--threads",
-            str(threads),
-            "--mtu",
-            str(mtu or tb.link.mtu),
-            "--log-level",
-            "warn",
-        ]
-        if drop_rate:
-            self.cmd += ["--drop-rate", str(drop_rate)]
-        if slots:
-            self.cmd += ["--slots", str(slots)]
-        self.cmd += list(extra_args or [])
-        self.proc = None
-        self.log = None
-
-    def start(self, timeout: float = 15.0):
-        import tempfile
-
-        self.log = tempfile.TemporaryFile()
-        self.proc = self.tb.popen(self.host, self.cmd, stdout=self.log, stderr=-2)
-        reply = switch_request(self.tb, "PING", wait=timeout, port=self.control_port, host=self.host)
-        if not reply.startswith("OK"):
-            self.stop()
-            raise RuntimeError(f"gradswitchd did not answer PING ({reply}); its log:\n{self.log_text()}")
-        return self
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stats(self) -> dict[str, int]:
-        return parse_stats(switch_request(self.tb, "STATS", port=self.control_port, host=self.host))
-
-    def log_text(self) -> str:
-        if self.log is None:
-            return ""
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except Exception:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def run_workers(
@@ -340,13 +248,13 @@ def run_gradswitch(
     if gso is not None:
         daemon_args = list(daemon_args or []) + ["--udp-gso", "on" if gso else "off"]
         env = {"GRADSWITCH_GSO": "1" if gso else "0"}
-    with SwitchDaemon(tb, threads, mtu, switch_drop_rate, slots, daemon_args) as sw:
+    with switch_daemon(tb, threads, mtu, switch_drop_rate, slots, daemon_args) as sw:
         s0 = sw.stats()
         rs = run_workers(
             tb, [sw.address] * n, nbytes, total, warmup, wire, op_timeout, drop_rate, timeout, env,
-            switch_pid=sw.pid, logs=sw.log_text,
+            switch_pid=sw.pid, logs=sw.log,
         )
-        s1 = sw.stats() if sw.proc.poll() is None else {}
+        s1 = sw.stats() if sw.poll() is None else {}
 
     def summed(key):
         out: dict[str, int] = {}

@@ -238,7 +238,7 @@ def run_mpi(
     switch_options: dict | None = None,
 ) -> Result:
     """The MPI program in `mode`; with `library`, preloading libgradswitch_mpi.so with gradswitchd on the
-    switch (gradswitch_sys.SwitchDaemon with `switch_options`, e.g. {"slots": 32, "threads": 1}) and
+    switch (gradswitch_sys.switch_daemon with `switch_options`, e.g. {"slots": 32, "threads": 1}) and
     `library_env` (e.g. {"GRADSWITCH_MPI_WIRE": "fixed32"}) exported to the ranks. Result.extra then
     holds the library's counters summed over ranks and the switch's STATS deltas."""
     if mode not in MPI_MODES:
@@ -251,9 +251,9 @@ def run_mpi(
         exports: list[str] = []
         if library:
             from .._paths import mpi_library
-            from .gradswitch_sys import SwitchDaemon
+            from .gradswitch_sys import switch_daemon
 
-            daemon = SwitchDaemon(tb, **(switch_options or {})).start()
+            daemon = switch_daemon(tb, **(switch_options or {})).start()
             before = daemon.stats()
             env = {
                 "LD_PRELOAD": mpi_library(),

@@ -578,12 +578,9 @@ class Testbed:
         try:
             remove_testbed(self.name)
         finally:
-            p = getattr(self, "_daemon", None)
-            if p is not None:  # started by this process: reap it (remove_testbed stopped it)
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:  # pragma: no cover
-                    pass
+            d = getattr(self, "_daemon", None)
+            if d is not None:  # started by this process: reap it (remove_testbed stopped it)
+                d.stop(timeout=5)
                 self._daemon = None
         self._state = None
 

@@ -5,14 +5,15 @@ net_tap port with the switch's address. Its options, command line, start, and th
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..daemon import Daemon, SwitchError
 from .bridge import BridgeTopology
 from .core import HOST_IF, TAP, TestbedError
 
 AF_XDP_MAX_MTU = 3000  # net_af_xdp on veth takes frames up to ~3.5 KB (docs/dpdk.md)
+CONTROL_PORT = 7700  # gradswitchd's default, where the testbed's clients find the switch (data: +1)
 
 
 @dataclass
@@ -97,6 +98,12 @@ class DpdkTopology(BridgeTopology):
 
 def daemon_command(tb) -> list[str]:
     """The gradswitchd --backend dpdk command line that switch="dpdk" runs in the switch namespace."""
+    return dpdk_daemon(tb).command()
+
+
+def dpdk_daemon(tb) -> Daemon:
+    """switch="dpdk"'s gradswitchd --backend dpdk in the switch namespace (not started). Its control
+    plane answers on the tap, in namespaces only the testbed's hosts reach (--insecure, from netns)."""
     o, lk = tb.dpdk, tb.link
     if o.binary:
         binary = o.binary
@@ -122,13 +129,9 @@ def daemon_command(tb) -> list[str]:
             )
     vdevs.append(f"--vdev=net_tap0,iface={TAP}")
     mem = o.memory_mb or (256 if kind == "af_xdp" else 1024)
-    # the control plane answers on the tap, in namespaces only the testbed's hosts reach
-    daemon = ["--backend", "dpdk", "--control-host", "0.0.0.0", "--insecure", "--threads", str(o.threads)]
-    if "--mtu" not in o.daemon_args:
-        daemon += ["--mtu", str(lk.mtu)]
-    return [
-        str(binary),
-        *daemon,
+    return Daemon(
+        "--backend",
+        "dpdk",
         *map(str, o.daemon_args),
         "--",
         "-l",
@@ -152,46 +155,44 @@ def daemon_command(tb) -> list[str]:
         "--stats-interval-ms",
         "500",
         *map(str, o.dpdk_args),
-    ]
+        binary=str(binary),
+        threads=o.threads,
+        host="0.0.0.0",
+        connect_host=tb.address("switch"),
+        control_port=CONTROL_PORT,
+        data_port=CONTROL_PORT + 1,
+        mtu=None if "--mtu" in o.daemon_args else lk.mtu,
+        netns=tb.netns("switch"),
+        log_path=tb.daemon_log,
+        new_session=True,  # it outlives `gradswitch testbed up`; down stops it (SIGTERM)
+        ready="none",  # it switches once its stats file is there and every host pings through it
+        start_timeout=o.start_timeout,
+    )
 
 
 def start_daemon(tb) -> None:
-    cmd = daemon_command(tb)
-    d = tb.switch_dir
-    d.mkdir(parents=True, exist_ok=True)
-    tb._state.files.append(str(d))
-    tb._state.daemon_cmd = cmd
+    d = dpdk_daemon(tb)
+    sd = tb.switch_dir
+    sd.mkdir(parents=True, exist_ok=True)
+    tb._state.files.append(str(sd))
+    tb._state.daemon_cmd = d.command()
     tb._save()
-    with open(tb.daemon_log, "wb") as log:
-        # its own session: it outlives `gradswitch testbed up`; down stops it (SIGTERM)
-        p = subprocess.Popen(
-            tb._cmd("switch", cmd),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    tb._state.daemon_pid = p.pid
+    d.start()
+    tb._state.daemon_pid = d.pid
     tb._save()
-    o = tb.dpdk
-    deadline = time.time() + o.start_timeout
+    tb._daemon = d  # reaped by this process's down() (it stays our child until this process exits)
+    deadline = time.monotonic() + tb.dpdk.start_timeout
 
     def fail(why: str) -> TestbedError:
-        try:
-            tail = tb.daemon_log.read_text(errors="replace")[-3000:]
-        except OSError:
-            tail = ""
         return TestbedError(
-            f"gradswitchd --backend dpdk {why}; rolled back.\ncommand: {' '.join(cmd)}\n"
-            f"log ({tb.daemon_log}):\n{tail}"
+            f"gradswitchd --backend dpdk {why}; rolled back.\ncommand: {' '.join(d.command())}\n"
+            f"log ({tb.daemon_log}):\n{d.log()[-3000:]}"
         )
 
-    while not tb.stats_file.exists():
-        if p.poll() is not None:
-            raise fail(f"exited with rc={p.returncode} while starting")
-        if time.time() > deadline:
-            raise fail(f"did not start within {o.start_timeout:.0f}s")
-        time.sleep(0.1)
+    try:
+        d.wait_until(tb.stats_file.exists, tb.dpdk.start_timeout, "start (write its stats file)")
+    except SwitchError as e:
+        raise fail(str(e).removeprefix("gradswitchd ")) from None
     # every switch-side veth must be a port (EAL skips a vdev that fails to probe and goes on)
     ports = set(re.findall(r"^port\d+\.iface=(\S+)$", tb.stats_file.read_text(), re.M))
     missing = [tb.port(h) for h in tb.endpoints if tb.port(h) not in ports]
@@ -200,13 +201,14 @@ def start_daemon(tb) -> None:
     # switching: every endpoint reaches the switch address (the tap) through the daemon; this
     # also teaches it every host's MAC
     for h in tb.endpoints:
-        while True:
-            if p.poll() is not None:
-                raise fail(f"exited with rc={p.returncode}")
+
+        def reaches(h=h) -> bool:
             r = tb.exec(h, ["ping", "-c1", "-W1", tb.address("switch")], check=False, timeout=5)
-            if r.returncode == 0:
-                break
-            if time.time() > deadline:
-                raise fail(f"up, but {h} cannot ping {tb.address('switch')} through it")
-    # reap the child from this process (it stays ours until this process exits)
-    tb._daemon = p
+            return r.returncode == 0
+
+        try:
+            d.wait_until(reaches, max(0.0, deadline - time.monotonic()), "switch", interval=0)
+        except SwitchError:
+            if d.poll() is not None:
+                raise fail(f"exited with rc={d.poll()}") from None
+            raise fail(f"up, but {h} cannot ping {tb.address('switch')} through it") from None
