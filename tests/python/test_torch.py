@@ -12,6 +12,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import random
 import socket
 import subprocess
 import sys
@@ -42,9 +43,23 @@ def switch(switch_factory):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port below the kernel's ephemeral range, for rank 0's TCPStore.
+
+    A port the kernel picked for us (bind to 0) is free now, but between our close and rank 0's listen
+    (seconds: spawning and importing torch) any socket that binds or connects may be given the same
+    ephemeral port (seen in CI: EADDRINUSE). Ports below the ephemeral range are never handed out that way.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10_000, max(low, 10_001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free TCP port found in 10000..{low - 1}")
 
 
 # ---------------------------------------------------------------------------- process runner
