@@ -7,12 +7,14 @@ gradswitchd on loopback; every wait is bounded. World sizes are 2 to keep the su
 
 from __future__ import annotations
 
+import faulthandler
 import io
 import json
 import multiprocessing as mp
 import os
 import queue
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -69,6 +71,7 @@ def _entry(fn, rank, world, port, env, args, q):
     os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # run_workers asks for stacks on a timeout
     try:
         buf = io.BytesIO()  # tensors through a queue would be shared-memory handles of a dying process
         torch.save(fn(rank, world, *args), buf)
@@ -94,8 +97,13 @@ def run_workers(fn, *args, world=WORLD, env=None, timeout=90.0):
         while len(results) + len(errors) < world:
             left = deadline - time.monotonic()
             if left <= 0:
+                for p in procs:  # say where they are stuck: every thread's Python stack, on stderr
+                    if p.is_alive():
+                        os.kill(p.pid, signal.SIGUSR1)
+                time.sleep(1.0)
                 pytest.fail(
-                    f"workers did not finish within {timeout}s (done: {sorted(results)}; errors: {errors})"
+                    f"workers did not finish within {timeout}s (done: {sorted(results)}; errors: {errors}); "
+                    "the stacks of the workers still running are in the captured stderr"
                 )
             try:
                 rank, status, value = q.get(timeout=min(left, 1.0))
