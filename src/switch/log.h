@@ -14,6 +14,8 @@
 #include <ctime>
 #include <string>
 
+#include "common/json.h"
+
 namespace gradswitch {
 
 enum class LogLevel : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
@@ -37,25 +39,6 @@ inline bool log_enabled(LogLevel l) {
   return static_cast<int>(l) <= log_level_ref().load(std::memory_order_relaxed);
 }
 
-// `s` as the inside of a JSON string.
-inline std::string log_json_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size() + 8);
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
 // Writes one message: in text format `text_prefix` + message, in JSON the message alone.
 inline void log_write(LogLevel l, const char* text_prefix, const std::string& message) {
   static const char* const names[] = {"error", "warn", "info", "debug"};
@@ -70,7 +53,7 @@ inline void log_write(LogLevel l, const char* text_prefix, const std::string& me
     std::snprintf(when + n, sizeof when - n, ".%06ldZ", ts.tv_nsec / 1000);
     line = std::string("{\"time\":\"") + when + "\",\"level\":\"" + names[static_cast<int>(l)] +
            "\",\"logger\":\"gradswitchd\",\"pid\":" + std::to_string(::getpid()) + ",\"msg\":\"" +
-           log_json_escape(message) + "\"}\n";
+           json_escape(message) + "\"}\n";
   } else {
     line = text_prefix + message + "\n";
   }

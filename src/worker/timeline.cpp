@@ -63,24 +63,6 @@ int64_t timeline_now_ns() {
   return steady_now_ns();
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
 void JsonArgs::key(const char* k) {
   if (!s_.empty()) s_ += ',';
   s_ += '"';

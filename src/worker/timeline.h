@@ -22,6 +22,8 @@
 #include <mutex>
 #include <string>
 
+#include "common/json.h"  // json_escape, used with the timeline's writers
+
 namespace gradswitch::worker {
 
 // steady_clock nanoseconds: CLOCK_MONOTONIC, the clock of Python's time.monotonic_ns().
@@ -40,9 +42,6 @@ class JsonArgs {
   void key(const char* k);
   std::string s_;
 };
-
-// `s` as the inside of a JSON string (quotes, backslashes and control characters escaped).
-std::string json_escape(const std::string& s);
 
 class Timeline {
  public:
