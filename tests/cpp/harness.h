@@ -1,8 +1,10 @@
-// A minimal test harness: TEST(name) { CHECK(...); } and a main that runs every test.
+// A minimal test harness: TEST(name) { CHECK(...); } and a main that runs every test, or only
+// those whose name contains $GS_TEST_ONLY (to repeat one intermittent test in a loop).
 #pragma once
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -54,7 +56,9 @@ struct Register {
 #define GS_TEST_MAIN()                                        \
   int main() {                                                \
     int passed = 0, failed = 0;                               \
+    const char* only = std::getenv("GS_TEST_ONLY");           \
     for (auto& c : gs_test::registry()) {                     \
+      if (only && !std::strstr(c.name, only)) continue;       \
       int before = gs_test::failures();                       \
       c.fn();                                                 \
       bool ok = gs_test::failures() == before;                \
