@@ -49,7 +49,7 @@ enum gs_msg_type {
   /* The ring algorithm (docs/protocol.md section 7): worker to worker, no switch involved. */
   GS_MSG_RING_PARTIAL = 4, /* to the next rank: the sum of one chunk over the ranks so far */
   GS_MSG_RING_RESULT = 5,  /* to the previous rank: the chunk's finished sum */
-  GS_MSG_RING_DONE = 6,    /* to the next rank: the sender holds every sum of allreduce `seq` */
+  GS_MSG_RING_DONE = 6,    /* to the next rank: the sender holds every sum up to allreduce `seq` */
   /* switch -> worker: a retransmitted DATA found the round open with the sender's contribution
    * already in it (nothing was lost; the round waits for other ranks). Header only. */
   GS_MSG_HELD = 7,

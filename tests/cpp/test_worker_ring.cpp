@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/fixed_point.h"
+#include "common/header.h"
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
@@ -41,6 +42,11 @@ class FakeNet {
     if (to >= inbox_.size()) return;
     if (drop_ > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < drop_) return;
     std::vector<uint8_t> d(p.data, p.data + p.len);
+    if (p.len >= GS_HEADER_BYTES) {
+      gs_header h;
+      gs_header_decode(p.data, &h);
+      if (h.type == GS_MSG_RING_DONE) done_sent_.push_back({h.rank, h.seq});
+    }
     if (dup_ > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < dup_) inbox_[to].push_back(d);
     inbox_[to].push_back(std::move(d));
     cv_.notify_all();
@@ -65,6 +71,11 @@ class FakeNet {
     std::lock_guard<std::mutex> lk(mu_);
     return !inbox_[rank].empty();
   }
+  // Every RING_DONE sent so far, as (sender, seq), lost ones included.
+  std::vector<std::pair<unsigned, uint32_t>> done_sent() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return done_sent_;
+  }
   void wake() {
     std::lock_guard<std::mutex> lk(mu_);
     woken_ = true;
@@ -79,6 +90,7 @@ class FakeNet {
   double drop_, dup_;
   std::mt19937_64 rng_;
   bool woken_ = false;
+  std::vector<std::pair<unsigned, uint32_t>> done_sent_;
 };
 
 class NetTransport : public Transport {
@@ -397,6 +409,45 @@ TEST(allreduces_stream_back_to_back_with_loss) {
         CHECK(in[r][k] == want_i[k]);
     }
   }
+}
+
+TEST(ring_done_promises_every_earlier_allreduce) {
+  // A one-chunk allreduce admitted behind a 100-chunk one often finishes first. RING_DONE(seq) lets
+  // the next rank leave, so it promises every allreduce up to seq and is sent only once nothing
+  // admitted is unfinished: here only RING_DONE(1), whatever the order (a RING_DONE for the short
+  // one while the long one ran let a finished rank stop answering a neighbour that needed a sum).
+  unsigned N = 3;
+  Ring ring(N, 16, 1440);
+  std::vector<std::vector<int32_t>> big(N, std::vector<int32_t>(100 * 360)),
+      small(N, std::vector<int32_t>(5));
+  for (unsigned r = 0; r < N; ++r) {
+    for (size_t i = 0; i < big[r].size(); ++i) big[r][i] = static_cast<int32_t>(i + r);
+    for (size_t i = 0; i < small[r].size(); ++i) small[r][i] = static_cast<int32_t>(7 * i + r);
+  }
+  std::vector<std::vector<uint32_t>> order(N);  // seqs in the order they finished
+  CHECK(all_ok(ring.each([&](unsigned r) {
+    Rank& rk = *ring.ranks[r];
+    AllreduceOp ops[2];
+    std::vector<int32_t>* bufs[2] = {&big[r], &small[r]};
+    for (int k = 0; k < 2; ++k) {
+      ops[k].base = reinterpret_cast<uint8_t*>(bufs[k]->data());
+      ops[k].ch = make_chunking(bufs[k]->size(), GS_ELEM_INT32, 1440, DType::kInt32);
+      ops[k].seq = rk.seq++;
+      rk.ring->admit(&ops[k]);
+    }
+    std::vector<AllreduceOp*> done;
+    while (!rk.ring->idle()) rk.ring->step(&done);
+    for (AllreduceOp* op : done) order[r].push_back(op->seq);
+    CHECK(rk.ring->linger(2.0));
+  })));
+  for (unsigned r = 0; r < N; ++r) {
+    CHECK_EQ(order[r].size(), size_t{2});
+    CHECK(big[r][359] == static_cast<int32_t>(3 * 359 + 3) &&
+          small[r][4] == static_cast<int32_t>(3 * 28 + 3));
+  }
+  auto sent = ring.net.done_sent();
+  CHECK(!sent.empty());
+  for (auto& [rank, seq] : sent) CHECK_EQ(seq, uint32_t{1});
 }
 
 TEST(held_sums_win_over_partials) {

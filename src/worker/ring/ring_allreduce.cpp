@@ -174,9 +174,11 @@ void RingAllreduce::finish_round(unsigned slot, int8_t agreed_exp, int64_t now,
   AllreduceOp* whole = f->op;
   if (schedule_.finish(slot, f)) {
     finished->push_back(whole);
-    last_seq_ = whole->seq;
+    if (!have_last_seq_ || seq_after(whole->seq, last_seq_)) last_seq_ = whole->seq;
     have_last_seq_ = true;
-    send_done(whole->seq);
+    // Allreduces can finish out of order (a short one behind a long one): RING_DONE(seq) promises
+    // every sum up to seq, so it is sent only when no admitted allreduce is left unfinished.
+    if (schedule_.empty()) send_done(last_seq_);
   }
   if (after != SIZE_MAX)
     launch(slot, after, false, agreed_exp, now, finished);

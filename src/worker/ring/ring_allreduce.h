@@ -127,7 +127,7 @@ class RingAllreduce : public DataPath {
   std::vector<InPacket> in_;
   uint8_t done_pkt_[GS_HEADER_BYTES];
   bool have_last_seq_ = false;
-  uint32_t last_seq_ = 0;  // the last allreduce this rank finished
+  uint32_t last_seq_ = 0;  // the newest allreduce this rank finished
   bool prev_done_valid_ = false;
   uint32_t prev_done_seq_ = 0;  // the last RING_DONE from the previous rank
 };
