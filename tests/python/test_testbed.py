@@ -1,5 +1,5 @@
 """Emulated cluster: creation/removal leaves nothing behind (also after a failure half way), hosts reach
-each other, and rate and loss take effect."""
+each other, and rate, loss and duplication take effect."""
 
 from __future__ import annotations
 
@@ -56,11 +56,11 @@ def test_up_down_leaves_nothing():
     assert name not in t.list_testbeds()
 
 
-@pytest.mark.parametrize("step", ["netns:w1", "link:host", "shape:w0", "loss", "up"])
+@pytest.mark.parametrize("step", ["netns:w1", "link:host", "shape:w0", "loss", "dup", "up"])
 def test_failure_half_way_rolls_back(step):
     t = _tb()
     name = unique("fl")
-    tb = t.Testbed(workers=2, rate="100mbit", loss=0.05, name=name, fail_at=step)
+    tb = t.Testbed(workers=2, rate="100mbit", loss=0.05, dup=0.05, name=name, fail_at=step)
     with pytest.raises(t.TestbedError, match="injected failure"):
         tb.up()
     assert t.leftovers(name) == []
@@ -163,3 +163,62 @@ def test_loss_takes_effect():
         ).stdout
         recv = int(out.split(" received")[0].rsplit(" ", 1)[-1])
         assert abs(recv / 300 - (1 - loss) ** 2) < 0.1, out
+
+
+def _udp_copies(tb, src, dst, count):
+    """Send `count` numbered datagrams src -> dst (one link direction each way through the switch
+    namespace's bridge); returns (distinct, extra copies per distinct datagram)."""
+    sink = _tool(tb, dst, "udp-sink", "--port", "5303", "--timeout", "10", "--idle", "0.5")
+    assert "listening" in sink.stdout.readline()
+    to = f"{tb.address(dst)}:5303"
+    src_p = _tool(tb, src, "udp-source", "--to", to, "--count", str(count), "--pps", "20000", "--size", "200")
+    assert _last_json(src_p)["send_errors"] == 0
+    r = _last_json(sink)
+    return r["distinct"], r["received"] / max(r["distinct"], 1) - 1
+
+
+@pytest.fixture(scope="module")
+def dup_tb():
+    require_netns()
+    t = _tb()
+    with t.Testbed(workers=2, rate="1gbit", dup=0.3, name=unique("dp")) as tb:
+        yield tb
+
+
+def test_dup_takes_effect(dup_tb):
+    """Each link direction delivers a copy of p of the packets, and only one: a copy that were copied
+    again (the egress rule seeing its own copy) would give p/(1-p) = 0.43 extra instead of 0.3."""
+    tb, dup, count = dup_tb, 0.3, 4000
+    assert tb.describe()["dup"] == dup and not tb.link.offloads_on()
+    for src, dst, hops in (("w0", "switch", 1), ("switch", "w0", 1), ("w0", "w1", 2)):
+        distinct, extra = _udp_copies(tb, src, dst, count)
+        want = (1 + dup) ** hops - 1  # w0 -> w1 crosses two link directions, each copying independently
+        print(f"{src} -> {dst}: dup {dup} per direction, measured {extra:.4f} extra (want {want:.2f})")
+        assert distinct >= 0.98 * count  # no loss configured (a loaded receiver may miss a few)
+        assert abs(extra - want) < 0.05, (src, dst, extra)  # binomial sigma ~0.007 (0.013 for 2 hops)
+
+
+def test_allreduce_exact_over_duplicating_links(dup_tb):
+    """30% of DATA and of results arrive twice: every sum stays exact, and the switch saw the copies."""
+    from gradswitch.baselines import run
+
+    r = run("gradswitch", dup_tb, 1_000_004, iters=2, workers=2, timeout=60)
+    sw, w = r.extra["switch"], r.extra["workers"]
+    copies = sw["pkts_in"] - w["packets_sent"]
+    seen = sw["duplicates"] + sw["retx_answered"] + sw["drop.stale_round"]
+    print(r.summary(), f"sent {w['packets_sent']}, switch got {sw['pkts_in']} (+{copies}), recognised {seen}")
+    assert r.ok and r.max_err == 0.0 and len(r.times) == 2
+    assert copies > 0.2 * w["packets_sent"], (sw, w)  # ~30% of DATA arrived twice
+    # every copy (and every resend) found its contribution already counted or its round answered
+    assert seen >= copies, (sw, w)
+
+
+def test_dup_validated():
+    t = _tb()
+    for bad in (-0.1, 1.0, 2):
+        with pytest.raises(t.TestbedError, match=r"dup .*\[0, 1\)"):
+            t.Testbed(workers=1, dup=bad)
+    with pytest.raises(t.TestbedError, match="duplication is emulated on the bridge and sharded"):
+        t.Testbed(racks=1, workers_per_rack=1, dup=0.1)
+    with pytest.raises(t.TestbedError, match="duplication is emulated on the bridge and sharded"):
+        t.Testbed(workers=1, dup=0.1, switch="dpdk")

@@ -27,7 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--testbed", default=None, help="use this existing testbed (else a temporary one)")
     p.add_argument("--rate", default="1gbit", help="temporary testbed link rate")
     p.add_argument("--mtu", type=int, default=1500)
-    p.add_argument("--loss", type=float, default=0.0)
+    p.add_argument("--loss", type=float, default=0.0, help="temporary testbed: drop probability per packet")
+    p.add_argument(
+        "--dup", type=float, default=0.0, help="temporary testbed: probability that a packet arrives twice"
+    )
     p.add_argument("--json", action="store_true", help="one JSON line per result")
 
 
@@ -37,7 +40,8 @@ def run_args(a) -> int:
         if a.testbed:
             tb, owned = Testbed.attach(a.testbed), False
         else:
-            tb, owned = Testbed(workers=a.workers, rate=a.rate, mtu=a.mtu, loss=a.loss, name="bl").up(), True
+            tb = Testbed(workers=a.workers, rate=a.rate, mtu=a.mtu, loss=a.loss, dup=a.dup, name="bl")
+            tb, owned = tb.up(), True
         rc = 0
         try:
             for s in systems:

@@ -56,6 +56,9 @@ class BridgeTopology(Topology):
         if tb.link.loss > 0:
             tb._step("loss")
             self.add_loss()
+        if tb.link.dup > 0:
+            tb._step("dup")
+            tb._dup("switch", [self.port(h) for h in self.endpoints()], tb.link.dup)
         tb._step("up")
         for h in self.endpoints():
             tb.ip("switch", "link", "set", self.port(h), "up")

@@ -71,13 +71,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=0.0,
         help="random drop probability per packet, per link direction (default 0)",
     )
+    up.add_argument(
+        "--dup",
+        type=float,
+        default=0.0,
+        help="probability per packet, per link direction, that it arrives twice (default 0; bridge and "
+        "--switches topologies)",
+    )
     up.add_argument("--burst", type=int, default=None, help="tbf bucket bytes (default auto)")
     up.add_argument("--queue", default="5ms", help="tbf queue length as time at rate (default 5ms)")
     up.add_argument(
         "--offload",
         choices=["auto", "on", "off"],
         default="auto",
-        help="TSO/GSO/GRO on links (auto: off when loss > 0, so loss is per packet)",
+        help="TSO/GSO/GRO on links (auto: off when loss or dup > 0, so they act per packet)",
     )
     up.add_argument(
         "--subnet",
@@ -167,6 +174,7 @@ def _up(a) -> int:
         delay=a.delay,
         mtu=a.mtu,
         loss=a.loss,
+        dup=a.dup,
         name=a.name,
         subnet=a.subnet,
         burst=a.burst,
@@ -188,7 +196,7 @@ def _up(a) -> int:
     d = tb.describe()
     print(
         f"testbed {a.name} up: {tb.workers} workers, {d['topology']}, rate {d['rate']}, mtu {d['mtu']}, "
-        f"loss {d['loss']}"
+        f"loss {d['loss']}, dup {d['dup']}"
     )
     if tb.switch == "dpdk":
         x = d["dpdk"]
@@ -234,7 +242,7 @@ def _status(a) -> int:
         flag = "" if st.complete else " (INCOMPLETE: up failed or still running)"
         print(
             f"{n}: {st.workers} workers, rate {fmt_rate(tb.link.rate)}, mtu {tb.link.mtu}, "
-            f"loss {tb.link.loss}, "
+            f"loss {tb.link.loss}, dup {tb.link.dup}, "
             f"offload {'on' if tb.link.offloads_on() else 'off'}, switch {tb.switch}, "
             f"topology {tb.topology.kind}{flag}"
         )
@@ -249,7 +257,7 @@ def _status(a) -> int:
             ns = tb.netns(h)
             print(f"  {h:7s} {tb.address(h):15s} {ns:20s} {'ok' if ns in live else 'MISSING'}")
         if a.verbose:
-            for host in tb.hosts:  # every shaped egress and every loss rule, wherever the topology put them
+            for host in tb.hosts:  # every shaped egress and loss/dup rule, wherever the topology put them
                 if tb.netns(host) not in live:
                     continue
                 r = tb.exec(host, ["tc", "-s", "qdisc", "show"], check=False)
