@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/tcp_listen.h"
 #include "switch/control/control_plane.h"
 #include "switch/control/control_state.h"
 
@@ -50,21 +51,10 @@ ControlPlane::~ControlPlane() {
 }
 
 bool ControlPlane::listen(std::string* error) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  std::string why;
+  int fd = tcp_listen(config_.control_host, config_.control_port, 128, nullptr, &why);
   if (fd < 0) {
-    *error = std::string("control plane: socket(): ") + std::strerror(errno);
-    return false;
-  }
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(config_.control_port);
-  inet_pton(AF_INET, config_.control_host.c_str(), &a.sin_addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 128) != 0) {
-    *error = "control plane: cannot listen on TCP " + describe() + ": " + std::strerror(errno) +
-             " (another gradswitchd running? choose another --control-port)";
-    ::close(fd);
+    *error = "control plane: " + why + " (another gradswitchd running? choose another --control-port)";
     return false;
   }
   listen_fd_ = fd;

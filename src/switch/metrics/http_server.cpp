@@ -16,6 +16,8 @@
 #include <memory>
 #include <vector>
 
+#include "common/tcp_listen.h"
+
 namespace gradswitch::metrics {
 
 namespace {
@@ -95,26 +97,12 @@ std::string HttpServer::url() const {
 }
 
 bool HttpServer::start(std::string* error) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  std::string why;
+  int fd = tcp_listen(host_, port_, 64, &port_, &why);
   if (fd < 0) {
-    *error = std::string("metrics: socket(): ") + std::strerror(errno);
+    *error = "metrics: " + why + " (choose another --metrics-port)";
     return false;
   }
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port_);
-  if (inet_pton(AF_INET, host_.c_str(), &a.sin_addr) != 1 ||
-      ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 64) != 0) {
-    *error = "metrics: cannot listen on TCP " + host_ + ":" + std::to_string(port_) + ": " +
-             std::strerror(errno) + " (choose another --metrics-port)";
-    ::close(fd);
-    return false;
-  }
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  port_ = ntohs(a.sin_port);
   listen_fd_ = fd;
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] { run(); });
