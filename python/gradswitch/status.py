@@ -172,6 +172,12 @@ def diagnose(job: Job) -> list[str]:
     return out
 
 
+def drop_reasons(counters: dict[str, int]) -> list[str]:
+    """The "  drops: reason n, ..." line of the nonzero drop.<reason> counters (none when all are 0)."""
+    drops = {k[5:]: v for k, v in counters.items() if k.startswith("drop.") and v}
+    return ["  drops: " + ", ".join(f"{k} {v}" for k, v in sorted(drops.items()))] if drops else []
+
+
 def render_status(total: dict[str, int], jobs: list[Job]) -> str:
     lines = [
         f"switch: {total.get('jobs', 0)} running job(s), {total.get('joining', 0)} joining, "
@@ -179,9 +185,7 @@ def render_status(total: dict[str, int], jobs: list[Job]) -> str:
         f"{total.get('pkts_out', 0)}, rounds {total.get('completed', 0)}, retransmissions answered "
         f"{total.get('retx_answered', 0)}, drops {total.get('drops', 0)}"
     ]
-    drops = {k[5:]: v for k, v in total.items() if k.startswith("drop.") and v}
-    if drops:
-        lines.append("  drops: " + ", ".join(f"{k} {v}" for k, v in sorted(drops.items())))
+    lines.extend(drop_reasons(total))
     for j in jobs:
         st = j.status
         lines.append("")
@@ -214,9 +218,7 @@ def render_status(total: dict[str, int], jobs: list[Job]) -> str:
             f"retransmissions answered {c.get('retx_answered', 0)}; duplicates {c.get('duplicates', 0)}; "
             f"drops {c.get('drops', 0)}"
         )
-        job_drops = {k[5:]: v for k, v in c.items() if k.startswith("drop.") and v}
-        if job_drops:
-            lines.append("  drops: " + ", ".join(f"{k} {v}" for k, v in sorted(job_drops.items())))
+        lines.extend(drop_reasons(c))
         problems = diagnose(j)
         lines.extend(("  ! " + p) for p in problems)
         if not problems:
