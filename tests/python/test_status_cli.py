@@ -194,3 +194,11 @@ def test_status_on_a_switch_with_tenants_needs_an_operator(tmp_path, capsys, mon
             monkeypatch.setenv("GRADSWITCH_SECRET", tokens.token_hex(32))  # a wrong secret
             rc, out, err = _run(capsys, "status", "--switch", d.address)
             assert rc == 1 and "refused tenant 'ops'" in err, err
+
+
+def test_drop_reasons_line_lists_nonzero_reasons_in_order():
+    from gradswitch.status import drop_reasons
+
+    assert drop_reasons({"drops": 0, "drop.stale": 0}) == []
+    counters = {"drops": 5, "drop.wrong_key": 2, "drop.stale": 3, "drop.short": 0, "pkts_in": 9}
+    assert drop_reasons(counters) == ["  drops: stale 3, wrong_key 2"]
