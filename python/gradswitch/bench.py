@@ -90,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser, *, demo: bool) -> None:
     p.add_argument("--slots", type=_bounded(int, 1, 65535), default=None,
                    help="slot pool per job of the switch started here (default: the daemon's, 256)")
     p.add_argument("--window", choices=("adaptive", "fixed"), default=None,
-                   help="workers' window (docs/protocol.md 4.2; default: $GRADSWITCH_WINDOW, else adaptive)")
+                   help="workers' window (docs/protocol.md 4.2; default: $GRADSWITCH_WINDOW, else fixed)")
     p.add_argument(
         "--drop-rate",
         type=_bounded(float, 0.0, 0.99, "a fraction in [0, 0.99]"),

@@ -36,8 +36,8 @@ struct Options {
   double rto_initial_s = 0.004;    // first retransmission timeout of a round (raised by measured RTT)
   double rto_max_s = 0.2;          // backoff cap
   // Rounds in flight (docs/protocol.md 4.2, docs/transport.md): "fixed" (the whole pool, each slot
-  // on by itself) or "adaptive" (a delay-based controller, the pool is the cap; chunks start in
-  // order, so a lost round holds the window: slower under random loss, hence not the default).
+  // on by itself) or "adaptive" (a delay-based controller, the pool is the cap: less queueing on a
+  // shared link, but slower than the whole pool on a CPU-bound host, hence not the default).
   // `target_delay_s`: the queueing delay the adaptive window tolerates above the path's base round
   // trip. Env GRADSWITCH_WINDOW=adaptive|fixed and GRADSWITCH_TARGET_DELAY_US override them.
   std::string window = "fixed";

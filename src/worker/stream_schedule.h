@@ -65,6 +65,12 @@ class StreamSchedule {
   // Whether chunk `c` is its allreduce's first in its slot (fixed32: an exponent round precedes it).
   bool first_in_slot(size_t c) const { return c < slots_; }
   uint64_t global(const Flight& f, size_t c) const { return f.first + c; }
+  // The global number of slot `s`'s next chunk (the one in flight while its round is out).
+  uint64_t slot_next(unsigned s) const { return next_[s]; }
+  // Whether chunk `g`'s data round finished here (its slot moved past it).
+  bool finished(uint64_t g) const { return next_[g % slots_] > g; }
+  // One past the global number of the last admitted chunk.
+  uint64_t end() const { return end_; }
 
   bool empty() const { return flights_.empty(); }
   const std::list<Flight>& flights() const { return flights_; }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -57,6 +58,7 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       drops_(ctx.opt->drop_rate, ctx.opt->seed, ctx.opt->rank),
       in_(1024) {
   out_.reserve(ctx.join->slots + 64);
+  passed_.reserve(ctx.join->slots);
 }
 
 void SwitchAllreduce::prepare_bootstrap(unsigned slot, size_t c) {
@@ -109,24 +111,45 @@ bool SwitchAllreduce::start_slot(unsigned s, int64_t now) {
   return true;
 }
 
-// Adaptive: chunks start in their global order (chunk g in slot g mod slots), so a window smaller
-// than the pool holds the oldest chunks, and a chunk whose slot still waits for the chunk before it
-// (a lost round) holds the ones after it: the window is a limit, the pool the cap. Without order,
-// two ranks could fill their windows with chunks the other's window does not hold and wait forever.
-// Fixed (the whole pool) needs no order: every slot always carries its next chunk.
+bool SwitchAllreduce::startable(uint64_t g) const {
+  const unsigned s = static_cast<unsigned>(g % window_.slots());
+  return g < schedule_.end() && schedule_.slot_next(s) == g && !window_.timer(s).busy;
+}
+
+// Adaptive (protocol.md §4.2): while fewer than `window` rounds are out, the lowest chunk that can
+// start does (first those passed over while their slot was busy, then on from the scan), so a lost
+// round holds only its own slot. The oldest chunk whose sum this rank lacks starts even past the
+// window: every rank always sends the chunk the others may all be waiting for, so ranks whose
+// windows differ (or shrank below the rounds already out) never wait on each other for good.
+// Fixed (the whole pool) needs none of this: every slot always carries its next chunk.
 void SwitchAllreduce::fill_window(int64_t now) {
-  const unsigned S = window_.slots();
   const unsigned limit = window_now();
-  while (in_flight_ < limit) {
-    const unsigned s = static_cast<unsigned>(launch_next_ % S);
-    if (window_.timer(s).busy || !start_slot(s, now)) {
-      window_limited_ = false;
+  for (;;) {
+    while (oldest_ < scan_ && schedule_.finished(oldest_)) ++oldest_;
+    uint64_t g;
+    if (!passed_.empty()) {
+      g = passed_.front();
+    } else {
+      while (scan_ < schedule_.end() && !startable(scan_)) ++scan_;  // busy slots: back via passed_
+      if (scan_ >= schedule_.end()) {
+        window_limited_ = false;
+        return;
+      }
+      g = scan_;
+    }
+    if (in_flight_ >= limit && g != oldest_) {
+      window_limited_ = true;
       return;
     }
-    ++launch_next_;
+    if (!passed_.empty()) {
+      std::pop_heap(passed_.begin(), passed_.end(), std::greater<>());
+      passed_.pop_back();
+    } else {
+      ++scan_;
+    }
+    start_slot(static_cast<unsigned>(g % window_.slots()), now);
     ++in_flight_;
   }
-  window_limited_ = true;
 }
 
 void SwitchAllreduce::send(unsigned slot) {
@@ -229,6 +252,10 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   if (schedule_.finish(slot, f)) finished->push_back(whole);
   if (adaptive_) {
     --in_flight_;
+    if (uint64_t next = schedule_.slot_next(slot); next < scan_) {  // passed over while this round ran
+      passed_.push_back(next);
+      std::push_heap(passed_.begin(), passed_.end(), std::greater<>());
+    }
     fill_window(now);
   } else {
     start_slot(slot, now);  // the whole pool: each slot goes on by itself, a lost round holds only its own

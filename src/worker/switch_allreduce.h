@@ -1,12 +1,11 @@
 // The allreduce through the switch (docs/protocol.md section 4): tensors stream through the job's
 // slot pool, one chunk per round, each slot reused as soon as its result arrives, successive
 // allreduces back to back (stream_schedule.h), at most as many rounds in flight as the
-// WindowController allows (chunks go out in order; the pool is the cap); lost rounds are found by
-// the LossDetectors (one
-// per switch thread: each thread's results keep their order, threads' results do not) and
-// resent, and the switch's DSACK answers, or an original result that arrives after the answer to
-// its resend, undo what a spurious resend taught them; fixed32 agrees block exponents through the
-// same rounds (section 5).
+// WindowController allows (the pool is the cap; the oldest chunk without a result always goes).
+// Lost rounds are found by the LossDetectors (one per switch thread: each thread's results keep
+// their order, threads' results do not) and resent, and the switch's DSACK answers, or an original
+// result that arrives after the answer to its resend, undo what a spurious resend taught them;
+// fixed32 agrees block exponents through the same rounds (section 5).
 #pragma once
 
 #include <cstdint>
@@ -64,8 +63,11 @@ class SwitchAllreduce : public DataPath {
   // Starts slot `s`'s next round if its allreduce was admitted (fixed32: its exponent round first);
   // false when it was not.
   bool start_slot(unsigned s, int64_t now);
-  // Starts the next chunks in order while the window allows and their slots are free.
+  // Adaptive: starts the lowest startable chunks while the window allows, and this rank's oldest
+  // unfinished chunk even past it.
   void fill_window(int64_t now);
+  // Whether chunk `g` (global number) can start now: admitted, its slot free and at it.
+  bool startable(uint64_t g) const;
   unsigned window_now() const { return adaptive_ ? cc_.window() : window_.slots(); }
   void prepare_bootstrap(unsigned slot, size_t c);
   void prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp);
@@ -95,8 +97,12 @@ class SwitchAllreduce : public DataPath {
   std::vector<int8_t> agreed_exp_;
   bool adaptive_;
   WindowController cc_;
-  unsigned in_flight_ = 0;            // slots with a round out
-  uint64_t launch_next_ = 0;          // global number of the next chunk to start
+  unsigned in_flight_ = 0;  // slots with a round out
+  // Adaptive start order (fill_window): chunks below scan_ were looked at; those passed over while
+  // their slot was busy wait in passed_ (a min-heap) once it is free; oldest_ is the lowest chunk
+  // whose sum this rank does not hold.
+  uint64_t scan_ = 0, oldest_ = 0;
+  std::vector<uint64_t> passed_;
   bool window_limited_ = false;       // the last fill stopped at the window
   std::vector<LossDetector> loss_;    // per switch thread: slot s is served by thread s % threads
   std::vector<DeliveredRound> last_;  // per slot and version: [2 * slot + version]
