@@ -570,7 +570,8 @@ class Testbed:
           would see a whole UDP_SEGMENT burst as one skb: the worker segments after its qdisc.)
         * from the switch, on the port's egress (the bridge has segmented by then): `dup to` the port
           itself. The copy passes the egress hook again, carrying the original's mark, which the rule
-          sets and skips; marks are scrubbed when the packet crosses into the receiver's namespace."""
+          sets on the packets it copies and skips; marks are scrubbed when the packet crosses into the
+          receiver's namespace. (Random number first: the rule costs one comparison for most packets.)"""
         if dup <= 0:
             return
         mtu = str(self.link.mtu)
@@ -596,7 +597,7 @@ class Testbed:
             )
             chains.append(
                 f'  chain down_{ident} {{\n    type filter hook egress device "{dev}" priority 10;\n'
-                f"    meta protocol ip meta mark != {DUP_MARK:#x} meta mark set {DUP_MARK:#x} {rand} counter "
+                f"    meta protocol ip {rand} meta mark != {DUP_MARK:#x} meta mark set {DUP_MARK:#x} counter "
                 f'dup to "{dev}"\n  }}\n'
             )
         self.exec(host, ["nft", "-f", "-"], input="table netdev gs_dup {\n" + "".join(chains) + "}\n")
