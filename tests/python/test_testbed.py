@@ -1,10 +1,11 @@
 """Emulated cluster: creation/removal leaves nothing behind (also after a failure half way), hosts reach
-each other, and rate, loss and duplication take effect."""
+each other, and rate, loss, duplication and reordering take effect."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -56,11 +57,11 @@ def test_up_down_leaves_nothing():
     assert name not in t.list_testbeds()
 
 
-@pytest.mark.parametrize("step", ["netns:w1", "link:host", "shape:w0", "loss", "dup", "up"])
+@pytest.mark.parametrize("step", ["netns:w1", "link:host", "shape:w0", "loss", "dup", "reorder", "up"])
 def test_failure_half_way_rolls_back(step):
     t = _tb()
     name = unique("fl")
-    tb = t.Testbed(workers=2, rate="100mbit", loss=0.05, dup=0.05, name=name, fail_at=step)
+    tb = t.Testbed(workers=2, rate="100mbit", loss=0.05, dup=0.05, reorder=0.05, name=name, fail_at=step)
     with pytest.raises(t.TestbedError, match="injected failure"):
         tb.up()
     assert t.leftovers(name) == []
@@ -165,15 +166,19 @@ def test_loss_takes_effect():
         assert abs(recv / 300 - (1 - loss) ** 2) < 0.1, out
 
 
-def _udp_copies(tb, src, dst, count):
-    """Send `count` numbered datagrams src -> dst (one link direction each way through the switch
-    namespace's bridge); returns (distinct, extra copies per distinct datagram)."""
+def _udp_run(tb, src, dst, count, burst=1):
+    """Send `count` numbered datagrams src -> dst, `burst` per send call; the sink's JSON result."""
     sink = _tool(tb, dst, "udp-sink", "--port", "5303", "--timeout", "10", "--idle", "0.5")
     assert "listening" in sink.stdout.readline()
     to = f"{tb.address(dst)}:5303"
-    src_p = _tool(tb, src, "udp-source", "--to", to, "--count", str(count), "--pps", "20000", "--size", "200")
-    assert _last_json(src_p)["send_errors"] == 0
-    r = _last_json(sink)
+    args = ["--to", to, "--count", str(count), "--pps", "20000", "--size", "200", "--burst", str(burst)]
+    assert _last_json(_tool(tb, src, "udp-source", *args))["send_errors"] == 0
+    return _last_json(sink)
+
+
+def _udp_copies(tb, src, dst, count):
+    """(distinct, extra copies per distinct datagram) of `count` datagrams src -> dst."""
+    r = _udp_run(tb, src, dst, count)
     return r["distinct"], r["received"] / max(r["distinct"], 1) - 1
 
 
@@ -213,12 +218,53 @@ def test_allreduce_exact_over_duplicating_links(dup_tb):
     assert seen >= copies, (sw, w)
 
 
+def test_reorder_takes_effect():
+    """A reordered packet arrives after the rest of its sender's burst (one UDP_SEGMENT send), never
+    later, and nothing is lost or copied; a sender of single datagrams sees no reordering."""
+    t = _tb()
+    p, count, burst = 0.2, 4000, 20
+    with t.Testbed(workers=1, rate="1gbit", reorder=p, name=unique("ro")) as tb:
+        assert tb.describe()["reorder"] == p and not tb.link.offloads_on()
+        for src, dst in (("w0", "switch"), ("switch", "w0")):
+            r = _udp_run(tb, src, dst, count, burst)
+            late = r["late"] / count
+            want = p * (burst - 1) / burst  # the last packet of a burst has nothing to fall behind
+            print(f"{src} -> {dst}: reorder {p}, bursts of {burst}: late {late:.4f} (want {want:.3f}), {r}")
+            assert r["received"] == r["distinct"] >= 0.98 * count
+            assert abs(late - want) < 0.04, r
+            assert 0 < r["displacement"]["p100"] < burst, r
+            r = _udp_run(tb, src, dst, 1000)  # one datagram per send: the backlog is empty each time
+            assert r["late"] == 0, r
+        # the packets the rules diverted, both directions (nft counters): about p of those sent
+        rules = tb.exec("switch", ["nft", "list", "table", "netdev", "gs_reorder"]).stdout
+        diverted = sum(int(n) for n in re.findall(r"counter packets (\d+)", rules))
+        assert abs(diverted / (2 * (count + 1000)) - p) < 0.04, rules
+
+
+def test_allreduce_exact_over_reordering_links():
+    t = _tb()
+    from gradswitch.baselines import run
+
+    with t.Testbed(workers=2, rate="1gbit", reorder=0.2, name=unique("ra")) as tb:
+        r = run("gradswitch", tb, 1_000_004, iters=2, workers=2, timeout=60)
+        rules = tb.exec("switch", ["nft", "list", "table", "netdev", "gs_reorder"]).stdout
+    diverted = sum(int(n) for n in re.findall(r"counter packets (\d+)", rules))
+    sw = r.extra["switch"]
+    print(r.summary(), f"switch got {sw['pkts_in']}, sent {sw['pkts_out']}, diverted {diverted}")
+    assert r.ok and r.max_err == 0.0 and len(r.times) == 2
+    assert diverted > 0.1 * (sw["pkts_in"] + sw["pkts_out"]), rules  # ~20% of DATA and RESULTs
+
+
 def test_dup_validated():
     t = _tb()
     for bad in (-0.1, 1.0, 2):
         with pytest.raises(t.TestbedError, match=r"dup .*\[0, 1\)"):
             t.Testbed(workers=1, dup=bad)
-    with pytest.raises(t.TestbedError, match="duplication is emulated on the bridge and sharded"):
+        with pytest.raises(t.TestbedError, match=r"reorder .*\[0, 1\)"):
+            t.Testbed(workers=1, reorder=bad)
+    with pytest.raises(t.TestbedError, match="emulated on the bridge and sharded topologies only"):
         t.Testbed(racks=1, workers_per_rack=1, dup=0.1)
-    with pytest.raises(t.TestbedError, match="duplication is emulated on the bridge and sharded"):
+    with pytest.raises(t.TestbedError, match="emulated on the bridge and sharded topologies only"):
         t.Testbed(workers=1, dup=0.1, switch="dpdk")
+    with pytest.raises(t.TestbedError, match="reorder 0.1: .* only, not racks"):
+        t.Testbed(racks=1, workers_per_rack=1, reorder=0.1)

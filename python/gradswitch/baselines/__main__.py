@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dup", type=float, default=0.0, help="temporary testbed: probability that a packet arrives twice"
     )
+    p.add_argument(
+        "--reorder", type=float, default=0.0, help="temporary testbed: probability that a packet is reordered"
+    )
     p.add_argument("--json", action="store_true", help="one JSON line per result")
 
 
@@ -40,7 +43,8 @@ def run_args(a) -> int:
         if a.testbed:
             tb, owned = Testbed.attach(a.testbed), False
         else:
-            tb = Testbed(workers=a.workers, rate=a.rate, mtu=a.mtu, loss=a.loss, dup=a.dup, name="bl")
+            impair = {"loss": a.loss, "dup": a.dup, "reorder": a.reorder}
+            tb = Testbed(workers=a.workers, rate=a.rate, mtu=a.mtu, name="bl", **impair)
             tb, owned = tb.up(), True
         rc = 0
         try:

@@ -4,6 +4,7 @@ sharded.py vary it."""
 
 from __future__ import annotations
 
+from . import impair
 from .core import BRIDGE, HOST_IF, HOST_QUEUE_BYTES, LinkOptions, TestbedError, Topology
 
 
@@ -56,9 +57,13 @@ class BridgeTopology(Topology):
         if tb.link.loss > 0:
             tb._step("loss")
             self.add_loss()
+        ports = [self.port(h) for h in self.endpoints()]
         if tb.link.dup > 0:
             tb._step("dup")
-            tb._dup("switch", [self.port(h) for h in self.endpoints()], tb.link.dup)
+            impair.duplicate(tb, "switch", ports, tb.link.dup)
+        if tb.link.reorder > 0:
+            tb._step("reorder")
+            impair.reorder(tb, "switch", ports, tb.link.reorder)
         tb._step("up")
         for h in self.endpoints():
             tb.ip("switch", "link", "set", self.port(h), "up")

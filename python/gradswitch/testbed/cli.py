@@ -78,13 +78,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="probability per packet, per link direction, that it arrives twice (default 0; bridge and "
         "--switches topologies)",
     )
+    up.add_argument(
+        "--reorder",
+        type=float,
+        default=0.0,
+        help="probability per packet, per link direction, that it arrives after the rest of its sender's "
+        "burst (default 0; bridge and --switches topologies; not a delay: docs/testbed.md)",
+    )
     up.add_argument("--burst", type=int, default=None, help="tbf bucket bytes (default auto)")
     up.add_argument("--queue", default="5ms", help="tbf queue length as time at rate (default 5ms)")
     up.add_argument(
         "--offload",
         choices=["auto", "on", "off"],
         default="auto",
-        help="TSO/GSO/GRO on links (auto: off when loss or dup > 0, so they act per packet)",
+        help="TSO/GSO/GRO on links (auto: off when loss, dup or reorder > 0, so they act per packet)",
     )
     up.add_argument(
         "--subnet",
@@ -175,6 +182,7 @@ def _up(a) -> int:
         mtu=a.mtu,
         loss=a.loss,
         dup=a.dup,
+        reorder=a.reorder,
         name=a.name,
         subnet=a.subnet,
         burst=a.burst,
@@ -196,7 +204,7 @@ def _up(a) -> int:
     d = tb.describe()
     print(
         f"testbed {a.name} up: {tb.workers} workers, {d['topology']}, rate {d['rate']}, mtu {d['mtu']}, "
-        f"loss {d['loss']}, dup {d['dup']}"
+        f"loss {d['loss']}, dup {d['dup']}, reorder {d['reorder']}"
     )
     if tb.switch == "dpdk":
         x = d["dpdk"]
@@ -242,7 +250,7 @@ def _status(a) -> int:
         flag = "" if st.complete else " (INCOMPLETE: up failed or still running)"
         print(
             f"{n}: {st.workers} workers, rate {fmt_rate(tb.link.rate)}, mtu {tb.link.mtu}, "
-            f"loss {tb.link.loss}, dup {tb.link.dup}, "
+            f"loss {tb.link.loss}, dup {tb.link.dup}, reorder {tb.link.reorder}, "
             f"offload {'on' if tb.link.offloads_on() else 'off'}, switch {tb.switch}, "
             f"topology {tb.topology.kind}{flag}"
         )

@@ -1,5 +1,5 @@
-"""Emulated cluster: network namespaces, veth links, tc shaping, nftables loss and duplication, in one
-of several topologies (one strategy each):
+"""Emulated cluster: network namespaces, veth links, tc shaping, nftables loss (and impair.py's
+duplication and reordering), in one of several topologies (one strategy each):
 
 * ``bridge`` (bridge.py, the default): N workers and a host, one veth each into a switch namespace
   whose Linux bridge joins them and carries the switch's address (gradswitchd runs there)::
@@ -49,11 +49,8 @@ TOPOLOGIES = ("bridge", "dpdk", "sharded", "racks")
 # Host names of every topology (namespaces gs-<name>-<host>): what `down` recognises as the testbed's.
 HOST_PATTERN = r"w\d+|host|switch|s\d+|leaf\d+|spine"
 LOSS_HOOKS = (("ingress", "up"), ("egress", "down"))  # nft hooks of a switch-side port, and their tags
-# --dup: copies of packets arriving on a switch port are sent into DUP_TX, whose veth peer DUP_PORT is a
-# bridge port (learning and flooding off), so they enter the bridge a second time (bridge.py)
-DUP_TX, DUP_PORT = f"{PREFIX}dup-tx", f"{PREFIX}dup-port"
-DUP_MARK = 0x4753  # set on every packet the egress dup rule has seen, so that its copy is not copied again
-DUP_TOPOLOGIES = ("bridge", "sharded")
+# dup and reorder send packets around a detour into the switch's bridge (impair.py): these topologies have it
+DETOUR_TOPOLOGIES = ("bridge", "sharded")
 DEFAULT_SUBNET = "10.66.0.0/24"
 HOST_QUEUE_BYTES = 8 << 20  # tbf limit on the hosts' egress (the switch ports use LinkOptions.queue)
 # python/ directory that holds the gradswitch package (for PYTHONPATH of processes in namespaces)
@@ -165,9 +162,10 @@ class LinkOptions:
     mtu: int = 1500
     loss: float = 0.0  # drop probability per packet, per direction, per link
     dup: float = 0.0  # probability per packet, per direction, per link, that a second copy arrives
+    reorder: float = 0.0  # probability per packet, per direction, per link, that it goes behind its burst
     burst: int | None = None  # tbf bucket in bytes; None = auto
     queue: float = 0.005  # tbf queue length expressed as time at `rate` (seconds)
-    offload: bool | None = None  # TSO/GSO/GRO on the links; None = on unless loss or dup > 0
+    offload: bool | None = None  # TSO/GSO/GRO on the links; None = on unless loss, dup or reorder > 0
 
     def tbf_params(self) -> tuple[int, int]:
         """(burst, limit) in bytes for tbf at this rate."""
@@ -188,9 +186,9 @@ class LinkOptions:
         return burst, limit
 
     def offloads_on(self) -> bool:
-        # loss and dup act on one skb: with offloads on that can be a whole GSO burst of ~40 datagrams
+        # loss, dup and reorder act on one skb: with offloads on, a whole GSO burst of ~40 datagrams
         if self.offload is None:
-            return self.loss <= 0 and self.dup <= 0
+            return self.loss <= 0 and self.dup <= 0 and self.reorder <= 0
         return bool(self.offload)
 
 
@@ -296,6 +294,7 @@ class Testbed:
         mtu: int = 1500,
         loss: float = 0.0,
         dup: float = 0.0,
+        reorder: float = 0.0,
         name: str = "tb",
         subnet: str = DEFAULT_SUBNET,
         burst: int | None = None,
@@ -328,6 +327,8 @@ class Testbed:
             raise TestbedError(f"loss {loss}: a probability in [0, 1)")
         if not 0.0 <= float(dup) < 1.0:
             raise TestbedError(f"dup {dup}: a probability in [0, 1)")
+        if not 0.0 <= float(reorder) < 1.0:
+            raise TestbedError(f"reorder {reorder}: a probability in [0, 1)")
         self.name = _valid_name(name)
         self.workers = int(workers)
         self.subnet = ipaddress.ip_network(subnet)
@@ -339,6 +340,7 @@ class Testbed:
             mtu=int(mtu),
             loss=float(loss),
             dup=float(dup),
+            reorder=float(reorder),
             burst=burst,
             queue=parse_time(queue),
             offload=offload,
@@ -368,11 +370,12 @@ class Testbed:
             kind, params = "sharded", {"switches": switches, "switch_rate": switch_rate}
         else:
             kind, params = switch, {}
-        if self.link.dup > 0 and kind not in DUP_TOPOLOGIES:
-            raise TestbedError(
-                f"dup {dup}: packet duplication is emulated on the {' and '.join(DUP_TOPOLOGIES)} topologies "
-                f"only, not {kind} (docs/testbed.md, 'Duplication')"
-            )
+        for what, value in (("dup", self.link.dup), ("reorder", self.link.reorder)):
+            if value > 0 and kind not in DETOUR_TOPOLOGIES:
+                raise TestbedError(
+                    f"{what} {value}: packet duplication and reordering are emulated on the "
+                    f"{' and '.join(DETOUR_TOPOLOGIES)} topologies only, not {kind} (docs/testbed.md)"
+                )
         self.topology = make_topology(self, kind, params)
 
     # ------------------------------------------------------------------------------- naming
@@ -562,46 +565,6 @@ class Testbed:
                 )
         self.exec(host, ["nft", "-f", "-"], input="table netdev gs_loss {\n" + "".join(chains) + "}\n")
 
-    def _dup(self, host: str, ports: list[str], dup: float) -> None:
-        """Duplicate IPv4 with probability `dup` on each of `ports` (switch-side ports of a bridge in
-        `host`), in each direction, once the packet is single datagrams (docs/testbed.md, 'Duplication'):
-        * toward the switch, on the port's ingress: the copy goes out of DUP_TX and re-enters the bridge
-          through its peer DUP_PORT, as if the link had delivered the packet twice. (The sender's egress
-          would see a whole UDP_SEGMENT burst as one skb: the worker segments after its qdisc.)
-        * from the switch, on the port's egress (the bridge has segmented by then): `dup to` the port
-          itself. The copy passes the egress hook again, carrying the original's mark, which the rule
-          sets on the packets it copies and skips; marks are scrubbed when the packet crosses into the
-          receiver's namespace. (Random number first: the rule costs one comparison for most packets.)"""
-        if dup <= 0:
-            return
-        mtu = str(self.link.mtu)
-        self.ip(host, "link", "add", DUP_TX, "mtu", mtu, "type", "veth", "peer", "name", DUP_PORT, "mtu", mtu)
-        for dev in (DUP_TX, DUP_PORT):  # a copy is one datagram: nothing to coalesce or segment
-            self.exec(host, ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off",
-                             "tx-udp-segmentation", "off"], check=False)
-        self.ip(host, "link", "set", DUP_PORT, "master", BRIDGE)
-        # learning off: the copies carry the workers' source MACs, which must stay on their own ports
-        self.exec(host, ["bridge", "link", "set", "dev", DUP_PORT, "learning", "off", "flood", "off",
-                         "mcast_flood", "off", "bcast_flood", "off"])
-        for dev in (DUP_TX, DUP_PORT):
-            self.ip(host, "link", "set", dev, "up")
-        thr = int(round(dup * 1_000_000))
-        rand = f"numgen random mod 1000000 < {thr}"
-        chains = []
-        for dev in ports:
-            ident = dev.replace("-", "_")
-            # priority 10: after gs_loss (priority 0), so a dropped packet is not copied
-            chains.append(
-                f'  chain up_{ident} {{\n    type filter hook ingress device "{dev}" priority 10;\n'
-                f'    meta protocol ip {rand} counter dup to "{DUP_TX}"\n  }}\n'
-            )
-            chains.append(
-                f'  chain down_{ident} {{\n    type filter hook egress device "{dev}" priority 10;\n'
-                f"    meta protocol ip {rand} meta mark != {DUP_MARK:#x} meta mark set {DUP_MARK:#x} counter "
-                f'dup to "{dev}"\n  }}\n'
-            )
-        self.exec(host, ["nft", "-f", "-"], input="table netdev gs_dup {\n" + "".join(chains) + "}\n")
-
     def _wait_bridge(self, host: str, ports: int, timeout: float = 5.0) -> None:
         """Wait until the bridge in `host` forwards on all its `ports` (no STP: normally immediate)."""
         deadline = time.time() + timeout
@@ -730,6 +693,7 @@ class Testbed:
             "mtu": self.link.mtu,
             "loss": self.link.loss,
             "dup": self.link.dup,
+            "reorder": self.link.reorder,
             "offload": self.link.offloads_on(),
             "tbf_burst_limit": list(self.link.tbf_params()) if self.link.rate else None,
             "switch": self.switch,

@@ -3,7 +3,7 @@
     python -m gradswitch.testbed.tools tcp-sink --port 5301 --timeout 10
     python -m gradswitch.testbed.tools tcp-source --to 10.66.0.11:5301 --seconds 2
     python -m gradswitch.testbed.tools udp-sink --port 5302 --timeout 5 --idle 0.5
-    python -m gradswitch.testbed.tools udp-source --to 10.66.0.1:5302 --count 5000 --pps 20000
+    python -m gradswitch.testbed.tools udp-source --to 10.66.0.1:5302 --count 5000 --pps 20000 [--burst 20]
 
 Each prints one JSON line with its result.
 """
@@ -72,7 +72,8 @@ def tcp_source(to: str, seconds: float, connect_timeout: float = 5.0) -> dict:
 
 
 def udp_sink(port: int, timeout: float, idle: float) -> dict:
-    """Count datagrams (and distinct sequence numbers) until `idle` s of silence after the first."""
+    """Count datagrams (and distinct sequence numbers) until `idle` s of silence after the first; `late`:
+    those that arrived after a higher sequence number, `displacement`: by how many numbers (quantiles)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.bind(("0.0.0.0", port))
@@ -80,33 +81,53 @@ def udp_sink(port: int, timeout: float, idle: float) -> dict:
     s.settimeout(timeout)
     seen = set()
     got = 0
+    top = -1
+    late = []
     buf = bytearray(65536)
     try:
         while True:
             k = s.recv_into(buf)
             got += 1
             if k >= 8:
-                seen.add(struct.unpack_from("!Q", buf)[0])
+                seq = struct.unpack_from("!Q", buf)[0]
+                seen.add(seq)
+                if seq < top:
+                    late.append(top - seq)
+                top = max(top, seq)
             s.settimeout(idle)
     except TimeoutError:
         pass
-    return {"received": got, "distinct": len(seen)}
+    late.sort()
+    quantiles = {f"p{q}": late[(len(late) - 1) * q // 100] for q in (50, 90, 100)} if late else {}
+    return {"received": got, "distinct": len(seen), "late": len(late), "displacement": quantiles}
 
 
-def udp_source(to: str, count: int, pps: float, size: int) -> dict:
+UDP_SEGMENT = 103  # linux/udp.h: send one buffer as datagrams of this size (UDP GSO)
+
+
+def udp_source(to: str, count: int, pps: float, size: int, burst: int = 1) -> dict:
+    """`count` numbered datagrams, `burst` per send call (burst > 1: one UDP_SEGMENT send, as the
+    gradswitch worker and switch send runs of DATA/RESULTs), at `pps` datagrams per second on average."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     dst = _addr(to)
-    payload = bytearray(max(size, 8))
+    size = max(size, 8)
+    payload = bytearray(size * burst)
+    gso = [(socket.SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))]
     t0 = time.perf_counter()
     errors = 0
-    for i in range(count):
-        struct.pack_into("!Q", payload, 0, i)
+    for first in range(0, count, burst):
+        n = min(burst, count - first)
+        for j in range(n):
+            struct.pack_into("!Q", payload, j * size, first + j)
         try:
-            s.sendto(payload, dst)
+            if n > 1:
+                s.sendmsg([memoryview(payload)[: n * size]], gso, 0, dst)
+            else:
+                s.sendto(memoryview(payload)[:size], dst)
         except OSError:
-            errors += 1
+            errors += n
         if pps > 0:
-            lag = t0 + (i + 1) / pps - time.perf_counter()
+            lag = t0 + (first + n) / pps - time.perf_counter()
             if lag > 0:
                 time.sleep(lag)
     return {"sent": count, "send_errors": errors, "seconds": time.perf_counter() - t0}
@@ -130,6 +151,7 @@ def main(argv=None) -> int:
     a.add_argument("--count", type=int, default=1000)
     a.add_argument("--pps", type=float, default=10000)
     a.add_argument("--size", type=int, default=200)
+    a.add_argument("--burst", type=int, default=1, help="datagrams per send call (UDP_SEGMENT when > 1)")
     x = p.parse_args(argv)
     if x.cmd == "tcp-sink":
         r = tcp_sink(x.port, x.timeout)
@@ -138,7 +160,9 @@ def main(argv=None) -> int:
     elif x.cmd == "udp-sink":
         r = udp_sink(x.port, x.timeout, x.idle)
     else:
-        r = udp_source(x.to, x.count, x.pps, x.size)
+        if not 1 <= x.burst <= 64:
+            p.error("--burst must be in 1..64 (UDP_SEGMENT sends at most 64 datagrams)")
+        r = udp_source(x.to, x.count, x.pps, x.size, x.burst)
     print(json.dumps(r), flush=True)
     return 0
 
