@@ -1,6 +1,7 @@
 // Engine behaviour beyond the golden tables: element types, header validation, abort, lifecycle.
 #include <arpa/inet.h>
 
+#include <cstddef>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -14,6 +15,12 @@
 using namespace gradswitch;
 
 namespace {
+
+// A DATA packet marked as a resend (RETX): only those get an answer from a completed round.
+std::vector<uint8_t> resend(std::vector<uint8_t> p) {
+  p[offsetof(gs_header, flags)] |= GS_FLAG_RETX;
+  return p;
+}
 
 struct Fixture {
   Engine engine{EngineConfig{2, 4}};
@@ -260,8 +267,9 @@ TEST(aborted_job_still_answers_retransmissions_of_completed_rounds) {
   f.ingest(f.packet(0, 0, GS_ELEM_INT32, &v, 1));
   CHECK(f.ingest(f.packet(1, 0, GS_ELEM_INT32, &v, 1)).dest_rank == GS_RANK_ALL);
   CHECK(f.engine.abort_job(f.id, GS_ABORT_RANK_LEFT, 0));
-  IngestResult r = f.ingest(f.packet(1, 0, GS_ELEM_INT32, &v, 1));  // its result was lost
+  IngestResult r = f.ingest(resend(f.packet(1, 0, GS_ELEM_INT32, &v, 1)));  // its result was lost
   CHECK(r.kind == IngestResult::kSend && r.dest_rank == 1 && r.len == GS_HEADER_BYTES + 4);
+  if (r.kind != IngestResult::kSend) return;
   int32_t sum;
   std::memcpy(&sum, r.data + GS_HEADER_BYTES, 4);
   CHECK(sum == 8);
@@ -280,7 +288,7 @@ TEST(leave_aborts_only_rounds_that_need_the_rank) {
   JobStatus st;
   CHECK(f.engine.job_status(f.id, &st) && !st.aborted && st.left == 1u);
   CHECK(f.ingest(f.packet(1, 2, GS_ELEM_INT32, &v, 1)).kind == IngestResult::kAbsorbed);
-  CHECK(f.ingest(f.packet(2, 0, GS_ELEM_INT32, &v, 1)).dest_rank == 2);  // shadow answer
+  CHECK(f.ingest(resend(f.packet(2, 0, GS_ELEM_INT32, &v, 1))).dest_rank == 2);  // shadow answer
   // A new round needs rank 0: every rank is told at once.
   IngestResult r = f.ingest(f.packet(1, 4, GS_ELEM_INT32, &v, 1));
   CHECK(r.kind == IngestResult::kSend && r.dest_rank == GS_RANK_ALL && r.len == GS_HEADER_BYTES);

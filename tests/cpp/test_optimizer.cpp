@@ -2,6 +2,7 @@
 // Algorithms 1-4 (and torch.optim's formulas), over 100 steps; and, through the engine, that a
 // retransmission never applies a step twice.
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -174,7 +175,8 @@ TEST(engine_retransmission_never_applies_a_step_twice) {
   IngestResult r = engine.ingest(0, b.data(), b.size(), 1, Endpoint{});
   float out[4];
   std::memcpy(out, r.data + GS_HEADER_BYTES, 16);
-  CHECK(r.kind == IngestResult::kSend && out[0] == 7.0f);   // 10 - 1.0 * (1 + 2)
+  CHECK(r.kind == IngestResult::kSend && out[0] == 7.0f);  // 10 - 1.0 * (1 + 2)
+  b[offsetof(gs_header, flags)] |= GS_FLAG_RETX;
   r = engine.ingest(0, b.data(), b.size(), 1, Endpoint{});  // retransmission
   std::memcpy(out, r.data + GS_HEADER_BYTES, 16);
   CHECK(r.dest_rank == 1 && out[3] == 7.0f && opt->params()[0] == 7.0f);

@@ -32,7 +32,7 @@ MAGIC, VERSION = 0x4753, 1
 MSG_DATA, MSG_RESULT, MSG_ABORT = 1, 2, 3
 MSG_HELD = 7  # a retransmission found its round open with the sender's contribution in it
 INT32 = 1
-FLAG_LAST = 0x08
+FLAG_RETX, FLAG_UNICAST, FLAG_LAST, FLAG_DSACK = 0x02, 0x04, 0x08, 0x20
 ABORT_RANK_LEFT, ABORT_SHUTDOWN, ABORT_MISMATCH = 1, 3, 5
 
 ALL_OPTIONS = [
@@ -55,15 +55,16 @@ ALL_OPTIONS = [
 ]
 
 
-def header(job_id, key, rank, slot, count, seq=0, offset=0, mtype=MSG_DATA, elem=INT32, magic=MAGIC):
+def header(job_id, key, rank, slot, count, seq=0, offset=0, mtype=MSG_DATA, elem=INT32, magic=MAGIC, flags=0):
     return HEADER.pack(
-        magic, VERSION, mtype, job_id, key, rank, slot, 0, elem, count, seq, offset, -128, -128, 0
+        magic, VERSION, mtype, job_id, key, rank, slot, flags, elem, count, seq, offset, -128, -128, 0
     )
 
 
-def data_packet(job_id, key, rank, slot, values, seq=0, offset=0):
+def data_packet(job_id, key, rank, slot, values, seq=0, offset=0, flags=0):
+    """flags=FLAG_RETX marks a resend: only those are answered once their round completed."""
     payload = struct.pack(f"<{len(values)}i", *values)
-    return header(job_id, key, rank, slot, len(values), seq, offset) + payload
+    return header(job_id, key, rank, slot, len(values), seq, offset, flags=flags) + payload
 
 
 def parse_ok(line: str) -> dict[str, str]:
@@ -526,10 +527,12 @@ def test_leave_after_the_last_allreduce_keeps_answering_retransmissions(daemon):
     assert job.ctl[0].request("LEAVE") == "OK"
     assert parse_ok(job.ctl[1].request("STATUS"))["state"] == "running"
     # Rank 1 lost its result: the shadow copy still answers.
-    resend = data_packet(job.job_id, job.key, 1, 0, [1, -1, 7], seq=0)
+    copy = data_packet(job.job_id, job.key, 1, 0, [1, -1, 7], seq=0)  # a network duplicate: no answer
+    job.udp[1].sendto(copy, ("127.0.0.1", job.port_of(0)))
+    resend = data_packet(job.job_id, job.key, 1, 0, [1, -1, 7], seq=0, flags=FLAG_RETX)
     job.udp[1].sendto(resend, ("127.0.0.1", job.port_of(0)))
     h = HEADER.unpack(job.udp[1].recv(65536)[:32])
-    assert h[2] == MSG_RESULT, h
+    assert h[2] == MSG_RESULT and h[7] == FLAG_UNICAST | FLAG_DSACK, h
     # A new round needs rank 0, which left: ABORT to every rank.
     job.udp[1].sendto(data_packet(job.job_id, job.key, 1, 2, [1], seq=1), ("127.0.0.1", job.port_of(2)))
     h = HEADER.unpack(job.udp[1].recv(65536)[:32])

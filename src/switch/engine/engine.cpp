@@ -451,7 +451,15 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
 
   // 2. A retransmission of a completed round, from a worker whose result was lost: the shadow copy
   //    answers it alone, even in an aborted job (the round's sum is right; only later ones fail).
+  //    Without RETX it is a copy the network made of a contribution the round already counted:
+  //    answering it would amplify the duplication (and split the thread's runs of results).
   if (same_round && state == RoundState::kComplete) {
+    if (!(h.flags & GS_FLAG_RETX)) {
+      counter_add(js->counters.duplicates);
+      counter_add(ts.totals.duplicates);
+      r.kind = IngestResult::kAbsorbed;
+      return r;
+    }
     counter_add(js->counters.retx_answered);
     counter_add(ts.totals.retx_answered);
     uint8_t* out = sv.result;
