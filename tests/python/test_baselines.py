@@ -82,3 +82,22 @@ def test_wrong_sum_is_detected():
     assert check(s, 3, 1) == 0.0
     s[17] += 1
     assert check(s, 3, 1) == 1.0
+
+
+def test_cli_slots_reaches_the_switch_and_is_checked(tb, capsys, monkeypatch):
+    import json
+
+    import gradswitch.baselines.__main__ as cli
+
+    argv = ["--system", "gradswitch", "--testbed", tb.name, "-n", "2", "--nbytes", "64K", "--iters", "1"]
+    assert cli.main([*argv, "--slots", "4", "--json"]) == 0  # a real run through a 4-slot pool
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["ok"] and r["max_err"] == 0.0
+    seen = []
+    monkeypatch.setattr(cli, "run", lambda *a, **kw: seen.append(kw) or pytest.fail("stop here"))
+    with pytest.raises(pytest.fail.Exception):
+        cli.main([*argv, "--slots", "4"])
+    assert seen == [{"slots": 4}]
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--slots", "0"])
+    assert "a whole number of at least 1" in capsys.readouterr().err

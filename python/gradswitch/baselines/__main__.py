@@ -14,6 +14,16 @@ def _size(s: str) -> int:
     return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1")
+    return v
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--system",
@@ -34,6 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--reorder", type=float, default=0.0, help="temporary testbed: probability that a packet is reordered"
     )
+    p.add_argument(
+        "--slots",
+        type=_positive_int,
+        default=None,
+        help="gradswitch only: the daemon's slot pool per job (default: the daemon's, 256)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON line per result")
 
 
@@ -49,7 +65,8 @@ def run_args(a) -> int:
         rc = 0
         try:
             for s in systems:
-                r = run(s, tb, a.nbytes, a.iters, a.workers, a.warmup)
+                kw = {"slots": a.slots} if s == "gradswitch" and a.slots else {}
+                r = run(s, tb, a.nbytes, a.iters, a.workers, a.warmup, **kw)
                 print(json.dumps(r.as_dict()) if a.json else r.summary(), flush=True)
                 rc |= 0 if r.ok else 2
         finally:
