@@ -346,6 +346,48 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
         )
 
 
+# Every collective the switch does not serve goes to the internal gloo group through these explicit
+# methods, not through the gloo backend registered for the device: torch reaches a registered
+# backend of a Python process group with the GIL held, and gloo's worker thread needs the GIL to drop
+# the last reference to a finished work's tensors while it holds its queue lock, which the next
+# enqueue waits for: a deadlock seen in ~3% of runs of test_process_group_collectives (gdb: main
+# thread in ProcessGroupGloo::enqueue with the GIL, pt_gloo_runloop in ~AsyncBroadcastWork waiting
+# for the GIL). Called directly, ProcessGroupGloo's bindings release the GIL first.
+_GLOO_OPS = (
+    "broadcast",
+    "allgather",
+    "_allgather_base",
+    "allgather_coalesced",
+    "allgather_into_tensor_coalesced",
+    "reduce",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+    "gather",
+    "scatter",
+    "alltoall",
+    "alltoall_base",
+    "barrier",
+    "send",
+    "recv",
+    "recv_anysource",
+)
+
+
+def _through_gloo(name: str):
+    def op(self, *args, **kwargs):
+        return getattr(self._gloo, name)(*args, **kwargs)
+
+    op.__name__ = name
+    op.__doc__ = f"{name} through the internal gloo group (the switch serves allreduce SUM/AVG only)."
+    return op
+
+
+for _name in _GLOO_OPS:
+    if hasattr(dist.ProcessGroupGloo, _name):
+        setattr(ProcessGroupGradswitch, _name, _through_gloo(_name))
+
+
 def _create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupGradswitch:
     return ProcessGroupGradswitch(
         dist_opts.store,
