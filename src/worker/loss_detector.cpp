@@ -50,6 +50,8 @@ int64_t LossDetector::reorder_window_ns() const {
 
 void LossDetector::begin() {
   newest_delivered_tx_ns_ = 0;
+  resend_answered_tx_ns_ = 0;
+  resend_answered_at_ns_ = 0;
 }
 
 void LossDetector::launch(RoundTimer& t, int64_t now) {
@@ -64,9 +66,18 @@ void LossDetector::launch(RoundTimer& t, int64_t now) {
   t.deadline_ns = now + t.rto_ns;
 }
 
-void LossDetector::delivered(RoundTimer& t, int64_t now) {
-  if (t.tries == 0) rtt_.sample(now - t.sent_ns);
+void LossDetector::delivered(RoundTimer& t, int64_t now, bool path_sample) {
+  if (t.tries == 0 && (path_sample || !rtt_.has_sample())) rtt_.sample(now - t.sent_ns);
   newest_delivered_tx_ns_ = std::max(newest_delivered_tx_ns_, t.tries ? t.sent_ns : t.last_tx_ns);
+  // A resend answered within a round trip of it (not sooner than min_rtt: RFC 8985 6.2; not much
+  // later: then a stalled peer answered the original) shows the path working at its send time.
+  const int64_t since_resend = now - t.last_tx_ns;
+  if (t.tries && !t.held && since_resend >= rtt_.min_ns() &&
+      since_resend <= static_cast<int64_t>(rtt_.srtt_ns()) + reorder_window_ns() &&
+      t.last_tx_ns > resend_answered_tx_ns_) {
+    resend_answered_tx_ns_ = t.last_tx_ns;
+    resend_answered_at_ns_ = now;
+  }
   t.busy = false;
 }
 
@@ -136,8 +147,8 @@ int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vecto
   for (size_t i = first; i < n; i += stride) {
     RoundTimer& t = timers[i];
     if (!t.busy) continue;
-    const bool overtaken = !t.held && t.last_tx_ns + reorder_ns < newest_delivered_tx_ns_ &&
-                           now - t.last_tx_ns >= srtt + reorder_ns;
+    const int64_t lost_at = rack_deadline(t, srtt, reorder_ns);
+    const bool overtaken = lost_at <= now;
     const bool expired = t.deadline_ns <= now;
     if (overtaken || (expired && t.last_tx_ns < newest_delivered_tx_ns_)) {
       mark_resent(t, now, overtaken ? RetxCause::kRack : RetxCause::kTimeout);
@@ -157,9 +168,17 @@ int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vecto
     RoundTimer& t = timers[i];
     if (!t.busy) continue;
     if (t.deadline_ns <= now) back_off(t, now);  // due but not the probe
-    next = std::min(next, t.deadline_ns);
+    next = std::min({next, t.deadline_ns, rack_deadline(t, srtt, reorder_ns)});
   }
   return next;
+}
+
+int64_t LossDetector::rack_deadline(const RoundTimer& t, int64_t srtt, int64_t reorder_ns) const {
+  if (t.held) return std::numeric_limits<int64_t>::max();
+  int64_t at = std::numeric_limits<int64_t>::max();
+  if (t.last_tx_ns + reorder_ns < newest_delivered_tx_ns_) at = t.last_tx_ns + srtt + reorder_ns;
+  if (t.last_tx_ns < resend_answered_tx_ns_) at = std::min(at, resend_answered_at_ns_ + srtt + reorder_ns);
+  return at;
 }
 
 }  // namespace gradswitch::worker

@@ -66,9 +66,15 @@ class LossDetector {
   void begin();
   // A round is sent for the first time.
   void launch(RoundTimer& t, int64_t now);
-  // A round's answer arrived. RTT sample when it was never resent (Karn). The send time delivered
-  // so far (RACK) counts a resent round at its first transmission: the answer may be the original's.
-  void delivered(RoundTimer& t, int64_t now);
+  // A round's answer arrived. `path_sample`: its round trip measures this path (the switch path:
+  // this rank's DATA completed the round; else the round waited for another rank, and a round trip
+  // stretched by that wait would slow every loss decision after it). RTT sample when it was never
+  // resent (Karn) and is a path sample, or is the first sample. RACK counts a resent round at its
+  // first transmission (the answer may be the original's); but when a resend not held by the peer
+  // is answered at least min_rtt after it was sent (RFC 8985 6.2), the path delivered at that resend's
+  // time: rounds sent before it whose answers do not follow within srtt + the reordering window
+  // are lost (a lost tail recovers in one timeout, not one probe per doubled timeout).
+  void delivered(RoundTimer& t, int64_t now, bool path_sample = true);
   // The peer holds the round's data (HELD) while it is in flight: its latest retransmission was
   // spurious. Returns true the first time (the caller counts it). The round leaves RACK (it is not
   // lost; its answer waits for other ranks) and keeps a timer for the answer itself. A RACK
@@ -97,6 +103,9 @@ class LossDetector {
                size_t stride = 1);
 
  private:
+  // When RACK declares `t` lost (a later transmission was answered and the wait for reordering
+  // passed); INT64_MAX while nothing says so.
+  int64_t rack_deadline(const RoundTimer& t, int64_t srtt, int64_t reorder_ns) const;
   void mark_resent(RoundTimer& t, int64_t now, RetxCause cause);
   void back_off(RoundTimer& t, int64_t now) const;
   void raise_floor(int64_t rtt_ns, int64_t now);
@@ -107,6 +116,9 @@ class LossDetector {
   // Send time of the most recently sent round whose answer has arrived: a busy round transmitted
   // before it is probably lost, since answers come back in about send order.
   int64_t newest_delivered_tx_ns_ = 0;
+  // The latest resend (not held) whose answer arrived, and when: the path was alive then.
+  int64_t resend_answered_tx_ns_ = 0;
+  int64_t resend_answered_at_ns_ = 0;
   // RFC 8985 section 6.2: the reordering window grows by one step per round trip in which a
   // RACK retransmission proved spurious, and returns to one step after 16 RACK losses without.
   unsigned reo_mult_ = 1;

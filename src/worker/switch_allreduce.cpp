@@ -232,12 +232,13 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     return;
   }
   if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
-  // Only a round this rank completed, sent once, measures this rank's own path (window_controller.h).
-  const bool own = t.tries == 0 && !(h.flags & GS_FLAG_UNICAST) && h.completer == ctx_.opt->rank;
-  cc_.on_result(now, own ? now - t.sent_ns : -1, window_limited_,
+  // Only a round this rank completed measures this rank's own path; others waited for another rank
+  // (window_controller.h, loss_detector.h); a round sent once gives a delay sample (Karn).
+  const bool completed_here = !(h.flags & GS_FLAG_UNICAST) && h.completer == ctx_.opt->rank;
+  cc_.on_result(now, completed_here && t.tries == 0 ? now - t.sent_ns : -1, window_limited_,
                 static_cast<int64_t>(detector(slot).rtt().srtt_ns()));
   remember_delivered(slot, h, t, now);
-  detector(slot).delivered(t, now);
+  detector(slot).delivered(t, now, completed_here);
   last_progress_ns_ = now;
   if (op.times) op.times->result(now);
   if (r.bootstrap) {  // the exponent round's result carries the agreed exponent of this chunk
@@ -268,6 +269,7 @@ void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, cons
   d.valid = true;
   d.retransmitted = t.tries > 0;
   d.multicast_seen = !(h.flags & GS_FLAG_UNICAST);
+  d.own_completion = d.multicast_seen && h.completer == ctx_.opt->rank;
   d.taught = t.held;  // a held round waited for another rank: nothing to learn about this path
   d.version = h.flags & GS_FLAG_VERSION;
   d.cause = t.cause;
@@ -286,13 +288,23 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
   if (!d.valid || !d.retransmitted || d.version != (h.flags & GS_FLAG_VERSION) || d.seq != h.seq ||
       d.offset != h.offset)
     return;
-  int64_t original_rtt;
+  // The original's round trip, when it measures this path (0 when not): a RESULT later than the
+  // answer to the resend was delayed on the way back. A RESULT before it measures the path when this
+  // rank completed the round, or when the resend reached the switch long (a reordering window) after
+  // the round completed: the RESULT then took that long to come. Otherwise the round waited for
+  // another rank, whose recovery the resend happened to race; learning from that would make every
+  // rank's timer wait for every other rank's losses.
+  LossDetector& loss = detector(h.slot);
+  int64_t original_rtt = 0;
   if (h.type == GS_MSG_RESULT && !(h.flags & GS_FLAG_UNICAST)) {
     if (d.multicast_seen) return;  // a duplicate of it
     d.multicast_seen = true;
     original_rtt = now - d.sent_ns;
-  } else if (h.type == GS_MSG_HELD || (d.multicast_seen && (h.flags & GS_FLAG_DSACK))) {
-    original_rtt = d.delivered_ns - d.sent_ns;
+  } else if (h.type == GS_MSG_HELD) {
+    // no sample: the round waits for another rank
+  } else if (d.multicast_seen && (h.flags & GS_FLAG_DSACK)) {
+    if (d.own_completion || now - d.delivered_ns > loss.reorder_window_ns())
+      original_rtt = d.delivered_ns - d.sent_ns;
   } else {
     return;
   }
@@ -300,8 +312,7 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
   if (d.cause == RetxCause::kRack || d.cause == RetxCause::kTimeout) cc_.on_spurious(now);
   if (d.taught) return;
   d.taught = true;
-  // After a HELD the RESULT that delivered the round may have waited for another rank.
-  detector(h.slot).spurious(d.cause, h.type == GS_MSG_HELD ? 0 : original_rtt, now);
+  loss.spurious(d.cause, original_rtt, now);
 }
 
 int64_t SwitchAllreduce::check_timers(int64_t now) {

@@ -54,6 +54,7 @@ class SwitchAllreduce : public DataPath {
     bool retransmitted = false;
     bool multicast_seen = false;  // the round's own RESULT arrived: it needed no resend to come
     bool taught = false;          // its detector already learned from it (once per round)
+    bool own_completion = false;  // that RESULT was completed by this rank's DATA (a path round trip)
     uint8_t version = 0;
     RetxCause cause = RetxCause::kNone;
     uint32_t seq = 0, offset = 0;

@@ -345,6 +345,50 @@ TEST(loss_a_resent_round_counts_at_its_first_send) {
   d.scan(t.data(), t.size(), 10 * kMs, &re);
   CHECK(re.empty());
   CHECK(!d.rtt().has_sample());  // Karn: the answer may be the probe's
+  // Answered 6 ms after the probe, far past a round trip: the stalled switch's answer to the
+  // original, so it is no evidence that the rounds sent before the probe were lost.
+  re.clear();
+  d.scan(t.data(), t.size(), 11 * kMs, &re);  // (their backed-off timers are due at 12 ms)
+  CHECK(re.empty());
+}
+
+// A lost tail: the last rounds of a stream are lost, nothing later comes back, the timer probes
+// the oldest. Its answer comes within a round trip of the probe: the path works, so the rounds
+// sent before the probe are lost too and go out a round trip and a reordering window later, not
+// one probe per doubled timeout.
+TEST(loss_an_answered_probe_resends_the_rest_of_a_lost_tail) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(5);
+  d.launch(t[4], 0);
+  d.delivered(t[4], 200'000);  // srtt = min_rtt = 0.2 ms; reordering window 0.5 ms
+  for (int i = 0; i < 4; ++i) d.launch(t[i], 1 * kMs);
+  std::vector<unsigned> re;
+  d.scan(t.data(), 4, 5 * kMs, &re);  // rto floor 4 ms: round 0 probed, the others back off to 13 ms
+  CHECK(re.size() == 1 && re[0] == 0);
+  d.delivered(t[0], 5 * kMs + 300'000);
+  re.clear();
+  int64_t next = d.scan(t.data(), 4, 5 * kMs + 300'000, &re);
+  CHECK(re.empty());
+  CHECK_EQ(next, 6 * kMs);  // the caller wakes when RACK's wait ends, before any timer
+  d.scan(t.data(), 4, 6 * kMs, &re);
+  CHECK(re.size() == 3 && re[0] == 1 && re[2] == 3);
+  CHECK(t[1].cause == RetxCause::kRack);
+}
+
+// A round that waited for another rank's DATA measures that rank's lateness, not this path: it
+// is no RTT sample (except the first, before any other exists).
+TEST(loss_rtt_samples_come_from_rounds_this_rank_completed) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  RoundTimer t;
+  d.launch(t, 0);
+  d.delivered(t, 9 * kMs, /*path_sample=*/false);
+  CHECK_EQ(d.rtt().min_ns(), 9 * kMs);  // the first sample, whatever it measured
+  d.launch(t, 10 * kMs);
+  d.delivered(t, 40 * kMs, /*path_sample=*/false);
+  CHECK(d.rtt().srtt_ns() == 9.0 * kMs);
+  d.launch(t, 50 * kMs);
+  d.delivered(t, 51 * kMs, /*path_sample=*/true);
+  CHECK_EQ(d.rtt().min_ns(), 1 * kMs);
 }
 
 TEST(loss_held_round_leaves_rack_and_teaches_the_timer) {
