@@ -84,13 +84,13 @@ void LossDetector::delivered(RoundTimer& t, int64_t now, bool path_sample) {
 bool LossDetector::held(RoundTimer& t, int64_t now) {
   if (!t.busy || t.held || t.tries == 0) return false;
   t.held = true;
-  if (t.cause == RetxCause::kRack) spurious(RetxCause::kRack, 0, now);
+  if (t.cause == RetxCause::kRack) spurious(RetxCause::kRack, 0, 0, now);
   // The answer now waits for the other contributions: give it a full timer from here.
   t.deadline_ns = now + t.rto_ns;
   return true;
 }
 
-void LossDetector::spurious(RetxCause cause, int64_t rtt_ns, int64_t now) {
+void LossDetector::spurious(RetxCause cause, int64_t rtt_ns, int64_t resend_rtt_ns, int64_t now) {
   if (cause == RetxCause::kRack) {
     rack_losses_since_spurious_ = 0;
     if (now - reo_raised_ns_ >= static_cast<int64_t>(rtt_.srtt_ns())) {
@@ -98,10 +98,8 @@ void LossDetector::spurious(RetxCause cause, int64_t rtt_ns, int64_t now) {
       reo_raised_ns_ = now;
     }
   }
-  if (rtt_ns > 0) {
-    rtt_.sample(rtt_ns);
-    if (cause == RetxCause::kTimeout || cause == RetxCause::kProbe) raise_floor(rtt_ns, now);
-  }
+  if (rtt_ns > 0) rtt_.sample(rtt_ns);
+  if (resend_rtt_ns > 0 && cause == RetxCause::kProbe) raise_floor(resend_rtt_ns, now);
 }
 
 void LossDetector::raise_floor(int64_t rtt_ns, int64_t now) {

@@ -55,7 +55,7 @@ class LossDetector {
 
   const RttEstimator& rtt() const { return rtt_; }
   int64_t rto_min_ns() const { return rto_min_; }
-  // The timer's learned floor (>= rto_min): raised by timeouts proven spurious, halved after
+  // The timer's learned floor (>= rto_min): raised by probes proven spurious, halved after
   // every 2 s without one.
   int64_t rto_floor_ns() const { return floor_ns_; }
   // RACK's reordering window: mult x max(min_rtt / 4, 0.5 ms), at most max(srtt, that base).
@@ -84,10 +84,12 @@ class LossDetector {
   bool held(RoundTimer& t, int64_t now);
   // A delivered round's retransmission turned out spurious after the fact: the original answer
   // arrived after the answer to the retransmission, or the retransmission was answered from the
-  // peer's copy (DSACK) after the original answer had arrived: the path (or the switch) was
-  // stalled, not lossy. `rtt_ns`, the original's round-trip time, is a valid RTT sample, and
-  // after a timer-driven resend it raises the timer's floor.
-  void spurious(RetxCause cause, int64_t rtt_ns, int64_t now);
+  // peer's copy (DSACK) after the original answer had arrived. `rtt_ns` (0: none), the original's
+  // round trip when it measures this path, is an RTT sample. `resend_rtt_ns` (0: none), the time
+  // from the retransmission to the answer to it: after a probe (nothing had come back for a whole
+  // timeout) it raises the timer's floor, since a path or peer that stalls delays that answer too,
+  // while a probe that raced another rank's recovery is answered within a round trip.
+  void spurious(RetxCause cause, int64_t rtt_ns, int64_t resend_rtt_ns, int64_t now);
 
   // Decides which busy rounds of `timers` to resend at `now`. A round is resent when a round sent
   // after its latest transmission has been delivered and srtt + the reordering window have passed

@@ -276,6 +276,7 @@ void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, cons
   d.seq = h.seq;
   d.offset = h.offset;
   d.sent_ns = t.sent_ns;
+  d.resent_ns = t.last_tx_ns;
   d.delivered_ns = now;
 }
 
@@ -288,23 +289,24 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
   if (!d.valid || !d.retransmitted || d.version != (h.flags & GS_FLAG_VERSION) || d.seq != h.seq ||
       d.offset != h.offset)
     return;
-  // The original's round trip, when it measures this path (0 when not): a RESULT later than the
-  // answer to the resend was delayed on the way back. A RESULT before it measures the path when this
-  // rank completed the round, or when the resend reached the switch long (a reordering window) after
-  // the round completed: the RESULT then took that long to come. Otherwise the round waited for
-  // another rank, whose recovery the resend happened to race; learning from that would make every
-  // rank's timer wait for every other rank's losses.
-  LossDetector& loss = detector(h.slot);
-  int64_t original_rtt = 0;
-  if (h.type == GS_MSG_RESULT && !(h.flags & GS_FLAG_UNICAST)) {
-    if (d.multicast_seen) return;  // a duplicate of it
+  // What the two answers measure. The original's round trip is an RTT sample when this rank's DATA
+  // completed the round (else it includes the wait for another rank). The resend's own round trip
+  // (its send to the arrival of the answer to it) tells a stall from a race: a stalled path or switch
+  // delays that answer too, while a resend that merely raced another rank's recovery (the round
+  // completed just before it arrived) is answered within a round trip. Learning the timer's floor
+  // from the original instead made every rank's timer wait for the others' recoveries (38 ms at
+  // 10% loss).
+  int64_t sample = 0, resend_rtt = 0;
+  if (h.type == GS_MSG_RESULT && !(h.flags & GS_FLAG_UNICAST)) {  // after the UNICAST answer
+    if (d.multicast_seen) return;                                 // a duplicate of it
     d.multicast_seen = true;
-    original_rtt = now - d.sent_ns;
+    if (h.completer == ctx_.opt->rank) sample = now - d.sent_ns;
+    resend_rtt = d.delivered_ns - d.resent_ns;
   } else if (h.type == GS_MSG_HELD) {
-    // no sample: the round waits for another rank
+    // nothing to learn: the round waits for another rank
   } else if (d.multicast_seen && (h.flags & GS_FLAG_DSACK)) {
-    if (d.own_completion || now - d.delivered_ns > loss.reorder_window_ns())
-      original_rtt = d.delivered_ns - d.sent_ns;
+    if (d.own_completion) sample = d.delivered_ns - d.sent_ns;
+    resend_rtt = now - d.resent_ns;
   } else {
     return;
   }
@@ -312,7 +314,7 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
   if (d.cause == RetxCause::kRack || d.cause == RetxCause::kTimeout) cc_.on_spurious(now);
   if (d.taught) return;
   d.taught = true;
-  loss.spurious(d.cause, original_rtt, now);
+  detector(h.slot).spurious(d.cause, sample, resend_rtt, now);
 }
 
 int64_t SwitchAllreduce::check_timers(int64_t now) {

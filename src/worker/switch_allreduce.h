@@ -58,7 +58,7 @@ class SwitchAllreduce : public DataPath {
     uint8_t version = 0;
     RetxCause cause = RetxCause::kNone;
     uint32_t seq = 0, offset = 0;
-    int64_t sent_ns = 0, delivered_ns = 0;
+    int64_t sent_ns = 0, resent_ns = 0, delivered_ns = 0;  // first send, latest send, its answer
   };
 
   // Starts slot `s`'s next round if its allreduce was admitted (fixed32: its exponent round first);

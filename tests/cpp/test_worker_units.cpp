@@ -442,15 +442,21 @@ TEST(loss_a_late_original_answer_teaches_the_timer) {
   d.scan(&t, 1, 4 * kMs, &re);  // probed; the switch was stalled, not lossy
   d.delivered(t, 30 * kMs);     // by the answer to the probe, or the late original: unknown yet
   CHECK(!d.rtt().has_sample());
-  // Then the other answer arrives: the probe was spurious, the original took 30 ms.
-  d.spurious(RetxCause::kProbe, 30 * kMs, 31 * kMs);
+  // Then the other answer arrives: the probe was spurious; the original took 30 ms, and the answer
+  // to the probe, sent at 4 ms, 27 ms: the path stalled, the floor learns the probe's 27 ms.
+  d.spurious(RetxCause::kProbe, 30 * kMs, 27 * kMs, 31 * kMs);
   CHECK(d.rtt().srtt_ns() == 30.0 * kMs);
-  CHECK_EQ(d.rto_floor_ns(), 30 * kMs + 30 * kMs / 4);
+  CHECK_EQ(d.rto_floor_ns(), 27 * kMs + 27 * kMs / 4);
+  // A probe answered within a round trip (it raced another rank's recovery) teaches the floor nothing
+  // new, and neither does a timeout (a later round had come back: the path was working).
+  d.spurious(RetxCause::kProbe, 0, 1 * kMs, 31 * kMs);
+  d.spurious(RetxCause::kTimeout, 0, 60 * kMs, 31 * kMs);
+  CHECK_EQ(d.rto_floor_ns(), 27 * kMs + 27 * kMs / 4);
   d.launch(t, 32 * kMs);
-  CHECK(t.rto_ns >= 30 * kMs + 30 * kMs / 4);
-  // Two seconds without another spurious timeout halve it.
+  CHECK(t.rto_ns >= 27 * kMs + 27 * kMs / 4);
+  // Two seconds without another spurious probe halve it.
   d.launch(t, 31 * kMs + 2'000 * kMs);
-  CHECK_EQ(d.rto_floor_ns(), (30 * kMs + 30 * kMs / 4) / 2);
+  CHECK_EQ(d.rto_floor_ns(), (27 * kMs + 27 * kMs / 4) / 2);
 }
 
 TEST(loss_spurious_rack_widens_the_reordering_window) {
@@ -459,14 +465,14 @@ TEST(loss_spurious_rack_widens_the_reordering_window) {
   d.launch(x, 0);
   d.delivered(x, 10 * kMs);  // srtt 10 ms, min 10 ms: base max(2.5 ms, 0.5 ms)
   CHECK_EQ(d.reorder_window_ns(), 2500 * 1000LL);
-  d.spurious(RetxCause::kRack, 0, 20 * kMs);
+  d.spurious(RetxCause::kRack, 0, 0, 20 * kMs);
   CHECK_EQ(d.reorder_mult(), 2u);
   CHECK_EQ(d.reorder_window_ns(), 5 * kMs);
-  d.spurious(RetxCause::kRack, 0, 21 * kMs);  // same round trip: once
+  d.spurious(RetxCause::kRack, 0, 0, 21 * kMs);  // same round trip: once
   CHECK_EQ(d.reorder_mult(), 2u);
-  d.spurious(RetxCause::kRack, 0, 40 * kMs);
-  d.spurious(RetxCause::kRack, 0, 60 * kMs);
-  d.spurious(RetxCause::kRack, 0, 80 * kMs);
+  d.spurious(RetxCause::kRack, 0, 0, 40 * kMs);
+  d.spurious(RetxCause::kRack, 0, 0, 60 * kMs);
+  d.spurious(RetxCause::kRack, 0, 0, 80 * kMs);
   CHECK_EQ(d.reorder_window_ns(), 10 * kMs);  // at most srtt
   // 16 RACK losses without a spurious one: back to one step.
   std::vector<RoundTimer> t(17);
