@@ -66,7 +66,9 @@ enum gs_elem_type {
 
 enum gs_flags {
   GS_FLAG_VERSION = 0x01, /* slot version (0 or 1) */
-  GS_FLAG_RETX = 0x02,    /* DATA: a resend (required: a completed round answers only resends) */
+  /* DATA: a resend (required: a completed round answers only resends). RESULT (multicast): the DATA
+   * that completed the round was a resend, so a loss held the round, not a late rank. */
+  GS_FLAG_RETX = 0x02,
   GS_FLAG_UNICAST = 0x04, /* RESULT: answer to a retransmission, sent to one worker */
   GS_FLAG_LAST = 0x08,    /* DATA: this chunk ends the sender's tensor (lengths are checked with it) */
   GS_FLAG_SUM = 0x10,     /* RING_PARTIAL/RESULT: the payload is a finished sum a rank already held */

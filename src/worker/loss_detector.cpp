@@ -50,8 +50,7 @@ int64_t LossDetector::reorder_window_ns() const {
 
 void LossDetector::begin() {
   newest_delivered_tx_ns_ = 0;
-  resend_answered_tx_ns_ = 0;
-  resend_answered_at_ns_ = 0;
+  resend_answered_ = false;
 }
 
 void LossDetector::launch(RoundTimer& t, int64_t now) {
@@ -66,15 +65,16 @@ void LossDetector::launch(RoundTimer& t, int64_t now) {
   t.deadline_ns = now + t.rto_ns;
 }
 
-void LossDetector::delivered(RoundTimer& t, int64_t now, bool path_sample) {
-  if (t.tries == 0 && (path_sample || !rtt_.has_sample())) rtt_.sample(now - t.sent_ns);
+void LossDetector::delivered(RoundTimer& t, int64_t now) {
+  if (t.tries == 0) rtt_.sample(now - t.sent_ns);
   newest_delivered_tx_ns_ = std::max(newest_delivered_tx_ns_, t.tries ? t.sent_ns : t.last_tx_ns);
   // A resend answered within a round trip of it (not sooner than min_rtt: RFC 8985 6.2; not much
   // later: then a stalled peer answered the original) shows the path working at its send time.
   const int64_t since_resend = now - t.last_tx_ns;
   if (t.tries && !t.held && since_resend >= rtt_.min_ns() &&
       since_resend <= static_cast<int64_t>(rtt_.srtt_ns()) + reorder_window_ns() &&
-      t.last_tx_ns > resend_answered_tx_ns_) {
+      (!resend_answered_ || t.last_tx_ns > resend_answered_tx_ns_)) {
+    resend_answered_ = true;
     resend_answered_tx_ns_ = t.last_tx_ns;
     resend_answered_at_ns_ = now;
   }
@@ -84,22 +84,23 @@ void LossDetector::delivered(RoundTimer& t, int64_t now, bool path_sample) {
 bool LossDetector::held(RoundTimer& t, int64_t now) {
   if (!t.busy || t.held || t.tries == 0) return false;
   t.held = true;
-  if (t.cause == RetxCause::kRack) spurious(RetxCause::kRack, 0, 0, now);
   // The answer now waits for the other contributions: give it a full timer from here.
   t.deadline_ns = now + t.rto_ns;
   return true;
 }
 
-void LossDetector::spurious(RetxCause cause, int64_t rtt_ns, int64_t resend_rtt_ns, int64_t now) {
-  if (cause == RetxCause::kRack) {
-    rack_losses_since_spurious_ = 0;
-    if (now - reo_raised_ns_ >= static_cast<int64_t>(rtt_.srtt_ns())) {
-      reo_mult_ = std::min(reo_mult_ + 1, kMaxReorderMult);
-      reo_raised_ns_ = now;
-    }
-  }
+void LossDetector::spurious(RetxCause cause, int64_t rtt_ns, int64_t wait_ns, int64_t now) {
+  if (cause == RetxCause::kRack) reordered(now);
   if (rtt_ns > 0) rtt_.sample(rtt_ns);
-  if (resend_rtt_ns > 0 && cause == RetxCause::kProbe) raise_floor(resend_rtt_ns, now);
+  if (wait_ns > 0 && (cause == RetxCause::kTimeout || cause == RetxCause::kProbe)) raise_floor(wait_ns, now);
+}
+
+void LossDetector::reordered(int64_t now) {
+  rack_losses_since_spurious_ = 0;
+  if (now - reo_raised_ns_ >= static_cast<int64_t>(rtt_.srtt_ns())) {
+    reo_mult_ = std::min(reo_mult_ + 1, kMaxReorderMult);
+    reo_raised_ns_ = now;
+  }
 }
 
 void LossDetector::raise_floor(int64_t rtt_ns, int64_t now) {
@@ -175,7 +176,10 @@ int64_t LossDetector::rack_deadline(const RoundTimer& t, int64_t srtt, int64_t r
   if (t.held) return std::numeric_limits<int64_t>::max();
   int64_t at = std::numeric_limits<int64_t>::max();
   if (t.last_tx_ns + reorder_ns < newest_delivered_tx_ns_) at = t.last_tx_ns + srtt + reorder_ns;
-  if (t.last_tx_ns < resend_answered_tx_ns_) at = std::min(at, resend_answered_at_ns_ + srtt + reorder_ns);
+  // Rounds resent in the same batch as the answered one count as sent before it (RFC 8985 breaks
+  // such ties by sequence; rounds have none): together they should have come back together.
+  if (resend_answered_ && t.last_tx_ns <= resend_answered_tx_ns_)
+    at = std::min(at, resend_answered_at_ns_ + srtt + reorder_ns);
   return at;
 }
 

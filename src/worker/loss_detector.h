@@ -55,7 +55,7 @@ class LossDetector {
 
   const RttEstimator& rtt() const { return rtt_; }
   int64_t rto_min_ns() const { return rto_min_; }
-  // The timer's learned floor (>= rto_min): raised by probes proven spurious, halved after
+  // The timer's learned floor (>= rto_min): raised by timeouts proven spurious, halved after
   // every 2 s without one.
   int64_t rto_floor_ns() const { return floor_ns_; }
   // RACK's reordering window: mult x max(min_rtt / 4, 0.5 ms), at most max(srtt, that base).
@@ -66,30 +66,30 @@ class LossDetector {
   void begin();
   // A round is sent for the first time.
   void launch(RoundTimer& t, int64_t now);
-  // A round's answer arrived. `path_sample`: its round trip measures this path (the switch path:
-  // this rank's DATA completed the round; else the round waited for another rank, and a round trip
-  // stretched by that wait would slow every loss decision after it). RTT sample when it was never
-  // resent (Karn) and is a path sample, or is the first sample. RACK counts a resent round at its
-  // first transmission (the answer may be the original's); but when a resend not held by the peer
-  // is answered at least min_rtt after it was sent (RFC 8985 6.2), the path delivered at that resend's
-  // time: rounds sent before it whose answers do not follow within srtt + the reordering window
-  // are lost (a lost tail recovers in one timeout, not one probe per doubled timeout).
-  void delivered(RoundTimer& t, int64_t now, bool path_sample = true);
+  // A round's answer arrived. RTT sample when it was never resent (Karn). RACK counts a resent
+  // round at its first transmission (the answer may be the original's); but when a resend not held
+  // by the peer is answered at least min_rtt after it was sent (RFC 8985 6.2) and within a round
+  // trip, the path delivered at that resend's time: rounds sent before it (or with it) whose answers
+  // do not follow within srtt + the reordering window are lost (a lost tail recovers after one
+  // timeout, not after one probe per doubled timeout).
+  void delivered(RoundTimer& t, int64_t now);
   // The peer holds the round's data (HELD) while it is in flight: its latest retransmission was
   // spurious. Returns true the first time (the caller counts it). The round leaves RACK (it is not
-  // lost; its answer waits for other ranks) and keeps a timer for the answer itself. A RACK
-  // resend widens the reordering window; the timer's floor does not learn from it: waiting for
-  // a rank that is late (or has not begun this allreduce) says nothing about this path, and a
-  // floor that high would delay the recovery of real tail losses.
+  // lost; its answer waits for other ranks) and keeps a timer for the answer itself. Nothing is
+  // learned yet: the round waits either for a rank that is late (results come back out of this
+  // rank's send order: reordering, see `reordered`) or for one whose DATA was lost (its resend
+  // will complete the round); its RESULT tells which. The timer's floor never learns from it.
   bool held(RoundTimer& t, int64_t now);
+  // A round resent by RACK turned out to have been only late, or to have waited for a late rank:
+  // the reordering window widens (RFC 8985 6.2: one step per round trip, at most 32 steps).
+  void reordered(int64_t now);
   // A delivered round's retransmission turned out spurious after the fact: the original answer
   // arrived after the answer to the retransmission, or the retransmission was answered from the
-  // peer's copy (DSACK) after the original answer had arrived. `rtt_ns` (0: none), the original's
-  // round trip when it measures this path, is an RTT sample. `resend_rtt_ns` (0: none), the time
-  // from the retransmission to the answer to it: after a probe (nothing had come back for a whole
-  // timeout) it raises the timer's floor, since a path or peer that stalls delays that answer too,
-  // while a probe that raced another rank's recovery is answered within a round trip.
-  void spurious(RetxCause cause, int64_t rtt_ns, int64_t resend_rtt_ns, int64_t now);
+  // peer's copy (DSACK) after the original answer had arrived. `rtt_ns` (0: none) is an RTT sample;
+  // after a timeout or probe, `wait_ns` (0: none), how long the answer took that the timer did not
+  // wait for, raises the timer's floor to 1.25x it: the path stalled, or the rank the round waited
+  // for was late, for that long.
+  void spurious(RetxCause cause, int64_t rtt_ns, int64_t wait_ns, int64_t now);
 
   // Decides which busy rounds of `timers` to resend at `now`. A round is resent when a round sent
   // after its latest transmission has been delivered and srtt + the reordering window have passed
@@ -119,6 +119,7 @@ class LossDetector {
   // before it is probably lost, since answers come back in about send order.
   int64_t newest_delivered_tx_ns_ = 0;
   // The latest resend (not held) whose answer arrived, and when: the path was alive then.
+  bool resend_answered_ = false;
   int64_t resend_answered_tx_ns_ = 0;
   int64_t resend_answered_at_ns_ = 0;
   // RFC 8985 section 6.2: the reordering window grows by one step per round trip in which a

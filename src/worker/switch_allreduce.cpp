@@ -237,8 +237,13 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   const bool completed_here = !(h.flags & GS_FLAG_UNICAST) && h.completer == ctx_.opt->rank;
   cc_.on_result(now, completed_here && t.tries == 0 ? now - t.sent_ns : -1, window_limited_,
                 static_cast<int64_t>(detector(slot).rtt().srtt_ns()));
+  // A RACK resend the switch held, whose round a late rank's original completed (no RETX): results
+  // come back out of this rank's send order by more than the reordering window. Completed by a
+  // resend, the round waited for another rank's loss: nothing to widen for.
+  if (t.held && t.cause == RetxCause::kRack && !(h.flags & (GS_FLAG_UNICAST | GS_FLAG_RETX)))
+    detector(slot).reordered(now);
   remember_delivered(slot, h, t, now);
-  detector(slot).delivered(t, now, completed_here);
+  detector(slot).delivered(t, now);
   last_progress_ns_ = now;
   if (op.times) op.times->result(now);
   if (r.bootstrap) {  // the exponent round's result carries the agreed exponent of this chunk
@@ -269,7 +274,7 @@ void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, cons
   d.valid = true;
   d.retransmitted = t.tries > 0;
   d.multicast_seen = !(h.flags & GS_FLAG_UNICAST);
-  d.own_completion = d.multicast_seen && h.completer == ctx_.opt->rank;
+  d.completed_by_resend = d.multicast_seen && (h.flags & GS_FLAG_RETX);
   d.taught = t.held;  // a held round waited for another rank: nothing to learn about this path
   d.version = h.flags & GS_FLAG_VERSION;
   d.cause = t.cause;
@@ -289,32 +294,38 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
   if (!d.valid || !d.retransmitted || d.version != (h.flags & GS_FLAG_VERSION) || d.seq != h.seq ||
       d.offset != h.offset)
     return;
-  // What the two answers measure. The original's round trip is an RTT sample when this rank's DATA
-  // completed the round (else it includes the wait for another rank). The resend's own round trip
-  // (its send to the arrival of the answer to it) tells a stall from a race: a stalled path or switch
-  // delays that answer too, while a resend that merely raced another rank's recovery (the round
-  // completed just before it arrived) is answered within a round trip. Learning the timer's floor
-  // from the original instead made every rank's timer wait for the others' recoveries (38 ms at
-  // 10% loss).
-  int64_t sample = 0, resend_rtt = 0;
+  // What the answers measure. When a late original completed the round (its RESULT without RETX),
+  // the original's round trip is how long this path, or the rank it waited for, took: an RTT sample
+  // and the time the timer should not fire before. When a resend completed it, the round waited for
+  // another rank's loss recovery: learning that would make every rank's timer wait for the others'
+  // recoveries (38 ms at 10% loss); only the resend's own round trip (its send to the answer to it)
+  // is then evidence of a stall, which delays that answer too.
+  int64_t sample = 0, wait = 0;
   if (h.type == GS_MSG_RESULT && !(h.flags & GS_FLAG_UNICAST)) {  // after the UNICAST answer
     if (d.multicast_seen) return;                                 // a duplicate of it
     d.multicast_seen = true;
-    if (h.completer == ctx_.opt->rank) sample = now - d.sent_ns;
-    resend_rtt = d.delivered_ns - d.resent_ns;
+    d.completed_by_resend = h.flags & GS_FLAG_RETX;
+    sample = now - d.sent_ns;
+    wait = d.delivered_ns - d.resent_ns;
   } else if (h.type == GS_MSG_HELD) {
     // nothing to learn: the round waits for another rank
   } else if (d.multicast_seen && (h.flags & GS_FLAG_DSACK)) {
-    if (d.own_completion) sample = d.delivered_ns - d.sent_ns;
-    resend_rtt = now - d.resent_ns;
+    sample = d.delivered_ns - d.sent_ns;
+    wait = now - d.resent_ns;
   } else {
     return;
   }
+  if (d.completed_by_resend)
+    sample = 0;
+  else
+    wait = std::max(wait, sample);
   counter_add(ctx_.counters->spurious_retransmissions);
   if (d.cause == RetxCause::kRack || d.cause == RetxCause::kTimeout) cc_.on_spurious(now);
   if (d.taught) return;
   d.taught = true;
-  detector(h.slot).spurious(d.cause, sample, resend_rtt, now);
+  // A RACK resend that raced another rank's recovery says nothing of reordering either.
+  detector(h.slot).spurious(d.completed_by_resend && d.cause == RetxCause::kRack ? RetxCause::kNone : d.cause,
+                            sample, wait, now);
 }
 
 int64_t SwitchAllreduce::check_timers(int64_t now) {

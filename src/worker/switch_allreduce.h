@@ -52,9 +52,9 @@ class SwitchAllreduce : public DataPath {
   struct DeliveredRound {
     bool valid = false;
     bool retransmitted = false;
-    bool multicast_seen = false;  // the round's own RESULT arrived: it needed no resend to come
-    bool taught = false;          // its detector already learned from it (once per round)
-    bool own_completion = false;  // that RESULT was completed by this rank's DATA (a path round trip)
+    bool multicast_seen = false;       // the round's own RESULT arrived: it needed no resend to come
+    bool taught = false;               // its detector already learned from it (once per round)
+    bool completed_by_resend = false;  // its RESULT says a resend completed it (RETX): a loss held it
     uint8_t version = 0;
     RetxCause cause = RetxCause::kNone;
     uint32_t seq = 0, offset = 0;

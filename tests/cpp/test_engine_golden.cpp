@@ -150,6 +150,11 @@ void run(const Scenario<T>& sc) {
     if (h.rank != (multicast ? GS_RANK_ALL : in.rank)) fail("wrong rank field");
     if ((h.flags & GS_FLAG_VERSION) != (in.version & GS_FLAG_VERSION)) fail("wrong version");
     if (bool(h.flags & GS_FLAG_UNICAST) == multicast) fail("wrong unicast flag");
+    // A RESULT names the DATA that completed it, and says whether it was a resend (RETX).
+    if (multicast &&
+        (h.completer != in.rank || bool(h.flags & GS_FLAG_RETX) != bool(in.version & GS_FLAG_RETX)))
+      fail("wrong completer or RETX flag");
+    if (!multicast && (h.flags & GS_FLAG_RETX)) fail("a UNICAST answer carries RETX");
     if (h.slot != in.slot || h.seq != in.seq || h.offset != in.offset) fail("wrong slot/seq/offset");
     if (h.elem_type != elem_of<T>()) fail("wrong element type");
     // The result describes what it carries (backends read these, never the header).
@@ -198,6 +203,13 @@ const std::vector<Scenario<int32_t>> kScenarios = {
          {{1, 0, R, 0, 0, V{2}}, {kUnicast, V{7}}},
          {{0, 0, R, 0, 0, V{1}}, {kUnicast, V{7}}},
          {{2, 0, 0, 0, 0, V{4}}, {kNothing}},  // a network duplicate (no RETX) is not answered
+     }},
+    {"a resend completes the round: the RESULT says so",
+     3,
+     {
+         {{0, 1, 0, 0, 0, V{1}}, {kNothing}},
+         {{2, 1, 0, 0, 0, V{4}}, {kNothing}},
+         {{1, 1, R, 0, 0, V{2}}, {kMulticast, V{7}}},  // rank 1's original was lost
      }},
     {"reduction in the other version",
      2,

@@ -373,22 +373,14 @@ TEST(loss_an_answered_probe_resends_the_rest_of_a_lost_tail) {
   d.scan(t.data(), 4, 6 * kMs, &re);
   CHECK(re.size() == 3 && re[0] == 1 && re[2] == 3);
   CHECK(t[1].cause == RetxCause::kRack);
-}
-
-// A round that waited for another rank's DATA measures that rank's lateness, not this path: it
-// is no RTT sample (except the first, before any other exists).
-TEST(loss_rtt_samples_come_from_rounds_this_rank_completed) {
-  LossDetector d(4 * kMs, 200 * kMs);
-  RoundTimer t;
-  d.launch(t, 0);
-  d.delivered(t, 9 * kMs, /*path_sample=*/false);
-  CHECK_EQ(d.rtt().min_ns(), 9 * kMs);  // the first sample, whatever it measured
-  d.launch(t, 10 * kMs);
-  d.delivered(t, 40 * kMs, /*path_sample=*/false);
-  CHECK(d.rtt().srtt_ns() == 9.0 * kMs);
-  d.launch(t, 50 * kMs);
-  d.delivered(t, 51 * kMs, /*path_sample=*/true);
-  CHECK_EQ(d.rtt().min_ns(), 1 * kMs);
+  // The three went out together; one is answered, so the other two, lost again, go once more a
+  // round trip and a reordering window later (no timer: theirs is due at 13 + 16 ms).
+  d.delivered(t[1], 6 * kMs + 300'000);
+  re.clear();
+  CHECK_EQ(d.scan(t.data(), 4, 6 * kMs + 300'000, &re), 7 * kMs);
+  CHECK(re.empty());
+  d.scan(t.data(), 4, 7 * kMs, &re);
+  CHECK(re.size() == 2 && re[0] == 2 && re[1] == 3);
 }
 
 TEST(loss_held_round_leaves_rack_and_teaches_the_timer) {
@@ -442,15 +434,15 @@ TEST(loss_a_late_original_answer_teaches_the_timer) {
   d.scan(&t, 1, 4 * kMs, &re);  // probed; the switch was stalled, not lossy
   d.delivered(t, 30 * kMs);     // by the answer to the probe, or the late original: unknown yet
   CHECK(!d.rtt().has_sample());
-  // Then the other answer arrives: the probe was spurious; the original took 30 ms, and the answer
-  // to the probe, sent at 4 ms, 27 ms: the path stalled, the floor learns the probe's 27 ms.
+  // Then the other answer arrives: the probe was spurious. The caller passes what the timer did not
+  // wait for (here 27 ms: the original's answer took that long after the probe; with its RESULT
+  // completed by a resend, only the probe's own round trip): the floor learns 1.25x it.
   d.spurious(RetxCause::kProbe, 30 * kMs, 27 * kMs, 31 * kMs);
   CHECK(d.rtt().srtt_ns() == 30.0 * kMs);
   CHECK_EQ(d.rto_floor_ns(), 27 * kMs + 27 * kMs / 4);
-  // A probe answered within a round trip (it raced another rank's recovery) teaches the floor nothing
-  // new, and neither does a timeout (a later round had come back: the path was working).
+  // A shorter wait lowers nothing; a RACK resend teaches the timer nothing.
   d.spurious(RetxCause::kProbe, 0, 1 * kMs, 31 * kMs);
-  d.spurious(RetxCause::kTimeout, 0, 60 * kMs, 31 * kMs);
+  d.spurious(RetxCause::kRack, 0, 60 * kMs, 31 * kMs);
   CHECK_EQ(d.rto_floor_ns(), 27 * kMs + 27 * kMs / 4);
   d.launch(t, 32 * kMs);
   CHECK(t.rto_ns >= 27 * kMs + 27 * kMs / 4);
@@ -484,6 +476,30 @@ TEST(loss_spurious_rack_widens_the_reordering_window) {
   CHECK_EQ(re.size(), size_t{16});
   CHECK(t[0].cause == RetxCause::kRack);
   CHECK_EQ(d.reorder_mult(), 1u);
+}
+
+// A HELD answer to a RACK resend does not widen the reordering window (the round may wait for
+// another rank's loss); `reordered` (a late rank's original completed it) does, up to srtt.
+TEST(loss_held_does_not_widen_reordered_does) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  RoundTimer x, y;
+  d.launch(x, 0);
+  d.delivered(x, 400'000);  // 0.4 ms
+  d.launch(y, 1 * kMs);
+  d.delivered(y, 11 * kMs);  // waited 10 ms for another rank
+  std::vector<RoundTimer> t(2);
+  d.launch(t[0], 20 * kMs);
+  d.launch(t[1], 21 * kMs);
+  d.delivered(t[1], 21 * kMs + 500'000);
+  std::vector<unsigned> re;
+  d.scan(t.data(), 1, 22 * kMs, &re);  // overtaken: resent by RACK
+  CHECK(re.size() == 1 && t[0].cause == RetxCause::kRack);
+  CHECK(d.held(t[0], 22 * kMs + 300'000));
+  CHECK_EQ(d.reorder_mult(), 1u);
+  for (int i = 0; i < 4; ++i) d.reordered(30 * kMs + i * 2 * kMs);  // at most once per srtt
+  CHECK_EQ(d.reorder_mult(), 5u);
+  // 5 x 0.5 ms, capped at srtt: 0.4, 10 and 0.5 ms smoothed = 1.4625 ms.
+  CHECK_EQ(d.reorder_window_ns(), 1'462'500);
 }
 
 TEST(window_versions_and_retransmission_flag) {

@@ -596,6 +596,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     return r;
   }
   sv.completer = h.rank;
+  sv.completed_by_resend = h.flags & GS_FLAG_RETX;
   if (spec.uplink) return send_up(thread, *job, h.slot, version, r);
 
   // 4. Complete: write the result header (and narrow 16-bit sums), keep it as the shadow copy,
@@ -623,7 +624,7 @@ IngestResult Engine::publish_result(unsigned thread, Job& job, uint16_t slot, ui
   HeaderBuilder(GS_MSG_RESULT, job.id, job.spec.key)
       .rank(GS_RANK_ALL)
       .slot(slot)
-      .flags(version)
+      .flags(static_cast<uint8_t>(version | (sv.completed_by_resend ? GS_FLAG_RETX : 0)))
       .elems(sv.elem_type, sv.count)
       .round(seq, sv.offset.load(std::memory_order_relaxed))
       .exps(sv.next_exp, sv.scale_exp)

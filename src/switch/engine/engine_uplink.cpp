@@ -179,8 +179,12 @@ IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_
   else
     std::memcpy(out, payload, payload_len);
   sv.next_exp = h.next_exp;  // the maximum over every rack
-  // The rack's last contribution completed the round only if the rack completed the spine's.
-  if (h.completer != up.rank) sv.completer = GS_RANK_ALL;
+  // The rack's last contribution completed the round only if the rack completed the spine's; else
+  // the spine's RESULT says whether a resend (of another rack) completed it.
+  if (h.completer != up.rank) {
+    sv.completer = GS_RANK_ALL;
+    sv.completed_by_resend = h.flags & GS_FLAG_RETX;
+  }
   return publish_result(thread, *job, h.slot, version, r, now_ns);
 }
 

@@ -44,6 +44,9 @@ struct SlotVersion {
   // The rank whose contribution completed the round (RESULT's `completer`); GS_RANK_ALL on a leaf
   // when the spine's round was completed by another rack.
   uint16_t completer = 0;
+  // That contribution was a resend (DATA with RETX): RESULT then carries RETX, which tells the workers
+  // that waited for it that a loss held the round, not a late rank (docs/protocol.md §2, §4.1).
+  bool completed_by_resend = false;
   // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
   // types accumulate in place here (the payload starts 32-byte aligned); 16-bit types accumulate in
   // `accum` and are narrowed at the end. A leaf sends a round up from the same memory: `result` with
