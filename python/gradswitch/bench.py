@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from ._args import bounded
+
 WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
 
 
@@ -53,31 +55,17 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _bounded(kind, lo, hi=None, what=""):
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            noun = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"{text}: {what or f'must be in {lo}..{hi}'}")
-        return v
-
-    return parse
-
-
 def add_arguments(p: argparse.ArgumentParser, *, demo: bool) -> None:
-    p.add_argument("--workers", "-n", type=_bounded(int, 1, 64), default=4, help="worker processes")
+    p.add_argument("--workers", "-n", type=bounded(int, 1, 64), default=4, help="worker processes")
     p.add_argument(
         "--size",
         type=_parse_size,
         default="64M" if demo else "16M",  # argparse applies `type` to a string default
         help="tensor size in bytes, e.g. 1000, 4M, 1G (binary units; a whole number of elements)",
     )
-    p.add_argument("--iters", type=_bounded(int, 1, what="at least 1"), default=3 if demo else 10,
+    p.add_argument("--iters", type=bounded(int, 1, what="at least 1"), default=3 if demo else 10,
                    help="timed allreduces per worker")
-    p.add_argument("--warmup", type=_bounded(int, 0, what="0 or more"), default=1,
+    p.add_argument("--warmup", type=bounded(int, 0, what="0 or more"), default=1,
                    help="untimed allreduces first")
     p.add_argument("--wire", choices=WIRES, default="float32", help="element encoding on the wire")
     p.add_argument(
@@ -85,19 +73,19 @@ def add_arguments(p: argparse.ArgumentParser, *, demo: bool) -> None:
         default=None,
         help="host:port of a running switch (default: start one on loopback for the run)",
     )
-    p.add_argument("--threads", type=_bounded(int, 1, 64), default=1,
+    p.add_argument("--threads", type=bounded(int, 1, 64), default=1,
                    help="switch data threads when starting one")
-    p.add_argument("--slots", type=_bounded(int, 1, 65535), default=None,
+    p.add_argument("--slots", type=bounded(int, 1, 65535), default=None,
                    help="slot pool per job of the switch started here (default: the daemon's, 256)")
     p.add_argument("--window", choices=("adaptive", "fixed"), default=None,
                    help="workers' window (docs/protocol.md 4.2; default: $GRADSWITCH_WINDOW, else fixed)")
     p.add_argument(
         "--drop-rate",
-        type=_bounded(float, 0.0, 0.99, "a fraction in [0, 0.99]"),
+        type=bounded(float, 0.0, 0.99, "a fraction in [0, 0.99]"),
         default=0.0,
         help="injected loss, on the switch (when started here) and on every worker",
     )
-    p.add_argument("--timeout", type=_bounded(float, 0.001, what="more than 0 s"), default=30.0,
+    p.add_argument("--timeout", type=bounded(float, 0.001, what="more than 0 s"), default=30.0,
                    help="seconds without progress before a worker fails")
     p.add_argument("--job", default="bench", help="job name")
 

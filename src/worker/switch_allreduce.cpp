@@ -232,10 +232,9 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     return;
   }
   if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
-  // Only a round this rank completed measures this rank's own path; others waited for another rank
-  // (window_controller.h, loss_detector.h); a round sent once gives a delay sample (Karn).
-  const bool completed_here = !(h.flags & GS_FLAG_UNICAST) && h.completer == ctx_.opt->rank;
-  cc_.on_result(now, completed_here && t.tries == 0 ? now - t.sent_ns : -1, window_limited_,
+  // Only a round this rank completed, sent once, measures this rank's own path (window_controller.h).
+  const bool own = t.tries == 0 && !(h.flags & GS_FLAG_UNICAST) && h.completer == ctx_.opt->rank;
+  cc_.on_result(now, own ? now - t.sent_ns : -1, window_limited_,
                 static_cast<int64_t>(detector(slot).rtt().srtt_ns()));
   // A RACK resend the switch held, whose round a late rank's original completed (no RETX): results
   // come back out of this rank's send order by more than the reordering window. Completed by a
@@ -321,11 +320,10 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
     wait = std::max(wait, sample);
   counter_add(ctx_.counters->spurious_retransmissions);
   if (d.cause == RetxCause::kRack || d.cause == RetxCause::kTimeout) cc_.on_spurious(now);
-  if (d.taught) return;
+  // Taught once; a RACK resend that raced another rank's recovery says nothing of reordering either.
+  if (d.taught || (d.completed_by_resend && d.cause == RetxCause::kRack)) return;
   d.taught = true;
-  // A RACK resend that raced another rank's recovery says nothing of reordering either.
-  detector(h.slot).spurious(d.completed_by_resend && d.cause == RetxCause::kRack ? RetxCause::kNone : d.cause,
-                            sample, wait, now);
+  detector(h.slot).spurious(d.cause, sample, wait, now);
 }
 
 int64_t SwitchAllreduce::check_timers(int64_t now) {

@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from .._args import bounded
 from ..testbed import Testbed, TestbedError
 from .runner import ALL_SYSTEMS, SYSTEMS, BaselineError, run
 
@@ -12,16 +13,6 @@ def _size(s: str) -> int:
     s = s.strip().upper()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
     return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1")
-    return v
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--slots",
-        type=_positive_int,
+        type=bounded(int, 1, what="a whole number of at least 1"),
         default=None,
         help="gradswitch only: the daemon's slot pool per job (default: the daemon's, 256)",
     )
