@@ -26,7 +26,9 @@ namespace {
 
 constexpr const char* kNoDpdk =
     "this gradswitchd was built without DPDK (libdpdk-dev not found at build time)";
-constexpr int kShutdownGraceMs = 200;  // data threads keep answering DATA with ABORT(SHUTDOWN) this long
+// Data threads keep answering DATA this long after the abort: resends of completed rounds from their
+// copies (workers settle what they hold before the ring takes over), everything else with ABORT(SHUTDOWN).
+constexpr int kShutdownGraceMs = 200;
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) {
@@ -124,9 +126,9 @@ int main(int argc, char** argv) {
   const uint64_t start_ns = monotonic_ns();
 
   // The control plane runs on its own thread until a signal (or the backend returning); then it
-  // aborts every job (GS_ABORT_SHUTDOWN) and, after a grace period in which the data threads answer
-  // DATA packets with ABORT, stops the data path. The backend runs here: DPDK's main lcore is the
-  // thread that initialised it.
+  // aborts every job (GS_ABORT_SHUTDOWN) and, after a grace period in which the data threads still
+  // answer DATA packets (protocol.md §1.3), stops the data path. The backend runs here: DPDK's main
+  // lcore is the thread that initialised it.
   std::atomic<bool> data_stop{false};
   std::thread control_thread([&] {
     control.run(g_stop);

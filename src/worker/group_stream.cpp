@@ -76,18 +76,21 @@ void Group::thread_main() {
     for (Op& op : admit_now) admit(std::move(op));
     if (flights_.empty()) continue;
     finished_.clear();
+    std::exception_ptr failed;
     try {
       path().step(&finished_);
     } catch (...) {
-      stream_failed(std::current_exception());
-      continue;
+      failed = std::current_exception();
     }
+    // Allreduces that finished before a failure are whole: they return, and only the rest go on
+    // to the ring (the other ranks, which finished them too, hand the ring the same ones).
     for (AllreduceOp* ar : finished_) {
       auto it = std::find_if(flights_.begin(), flights_.end(), [&](auto& f) { return &f->ar == ar; });
       if (it == flights_.end()) continue;
       finish(**it, nullptr);
       flights_.erase(it);
     }
+    if (failed) stream_failed(failed);
   }
   // A rank that finished first still holds sums its previous rank may ask for again.
   if (ring_path_ && !cancel_.load()) ring_path_->linger(std::min(opt_.timeout_s, 1.0));
@@ -163,10 +166,10 @@ void Group::fall_back(const std::string& why) {
     chunks += f->ar.ch.chunks;
   }
   counter_add(counters_.fallback_held, held);
-  start_ring(why + " algorithm='auto': " + describe_job() +
-             " continues on the ring among the workers from allreduce seq " +
-             std::to_string(flights_.front()->ar.seq) + " on (" + std::to_string(held) + " of the " +
-             std::to_string(chunks) +
+  const std::string from = flights_.empty() ? "its next allreduce (none was in flight)"
+                                            : "allreduce seq " + std::to_string(flights_.front()->ar.seq);
+  start_ring(why + " algorithm='auto': " + describe_job() + " continues on the ring among the workers from " +
+             from + " on (" + std::to_string(held) + " of the " + std::to_string(chunks) +
              " chunks in flight were already summed by the switch); this group does "
              "not go back to the switch.");
   // The allreduces in flight, in order; the chunks the switch finished here count as held sums.

@@ -193,8 +193,13 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     counter_add(k.ignored);
     return;
   }
-  if (h.type == GS_MSG_ABORT && !schedule_.empty())
+  if (h.type == GS_MSG_ABORT && !schedule_.empty()) {
+    if (draining_) {  // the switch is going and refuses this round: it did not complete there
+      if (h.slot < window_.slots() && window_.timer(h.slot).busy) refused_[h.slot] = 1;
+      return;
+    }
     throw_aborted(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, front_op());
+  }
   if ((h.type != GS_MSG_RESULT && h.type != GS_MSG_HELD) ||
       (h.rank != GS_RANK_ALL && h.rank != ctx_.opt->rank) || h.slot >= window_.slots()) {
     counter_add(k.ignored);
@@ -245,6 +250,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   detector(slot).delivered(t, now);
   last_progress_ns_ = now;
   if (op.times) op.times->result(now);
+  if (draining_ && r.bootstrap) return;  // nothing new starts on a switch that is going
   if (r.bootstrap) {  // the exponent round's result carries the agreed exponent of this chunk
     prepare_chunk(slot, r.chunk, h.next_exp);
     launch(slot, now);
@@ -255,6 +261,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   AllreduceOp* whole = f->op;
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   if (schedule_.finish(slot, f)) finished->push_back(whole);
+  if (draining_) return;
   if (adaptive_) {
     --in_flight_;
     if (uint64_t next = schedule_.slot_next(slot); next < scan_) {  // passed over while this round ran
@@ -434,16 +441,7 @@ int64_t SwitchAllreduce::service(int64_t now, bool quiet, std::exception_ptr los
     }
   }
   if (lost) {
-    // Results the switch sent before it went may still sit in queues on the way: take them until
-    // the socket has been quiet for a few round trips (bounded), so that the ranks agree as far as
-    // possible on which sums exist, which is what the ring (algorithm auto) then completes. (A
-    // transport shared with other switches is not drained here: its datagrams may be theirs.)
-    const int64_t quiet_ns =
-        std::clamp<int64_t>(static_cast<int64_t>(4 * loss_[0].rtt().srtt_ns()), 10'000'000, 50'000'000);
-    const int64_t until = now + 200'000'000;
-    size_t got;
-    while (own_transport && !schedule_.empty() && now_ns() < until && (got = receive_batch(quiet_ns)) > 0)
-      take(in_.data(), got, now, finished);
+    if (own_transport) settle_rounds(now, finished);
     out_.clear();  // nothing more goes to a switch that is gone
     std::rethrow_exception(lost);
   }
@@ -455,6 +453,44 @@ int64_t SwitchAllreduce::service(int64_t now, bool quiet, std::exception_ptr los
   flush();
   if (now - last_progress_ns_ >= timeout_ns) fail_timeout();
   return std::max<int64_t>(next_deadline - now, 0);
+}
+
+// The ranks must agree on which sums exist before the ring (algorithm auto) completes the rest:
+// a rank whose RESULT of a round was lost, or is still on its way, when the switch went would
+// otherwise start the ring at an earlier allreduce than the ranks that hold it, and they would wait
+// for each other until the timeout. A stopping switch answers resends of the rounds it completed
+// from its copies during its shutdown grace, and the others with ABORT (docs/protocol.md §1.3, §3):
+// every round this rank has out is asked again, a few round trips apart, until each is answered
+// either way, or the switch has been silent for a few round trips (it is gone), or 200 ms passed.
+// Nothing new starts meanwhile. (A transport shared with other switches is not drained here: its
+// datagrams may be theirs.)
+void SwitchAllreduce::settle_rounds(int64_t now, std::vector<AllreduceOp*>* finished) {
+  const double srtt = loss_[0].rtt().srtt_ns();
+  const int64_t quiet_ns = std::clamp<int64_t>(static_cast<int64_t>(4 * srtt), 10'000'000, 50'000'000);
+  const int64_t retry_ns = std::clamp<int64_t>(static_cast<int64_t>(2 * srtt), 2'000'000, 20'000'000);
+  const int64_t until = now + 200'000'000;
+  draining_ = true;
+  refused_.assign(window_.slots(), 0);
+  int64_t last_heard = now, next_ask = now;
+  while (!schedule_.empty() && now < until && now - last_heard < quiet_ns) {
+    if (now >= next_ask) {
+      unsigned asked = 0;
+      for (unsigned s = 0; s < window_.slots(); ++s) {
+        if (!window_.timer(s).busy || refused_[s]) continue;
+        window_.mark_retransmission(s);
+        send(s);
+        ++asked;
+      }
+      flush();
+      if (asked == 0) break;  // every round out is answered: this rank holds what the switch summed
+      next_ask = now + retry_ns;
+    }
+    const size_t got = receive_batch(std::min(next_ask, until) - now);
+    now = now_ns();
+    if (got == 0) continue;
+    last_heard = now;
+    take(in_.data(), got, now, finished);
+  }
 }
 
 void SwitchAllreduce::fail_timeout() {

@@ -86,6 +86,9 @@ class SwitchAllreduce : public DataPath {
   LossDetector& detector(unsigned slot) { return loss_[slot % loss_.size()]; }
   // Loss detection after the socket was drained; returns the next timer deadline.
   int64_t check_timers(int64_t now);
+  // The switch is going: asks again for the rounds this rank has out, so that it holds every sum
+  // the switch completed before the ring takes over (see the definition).
+  void settle_rounds(int64_t now, std::vector<AllreduceOp*>* finished);
   [[noreturn]] void fail_timeout();
   const AllreduceOp& front_op() const { return *schedule_.flights().front().op; }
 
@@ -111,6 +114,8 @@ class SwitchAllreduce : public DataPath {
   std::vector<OutPacket> out_;
   std::vector<unsigned> resend_;
   std::vector<InPacket> in_;
+  bool draining_ = false;         // settle_rounds: nothing new starts, ABORT answers refuse
+  std::vector<uint8_t> refused_;  // settle_rounds, per slot: the switch refused its round
   int64_t wait_ns_ = 0, last_progress_ns_ = 0, last_timer_check_ = 0, last_notice_check_ = 0;
 };
 

@@ -177,9 +177,10 @@ def test_ring_peers_checked():
 # ---------------------------------------------------------------------------- fallback
 
 
-def _fallback_worker(q, rank, world, switch, peers, sizes, ready, timeout, queued):
+def _fallback_worker(q, rank, world, switch, peers, sizes, ready, timeout, queued, drop=0.0):
     """Allreduces of `sizes` (the first is the one the switch dies in), each checked exactly; with
-    `queued`, all submitted at once (several in flight when the switch dies)."""
+    `queued`, all submitted at once (several in flight when the switch dies); `drop`: injected loss
+    on this rank's sends."""
     out = {"results": [], "times": []}
     try:
         inputs = [_cheap_input(rank, n) for n in sizes]
@@ -193,6 +194,8 @@ def _fallback_worker(q, rank, world, switch, peers, sizes, ready, timeout, queue
             algorithm="auto",
             peers=peers,
             timeout=timeout,
+            drop_rate=drop,
+            seed=rank + 1,
         ) as g:
             ready.put(rank)
             handles = [g.allreduce_async(x) for x in inputs] if queued else []
@@ -294,6 +297,52 @@ def test_switch_killed_mid_allreduce_falls_back_to_ring(switch_factory, signal_n
         # SIGKILL in the middle of the 64 MB allreduce: ranks already held sums, reconciled on the ring.
         # (SIGTERM lets the switch take a moment: that allreduce may complete before it stops.)
         assert max(held) > 0
+
+
+def test_switch_stopped_while_ranks_hold_different_allreduces(switch_factory):
+    """SIGTERM the switch while many small allreduces stream with 5% loss on every send (switch and
+    workers): when it stops, some rank nearly always lacks the RESULT of a round that the others
+    received, so it has not finished an allreduce that they have. It asks the stopping switch again
+    for its rounds (answered from its copies during the shutdown grace), so every rank hands the
+    ring the same allreduces and all 120 complete exactly; before, the ring started at different
+    allreduces on different ranks and they waited for each other until the timeout."""
+    import multiprocessing as mp
+
+    sw = switch_factory(binary=daemon_binary(), threads=2, drop_rate=0.05)
+    world = 4
+    sizes = [3600] * 120  # 10 chunks each, up to 16 allreduces in flight
+    peers = [f"127.0.0.1:{p}" for p in free_udp_ports(world)]
+    ctx = mp.get_context("spawn")
+    q, ready = ctx.Queue(), ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_fallback_worker,
+            args=(q, r, world, sw.address, peers, sizes, ready, 10.0, True, 0.05),
+            daemon=True,
+        )
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for _ in range(world):
+            ready.get(timeout=120)
+        _stop_when(sw, 400, "term")
+        reports = dict(q.get(timeout=120) for _ in range(world))
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    errors = {r: rep["error"] for r, rep in reports.items() if "error" in rep}
+    assert not errors, "worker errors:\n" + "\n".join(f"rank {r}:\n{e}" for r, e in errors.items())
+    for r, rep in reports.items():
+        assert len(rep["results"]) == len(sizes)
+        bad = [res for res in rep["results"] if not res[4]]
+        assert not bad, f"rank {r}: wrong sums {bad}"
+        assert rep["stats"]["fallbacks"] == 1, f"rank {r} did not fall back once: {rep['stats']}"
+    on_switch = [sum(a == "switch" for _, a in rep["times"]) for rep in reports.values()]
+    print("allreduces each rank finished on the switch:", on_switch)
 
 
 def test_switch_absent_at_start_runs_on_ring():
