@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/rng.h"
+#include "switch/io/udp/result_batch.h"
 #include "switch/uplink/uplink_timers.h"
 
 #ifndef UDP_SEGMENT
@@ -34,29 +35,9 @@ constexpr int kPollMs = 50;                  // the stop flag is seen at least t
 constexpr size_t kRxPlainBytes = 9216;       // > largest valid datagram (32 + 8940)
 constexpr size_t kRxGroBytes = 65536;        // a GRO-coalesced train of datagrams
 constexpr size_t kMaxGroRxMemory = 8 << 20;  // per thread; beyond it (huge --batch) GRO stays off
-constexpr size_t kArenaBytes = 256 * 1024;   // results of one burst, copied out of the engine
-constexpr size_t kMaxGroups = 1024;
-constexpr size_t kMaxEndpoints = 8192;
-constexpr size_t kMaxTxMsgs = 1024;  // UIO_MAXIOV: most messages per sendmmsg
-constexpr uint32_t kMaxGsoSegments = 64;
-constexpr uint32_t kMaxGsoBytes = 60000;
 // The leaf's upward loss timers: the worker library's defaults (Options::rto_initial_s, rto_max_s).
 constexpr int64_t kUplinkRtoMinNs = 4'000'000;
 constexpr int64_t kUplinkRtoMaxNs = 200'000'000;
-
-// A run of results that go to the same destinations: one GSO write per destination, or one
-// datagram per result and destination without GSO. Segments are back to back in the arena;
-// all have `seg` bytes except possibly the last.
-struct Group {
-  uint32_t job_id;
-  uint8_t type;        // GS_MSG_*: a leaf's DATA going up never shares a write with results
-  uint16_t dest_rank;  // GS_RANK_ALL or an endpoint index
-  uint16_t n_eps;
-  uint32_t ep_off;  // into the endpoint pool
-  uint32_t off;     // into the arena
-  uint32_t seg, nseg, bytes;
-  uint64_t sent_pkts, sent_bytes;
-};
 
 void set_buffer(int fd, int opt, int force_opt, const char* what, bool* warned) {
   int v = kSocketBufferBytes;
@@ -92,16 +73,7 @@ class UdpBackend final : public Backend {
     std::vector<sockaddr_in> rx_addr;  // sources: DATA counts only from its rank's address, a leaf takes
                                        // RESULT/ABORT only from its spine (the engine checks both)
     std::vector<uint8_t> rx_ctrl;
-    std::vector<uint8_t> arena;
-    size_t arena_used = 0;
-    std::vector<Group> groups;
-    std::vector<Endpoint> eps;
-    size_t eps_used = 0;
-    std::vector<mmsghdr> tx_msgs;
-    std::vector<iovec> tx_iov;
-    std::vector<sockaddr_in> tx_addr;
-    std::vector<uint8_t> tx_ctrl;
-    std::vector<uint32_t> tx_group;
+    ResultBatch out;  // what the current burst sends
     UplinkTimers uplink{kUplinkRtoMinNs, kUplinkRtoMaxNs};
     // Read by the control thread (stats()); written by this thread only.
     std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0};
@@ -133,7 +105,7 @@ class UdpBackend final : public Backend {
   void fire_uplink(Thread& t, uint64_t now);
   void queue(Thread& t, const IngestResult& r);
   void flush(Thread& t);
-  void send_msgs(Thread& t, size_t n);
+  void send_msgs(Thread& t, mmsghdr* msgs, size_t n);
 
   Engine& engine_;
   const SwitchConfig& config_;
@@ -178,14 +150,6 @@ bool UdpBackend::open(std::string* error) {
     t->rx_iov.resize(batch);
     t->rx_addr.resize(batch);
     t->rx_ctrl.assign(size_t(batch) * CMSG_SPACE(sizeof(int)), 0);
-    t->arena.resize(kArenaBytes);
-    t->groups.reserve(kMaxGroups);
-    t->eps.resize(kMaxEndpoints);
-    t->tx_msgs.resize(kMaxTxMsgs);
-    t->tx_iov.resize(kMaxTxMsgs);
-    t->tx_addr.resize(kMaxTxMsgs);
-    t->tx_ctrl.assign(kMaxTxMsgs * CMSG_SPACE(sizeof(uint16_t)), 0);
-    t->tx_group.resize(kMaxTxMsgs);
     threads_.push_back(std::move(t));
   }
   return true;
@@ -351,112 +315,43 @@ void UdpBackend::fire_uplink(Thread& t, uint64_t now) {
 }
 
 // Copies a result out of the engine (r.data and r.endpoints are only valid until the next
-// ingest) and appends it to the current group when it goes to the same destinations.
+// ingest) into the burst's batch, with the others to the same destinations (result_batch.h).
 void UdpBackend::queue(Thread& t, const IngestResult& r) {
-  const bool all = r.dest_rank == GS_RANK_ALL;
-  const uint16_t n_eps = all ? r.world : 1;
+  const uint16_t n_eps = r.dest_rank == GS_RANK_ALL ? r.world : 1;
   if (r.len == 0 || r.len > 65507 || r.endpoints == nullptr || n_eps == 0 ||
-      (!all && r.dest_rank >= r.world)) {
+      (r.dest_rank != GS_RANK_ALL && r.dest_rank >= r.world)) {
     counter_add(t.send_errors);
     return;
   }
-  if (t.arena_used + r.len > t.arena.size() || t.eps_used + n_eps > t.eps.size() ||
-      t.groups.size() == kMaxGroups)
-    flush(t);
-  std::memcpy(t.arena.data() + t.arena_used, r.data, r.len);
-  if (!t.groups.empty()) {
-    Group& g = t.groups.back();
-    // DATA going up goes to the spine's port of its slot: the same group only for the same port.
-    const bool same_dest =
-        g.type == r.type && (r.type != GS_MSG_DATA || (t.eps[g.ep_off].port_be == r.endpoints[0].port_be &&
-                                                       t.eps[g.ep_off].ipv4_be == r.endpoints[0].ipv4_be));
-    if (t.gso && same_dest && g.job_id == r.job_id && g.dest_rank == r.dest_rank &&
-        g.bytes == g.seg * g.nseg && r.len <= g.seg && g.nseg < kMaxGsoSegments &&
-        g.bytes + r.len <= kMaxGsoBytes) {
-      ++g.nseg;
-      g.bytes += r.len;
-      t.arena_used += r.len;
-      return;
-    }
-  }
-  Group g{};
-  g.job_id = r.job_id;
-  g.type = r.type;
-  g.dest_rank = r.dest_rank;
-  g.n_eps = n_eps;
-  g.ep_off = static_cast<uint32_t>(t.eps_used);
-  g.off = static_cast<uint32_t>(t.arena_used);
-  g.seg = g.bytes = r.len;
-  g.nseg = 1;
-  if (all)
-    std::memcpy(&t.eps[t.eps_used], r.endpoints, sizeof(Endpoint) * n_eps);
-  else
-    t.eps[t.eps_used] = r.endpoints[r.dest_rank];
-  t.eps_used += n_eps;
-  t.arena_used += r.len;
-  t.groups.push_back(g);
+  if (t.out.add(r, t.gso)) return;
+  flush(t);
+  if (!t.out.add(r, t.gso)) counter_add(t.send_errors);  // larger than an empty batch holds
 }
 
 void UdpBackend::flush(Thread& t) {
-  size_t m = 0;
-  for (uint32_t gi = 0; gi < t.groups.size(); ++gi) {
-    Group& g = t.groups[gi];
-    const bool gso = g.nseg > 1 && t.gso;
-    const uint32_t writes = gso ? 1 : g.nseg;
-    for (uint16_t e = 0; e < g.n_eps; ++e) {
-      const Endpoint& ep = t.eps[g.ep_off + e];
-      for (uint32_t w = 0; w < writes; ++w) {
-        if (m == kMaxTxMsgs) {
-          send_msgs(t, m);
-          m = 0;
-        }
-        sockaddr_in& a = t.tx_addr[m];
-        a = sockaddr_in{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = ep.ipv4_be;
-        a.sin_port = ep.port_be;
-        uint32_t off = g.off + w * g.seg;
-        t.tx_iov[m] = {t.arena.data() + off, gso ? g.bytes : std::min(g.seg, g.off + g.bytes - off)};
-        msghdr& h = t.tx_msgs[m].msg_hdr;
-        h = msghdr{};
-        h.msg_name = &a;
-        h.msg_namelen = sizeof a;
-        h.msg_iov = &t.tx_iov[m];
-        h.msg_iovlen = 1;
-        if (gso) {
-          h.msg_control = t.tx_ctrl.data() + m * CMSG_SPACE(sizeof(uint16_t));
-          h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
-          cmsghdr* c = CMSG_FIRSTHDR(&h);
-          c->cmsg_level = SOL_UDP;
-          c->cmsg_type = UDP_SEGMENT;
-          c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-          uint16_t s = static_cast<uint16_t>(g.seg);
-          std::memcpy(CMSG_DATA(c), &s, sizeof s);
-        }
-        t.tx_group[m] = gi;
-        ++m;
-      }
-    }
-  }
-  if (m) send_msgs(t, m);
-  for (const Group& g : t.groups)
-    if (g.sent_pkts) engine_.count_sent(t.index, g.job_id, static_cast<uint32_t>(g.sent_pkts), g.sent_bytes);
-  t.groups.clear();
-  t.arena_used = 0;
-  t.eps_used = 0;
+  if (t.out.empty()) return;
+  t.out.write(t.gso, [&](mmsghdr* msgs, size_t n) { send_msgs(t, msgs, n); });
+  t.out.for_each_sent([&](uint32_t job_id, uint64_t pkts, uint64_t bytes) {
+    engine_.count_sent(t.index, job_id, static_cast<uint32_t>(pkts), bytes);
+  });
+  t.out.clear();
 }
 
-void UdpBackend::send_msgs(Thread& t, size_t n) {
+void UdpBackend::send_msgs(Thread& t, mmsghdr* msgs, size_t n) {
+  auto bytes_of = [](const msghdr& h) {
+    uint64_t b = 0;
+    for (size_t k = 0; k < h.msg_iovlen; ++k) b += h.msg_iov[k].iov_len;
+    return b;
+  };
   size_t i = 0;
   int retries = 0;
   while (i < n) {
-    int k = ::sendmmsg(t.fd, &t.tx_msgs[i], static_cast<unsigned>(n - i), 0);
+    int k = ::sendmmsg(t.fd, &msgs[i], static_cast<unsigned>(n - i), 0);
     if (k > 0) {
       for (int j = 0; j < k; ++j) {
-        Group& g = t.groups[t.tx_group[i + j]];
-        const bool gso = t.tx_msgs[i + j].msg_hdr.msg_controllen != 0;
-        g.sent_pkts += gso ? g.nseg : 1;
-        g.sent_bytes += t.tx_iov[i + j].iov_len;
+        const msghdr& h = msgs[i + j].msg_hdr;
+        const bool gso = h.msg_controllen != 0;
+        t.out.sent(i + j, gso ? h.msg_iovlen : 1, bytes_of(h));
         if (gso) counter_add(t.gso_writes);
       }
       i += size_t(k);
@@ -469,7 +364,7 @@ void UdpBackend::send_msgs(Thread& t, size_t n) {
       ::poll(&p, 1, 5);
       continue;
     }
-    msghdr& h = t.tx_msgs[i].msg_hdr;
+    msghdr& h = msgs[i].msg_hdr;
     if (h.msg_controllen != 0 &&
         (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT || errno == EMSGSIZE)) {
       // The kernel or the route cannot segment: fall back to one datagram per result for good.
@@ -477,17 +372,13 @@ void UdpBackend::send_msgs(Thread& t, size_t n) {
         GS_LOG_WARN("udp thread %u: UDP GSO failed (%s); sending datagrams one by one", t.index,
                     std::strerror(errno));
       t.gso = false;
-      Group& g = t.groups[t.tx_group[i]];
-      const auto* base = static_cast<const uint8_t*>(t.tx_iov[i].iov_base);
-      for (uint32_t off = 0; off < t.tx_iov[i].iov_len; off += g.seg) {
-        size_t l = std::min<size_t>(g.seg, t.tx_iov[i].iov_len - off);
-        if (::sendto(t.fd, base + off, l, 0, static_cast<sockaddr*>(h.msg_name), h.msg_namelen) ==
-            ssize_t(l)) {
-          ++g.sent_pkts;
-          g.sent_bytes += l;
-        } else {
+      for (size_t d = 0; d < h.msg_iovlen; ++d) {  // each iovec is one datagram
+        const iovec& v = h.msg_iov[d];
+        if (::sendto(t.fd, v.iov_base, v.iov_len, 0, static_cast<sockaddr*>(h.msg_name), h.msg_namelen) ==
+            ssize_t(v.iov_len))
+          t.out.sent(i, 1, v.iov_len);
+        else
           counter_add(t.send_errors);
-        }
       }
     } else {
       counter_add(t.send_errors);

@@ -1,0 +1,194 @@
+// ResultBatch (src/switch/io/udp/result_batch.h): a burst's datagrams grouped by destination, each
+// destination's in the order added, and the sendmmsg messages built from them (GSO trains or one
+// datagram per message), without sockets.
+#include <arpa/inet.h>
+
+#include <string>
+#include <vector>
+
+#include "gradswitch/wire.h"
+#include "harness.h"
+#include "switch/io/udp/result_batch.h"
+
+using gradswitch::Endpoint;
+using gradswitch::IngestResult;
+using gradswitch::ResultBatch;
+
+namespace {
+
+constexpr uint16_t kWorld = 4;
+
+struct Job {
+  Endpoint eps[kWorld];
+  Job() {
+    for (uint16_t r = 0; r < kWorld; ++r)
+      eps[r] = Endpoint{htonl(0x7f000001), htons(static_cast<uint16_t>(9000 + r))};
+  }
+};
+
+// A datagram of `len` bytes whose first byte tags it, to `dest` (an endpoint index or GS_RANK_ALL).
+struct Datagram {
+  std::vector<uint8_t> bytes;
+  IngestResult r;
+  Datagram(const Job& job, uint8_t tag, uint32_t len, uint16_t dest, uint8_t type = GS_MSG_RESULT)
+      : bytes(len, tag) {
+    r.kind = IngestResult::kSend;
+    r.job_id = 7;
+    r.dest_rank = dest;
+    r.data = bytes.data();
+    r.len = len;
+    r.endpoints = job.eps;
+    r.world = kWorld;
+    r.type = type;
+  }
+};
+
+// What one message carries: its port, its datagrams' tags in order, and its GSO segment size.
+struct Msg {
+  uint16_t port;
+  std::string tags;
+  uint16_t segment;
+};
+
+std::vector<Msg> write_all(ResultBatch& b, bool gso, std::vector<size_t>* calls = nullptr) {
+  std::vector<Msg> out;
+  b.write(gso, [&](mmsghdr* msgs, size_t n) {
+    if (calls) calls->push_back(n);
+    for (size_t i = 0; i < n; ++i) {
+      const msghdr& h = msgs[i].msg_hdr;
+      Msg m{ntohs(static_cast<const sockaddr_in*>(h.msg_name)->sin_port), "", b.segment(i)};
+      uint64_t bytes = 0;
+      for (size_t k = 0; k < h.msg_iovlen; ++k) {
+        m.tags += static_cast<char>(static_cast<const uint8_t*>(h.msg_iov[k].iov_base)[0]);
+        bytes += h.msg_iov[k].iov_len;
+      }
+      b.sent(i, h.msg_iovlen, bytes);
+      out.push_back(m);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST(interleaved_destinations_become_one_write_each) {
+  Job job;
+  // Under loss: multicast RESULTs alternate with HELD answers and unicast RESULTs.
+  Datagram d[] = {{job, 'a', 100, GS_RANK_ALL}, {job, 'h', 32, 1, GS_MSG_HELD},
+                  {job, 'b', 100, GS_RANK_ALL}, {job, 'u', 100, 2},
+                  {job, 'c', 100, GS_RANK_ALL}, {job, 'i', 32, 1, GS_MSG_HELD}};
+  ResultBatch b;
+  for (auto& x : d) CHECK(b.add(x.r, /*gso=*/true));
+  std::vector<Msg> m = write_all(b, true);
+  CHECK_EQ(m.size(), size_t{6});  // the multicast to 4 ranks, the HELDs to rank 1, the unicast
+  for (uint16_t r = 0; r < kWorld; ++r) {
+    CHECK_EQ(m[r].port, 9000 + r);
+    CHECK(m[r].tags == "abc");
+    CHECK_EQ(m[r].segment, 100);
+  }
+  CHECK_EQ(m[4].port, 9001);
+  CHECK(m[4].tags == "hi");
+  CHECK_EQ(m[4].segment, 32);
+  CHECK_EQ(m[5].port, 9002);
+  CHECK(m[5].tags == "u");
+  CHECK_EQ(m[5].segment, 0);  // one datagram: no GSO
+  uint64_t pkts = 0, bytes = 0;
+  b.for_each_sent([&](uint32_t job_id, uint64_t p, uint64_t by) {
+    CHECK_EQ(job_id, 7u);
+    pkts += p;
+    bytes += by;
+  });
+  CHECK_EQ(pkts, uint64_t{3 * 4 + 2 + 1});
+  CHECK_EQ(bytes, uint64_t{300 * 4 + 64 + 100});
+}
+
+TEST(a_shorter_datagram_ends_its_write_and_the_order_holds) {
+  Job job;
+  // Only a GSO write's last datagram may be shorter; what follows goes to a new write after it,
+  // never back into an older one of the same destination.
+  Datagram d[] = {{job, 'a', 100, 0}, {job, 'b', 100, 0}, {job, 's', 60, 0},
+                  {job, 'c', 100, 0}, {job, 'x', 100, 1}, {job, 'd', 100, 0}};
+  ResultBatch b;
+  for (auto& x : d) CHECK(b.add(x.r, true));
+  std::vector<Msg> m = write_all(b, true);
+  CHECK_EQ(m.size(), size_t{3});
+  CHECK(m[0].tags == "abs");
+  CHECK(m[1].tags == "cd");
+  CHECK(m[2].tags == "x");
+  // A longer datagram does not join a write of shorter segments either.
+  ResultBatch b2;
+  Datagram e[] = {
+      {job, 'h', 32, 0, GS_MSG_HELD}, {job, 'r', 100, 0, GS_MSG_HELD}, {job, 'k', 32, 0, GS_MSG_HELD}};
+  for (auto& x : e) CHECK(b2.add(x.r, true));
+  m = write_all(b2, true);
+  CHECK_EQ(m.size(), size_t{2});
+  CHECK(m[0].tags == "h");
+  CHECK(m[1].tags == "rk");
+}
+
+TEST(types_and_jobs_never_share_a_write) {
+  Job job;
+  Datagram a{job, 'a', 100, 0, GS_MSG_RESULT}, b{job, 'b', 100, 0, GS_MSG_ABORT}, c{job, 'c', 100, 0};
+  c.r.job_id = 8;
+  ResultBatch batch;
+  for (auto* x : {&a, &b, &c}) CHECK(batch.add(x->r, true));
+  CHECK_EQ(write_all(batch, true).size(), size_t{3});
+}
+
+TEST(without_gso_every_datagram_is_a_message_in_the_order_added) {
+  Job job;
+  Datagram d[] = {{job, 'a', 100, GS_RANK_ALL}, {job, 'h', 32, 1, GS_MSG_HELD}, {job, 'b', 100, GS_RANK_ALL}};
+  ResultBatch b;
+  for (auto& x : d) CHECK(b.add(x.r, /*gso=*/false));
+  std::vector<Msg> m = write_all(b, false);
+  CHECK_EQ(m.size(), size_t{9});
+  std::string order;
+  for (auto& x : m) {
+    order += x.tags;
+    CHECK_EQ(x.segment, 0);
+  }
+  CHECK(order == "aaaahbbbb");
+}
+
+TEST(writes_hold_at_most_64_segments_and_60000_bytes) {
+  Job job;
+  std::vector<Datagram> d;
+  for (int i = 0; i < 70; ++i) d.emplace_back(job, static_cast<uint8_t>('0' + i % 10), 100, 0);
+  for (int i = 0; i < 45; ++i) d.emplace_back(job, 'L', 1472, 1);
+  ResultBatch b;
+  for (auto& x : d) CHECK(b.add(x.r, true));
+  std::vector<Msg> m = write_all(b, true);
+  CHECK_EQ(m.size(), size_t{4});
+  CHECK_EQ(m[0].tags.size(), size_t{64});
+  CHECK_EQ(m[1].tags.size(), size_t{6});
+  CHECK_EQ(m[2].tags.size(), size_t{40});  // 40 x 1472 B <= 60000 < 41 x 1472
+  CHECK_EQ(m[3].tags.size(), size_t{5});
+}
+
+TEST(messages_go_out_in_sendmmsg_sized_rounds) {
+  Job job;
+  std::vector<Datagram> d;
+  for (int i = 0; i < 300; ++i) d.emplace_back(job, 'm', 100, GS_RANK_ALL);
+  ResultBatch b;
+  for (auto& x : d) CHECK(b.add(x.r, false));
+  std::vector<size_t> calls;
+  CHECK_EQ(write_all(b, false, &calls).size(), size_t{1200});
+  CHECK_EQ(calls.size(), size_t{2});
+  CHECK_EQ(calls[0], ResultBatch::kMaxMsgs);
+  CHECK_EQ(calls[0] + calls[1], size_t{1200});
+}
+
+TEST(a_full_batch_refuses_and_takes_again_after_clear) {
+  Job job;
+  Datagram big{job, 'B', 9000, 0};
+  ResultBatch b;
+  size_t added = 0;
+  while (b.add(big.r, true)) ++added;
+  CHECK_EQ(added, size_t{256 * 1024 / 9000});
+  CHECK(!b.empty());
+  b.clear();
+  CHECK(b.empty());
+  CHECK(b.add(big.r, true));
+}
+
+GS_TEST_MAIN()
