@@ -126,10 +126,13 @@ def _worker(args, rank: int, results) -> None:
             seed=rank + 1,
         ) as g:
             expected = _expected(n, args.workers, dtype)
+            # Made once: generating it each time (~40 ms for 16 MB) would start the ranks' allreduces
+            # that far apart, and the first rounds would time the slowest rank's numpy, not the network.
+            src = _tensor(n, rank, dtype)
             x = np.empty(n, dtype=dtype)
             times = []
             for i in range(args.warmup + args.iters):
-                x[:] = _tensor(n, rank, dtype)
+                np.copyto(x, src)
                 t0 = time.perf_counter()
                 g.allreduce(x)
                 dt = time.perf_counter() - t0
