@@ -17,6 +17,10 @@ constexpr unsigned kReorderPersist = 16;
 // The learned timer floor halves after this long without a spurious timeout: stalls of a busy
 // host recur within seconds; a path that got faster is trusted again soon after.
 constexpr int64_t kFloorHalfLifeNs = 2'000'000'000;
+// While the peer answers, a round that may carry this rank's lost data waits at most this many base
+// timers between its resends. Load stays bounded: a scan with nothing newer delivered still sends
+// one probe, and the backoff is exponential again once nothing was answered for rto_max.
+constexpr int64_t kAliveBackoff = 2;
 
 }  // namespace
 
@@ -66,6 +70,7 @@ void LossDetector::launch(RoundTimer& t, int64_t now) {
 }
 
 void LossDetector::delivered(RoundTimer& t, int64_t now) {
+  last_answer_ns_ = now;
   if (t.tries == 0) rtt_.sample(now - t.sent_ns);
   newest_delivered_tx_ns_ = std::max(newest_delivered_tx_ns_, t.tries ? t.sent_ns : t.last_tx_ns);
   // A resend answered within a round trip of it (not sooner than min_rtt: RFC 8985 6.2; not much
@@ -83,6 +88,7 @@ void LossDetector::delivered(RoundTimer& t, int64_t now) {
 
 bool LossDetector::held(RoundTimer& t, int64_t now) {
   if (!t.busy || t.held || t.tries == 0) return false;
+  last_answer_ns_ = now;
   t.held = true;
   // The answer now waits for the other contributions: give it a full timer from here.
   t.deadline_ns = now + t.rto_ns;
@@ -120,7 +126,7 @@ void LossDetector::mark_resent(RoundTimer& t, int64_t now, RetxCause cause) {
   t.tries++;
   t.cause = cause;
   t.last_tx_ns = now;
-  t.rto_ns = std::min(t.rto_ns * 2, rto_max_);
+  t.rto_ns = next_rto(t, now);
   t.deadline_ns = now + t.rto_ns;
   if (cause == RetxCause::kRack && reo_mult_ > 1 && ++rack_losses_since_spurious_ >= kReorderPersist) {
     reo_mult_ = 1;
@@ -129,8 +135,15 @@ void LossDetector::mark_resent(RoundTimer& t, int64_t now, RetxCause cause) {
 }
 
 void LossDetector::back_off(RoundTimer& t, int64_t now) const {
-  t.rto_ns = std::min(t.rto_ns * 2, rto_max_);
+  t.rto_ns = next_rto(t, now);
   t.deadline_ns = now + t.rto_ns;
+}
+
+int64_t LossDetector::next_rto(const RoundTimer& t, int64_t now) const {
+  int64_t rto = std::min(t.rto_ns * 2, rto_max_);
+  if (last_answer_ns_ > 0 && now - last_answer_ns_ < rto_max_)
+    rto = std::min(rto, kAliveBackoff * rtt_.initial_rto(floor_ns_, rto_max_));
+  return rto;
 }
 
 int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vector<unsigned>* resend,
