@@ -231,31 +231,19 @@ def _stop_when(sw, completed: int, signal_name: str, limit_s: float = 60) -> Non
         sw.proc.terminate()
 
 
-BIG = 16 * 1024 * 1024  # 64 MB of float32: 46,604 chunks of 360 elements
-
-
-@pytest.mark.parametrize(
-    ("signal_name", "fraction", "queued"),
-    [("kill", 0.0, False), ("kill", 0.3, False), ("kill", 0.9, True), ("term", 0.6, True)],
-)
-def test_switch_killed_mid_allreduce_falls_back_to_ring(switch_factory, signal_name, fraction, queued):
-    """SIGKILL (or SIGTERM) the switch at a point of a 64 MB allreduce of N = 4 ranks (after
-    `fraction` of its rounds completed at the switch): that allreduce and the next 10 complete
-    with the exact sum on every rank, on the ring, after one fallback each. `queued`: all eleven
-    submitted at once, so that several are in flight (streaming) when the switch dies."""
+def _run_fallback_workers(sw, sizes, queued, stop, drop=0.0, world=4) -> dict[int, dict]:
+    """`world` _fallback_workers through switch `sw`; `stop()` once they all joined. Returns each
+    rank's report after checking that none failed and every sum is exact."""
     import multiprocessing as mp
     import queue as queue_mod
 
-    sw = switch_factory(binary=daemon_binary(), threads=2)
-    world = 4
-    sizes = [BIG] + [1_000_003, 1, 360, 361, 250_000] * 2
     peers = [f"127.0.0.1:{p}" for p in free_udp_ports(world)]
     ctx = mp.get_context("spawn")
     q, ready = ctx.Queue(), ctx.Queue()
     procs = [
         ctx.Process(
             target=_fallback_worker,
-            args=(q, r, world, sw.address, peers, sizes, ready, 10.0, queued),
+            args=(q, r, world, sw.address, peers, sizes, ready, 10.0, queued, drop),
             daemon=True,
         )
         for r in range(world)
@@ -265,8 +253,7 @@ def test_switch_killed_mid_allreduce_falls_back_to_ring(switch_factory, signal_n
     try:
         for _ in range(world):
             ready.get(timeout=120)
-        chunks = -(-BIG // 360)
-        _stop_when(sw, int(fraction * chunks) + (256 if fraction > 0 else 0), signal_name)
+        stop()
         reports = {}
         deadline = time.monotonic() + 180
         while len(reports) < world:
@@ -283,11 +270,31 @@ def test_switch_killed_mid_allreduce_falls_back_to_ring(switch_factory, signal_n
     errors = {r: rep["error"] for r, rep in reports.items() if "error" in rep}
     assert not errors, "worker errors:\n" + "\n".join(f"rank {r}:\n{e}" for r, e in errors.items())
     for r, rep in reports.items():
+        assert len(rep["results"]) == len(sizes)
         bad = [res for res in rep["results"] if not res[4]]
         assert not bad, f"rank {r}: wrong sums {bad}"
-        assert len(rep["results"]) == len(sizes)
-        assert rep["algorithm"] == "ring"
-        assert rep["stats"]["fallbacks"] == 1
+        assert rep["stats"]["fallbacks"] == 1, f"rank {r} did not fall back once: {rep['stats']}"
+    return reports
+
+
+BIG = 16 * 1024 * 1024  # 64 MB of float32: 46,604 chunks of 360 elements
+
+
+@pytest.mark.parametrize(
+    ("signal_name", "fraction", "queued"),
+    [("kill", 0.0, False), ("kill", 0.3, False), ("kill", 0.9, True), ("term", 0.6, True)],
+)
+def test_switch_killed_mid_allreduce_falls_back_to_ring(switch_factory, signal_name, fraction, queued):
+    """SIGKILL (or SIGTERM) the switch at a point of a 64 MB allreduce of N = 4 ranks (after
+    `fraction` of its rounds completed at the switch): that allreduce and the next 10 complete
+    with the exact sum on every rank, on the ring, after one fallback each. `queued`: all eleven
+    submitted at once, so that several are in flight (streaming) when the switch dies."""
+    sw = switch_factory(binary=daemon_binary(), threads=2)
+    sizes = [BIG] + [1_000_003, 1, 360, 361, 250_000] * 2
+    chunks = -(-BIG // 360)
+    completed = int(fraction * chunks) + (256 if fraction > 0 else 0)
+    reports = _run_fallback_workers(sw, sizes, queued, lambda: _stop_when(sw, completed, signal_name))
+    assert all(rep["algorithm"] == "ring" for rep in reports.values())
     held = [rep["stats"]["fallback_held"] for rep in reports.values()]
     print(
         f"chunks each rank held when the switch went: {held}; times (rank 0):",
@@ -306,41 +313,9 @@ def test_switch_stopped_while_ranks_hold_different_allreduces(switch_factory):
     for its rounds (answered from its copies during the shutdown grace), so every rank hands the
     ring the same allreduces and all 120 complete exactly; before, the ring started at different
     allreduces on different ranks and they waited for each other until the timeout."""
-    import multiprocessing as mp
-
     sw = switch_factory(binary=daemon_binary(), threads=2, drop_rate=0.05)
-    world = 4
     sizes = [3600] * 120  # 10 chunks each, up to 16 allreduces in flight
-    peers = [f"127.0.0.1:{p}" for p in free_udp_ports(world)]
-    ctx = mp.get_context("spawn")
-    q, ready = ctx.Queue(), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_fallback_worker,
-            args=(q, r, world, sw.address, peers, sizes, ready, 10.0, True, 0.05),
-            daemon=True,
-        )
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        for _ in range(world):
-            ready.get(timeout=120)
-        _stop_when(sw, 400, "term")
-        reports = dict(q.get(timeout=120) for _ in range(world))
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    errors = {r: rep["error"] for r, rep in reports.items() if "error" in rep}
-    assert not errors, "worker errors:\n" + "\n".join(f"rank {r}:\n{e}" for r, e in errors.items())
-    for r, rep in reports.items():
-        assert len(rep["results"]) == len(sizes)
-        bad = [res for res in rep["results"] if not res[4]]
-        assert not bad, f"rank {r}: wrong sums {bad}"
-        assert rep["stats"]["fallbacks"] == 1, f"rank {r} did not fall back once: {rep['stats']}"
+    reports = _run_fallback_workers(sw, sizes, True, lambda: _stop_when(sw, 400, "term"), drop=0.05)
     on_switch = [sum(a == "switch" for _, a in rep["times"]) for rep in reports.values()]
     print("allreduces each rank finished on the switch:", on_switch)
 

@@ -2,8 +2,8 @@
 // destination gets one UDP GSO write (up to 64 datagrams of one size) per burst, however the engine
 // interleaved them. Under loss a burst's multicast RESULTs alternate with HELD answers and unicast
 // RESULTs to single ranks; groups that ended at every change of destination cut the GSO writes to a
-// few datagrams each and doubled the switch's cost per datagram (BENCHMARKS.md §10, "Results
-// grouped by destination"). Datagrams to one destination keep their order; between destinations the
+// few datagrams each and cost the switch 2.6x the CPU per datagram (BENCHMARKS.md §10, "Loss: results
+// grouped by destination"). Datagrams of one type to one destination keep their order; otherwise the
 // order is free (a multicast RESULT may pass a HELD of the same burst: protocol.md §3).
 // No sockets here: it builds the sendmmsg messages; the backend sends them.
 #pragma once
