@@ -292,18 +292,21 @@ def run_mpi(
             "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
             "OMPI_MCA_rmaps_base_oversubscribe": "1",
         }
-        # Open MPI's start-up over the netns rsh agent stalls now and then (about one run in ten here,
-        # before any rank reports); a stalled run is killed and started once more, and says so.
-        for attempt in range(2):
+        # Open MPI's start-up over the netns rsh agent stalls now and then (one run in five to ten
+        # here: mpirun and one orted wait, no rank process exists); a stalled run is killed and
+        # started again, at most twice, and says so (two stalls in a row failed a CI run).
+        attempts = 3
+        for attempt in range(attempts):
             p = tb.popen("host", cmd, env=env, stdout=-1, stderr=-1, text=True)
             outs = wait_all([("mpirun", p)], timeout)
             name, rc, so, se = outs[0]
             stalled = "killed after" in (se or "") and not any(f.startswith("rank") for f in os.listdir(d))
-            if not stalled or attempt == 1:
+            if not stalled or attempt == attempts - 1:
                 break
             _kill_mpi_leftovers(tb, hosts)
             print(
-                f"mpirun ({mode}) stalled for {timeout}s before any rank finished; retrying once",
+                f"mpirun ({mode}) stalled for {timeout}s before any rank finished; "
+                f"starting it again ({attempt + 2} of {attempts})",
                 file=sys.stderr,
             )
         if rc != 0:
