@@ -250,8 +250,8 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   detector(slot).delivered(t, now);
   last_progress_ns_ = now;
   if (op.times) op.times->result(now);
-  if (draining_ && r.bootstrap) return;  // nothing new starts on a switch that is going
-  if (r.bootstrap) {  // the exponent round's result carries the agreed exponent of this chunk
+  if (r.bootstrap) {        // the exponent round's result carries the agreed exponent of this chunk
+    if (draining_) return;  // nothing new starts on a switch that is going
     prepare_chunk(slot, r.chunk, h.next_exp);
     launch(slot, now);
     return;
@@ -261,7 +261,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   AllreduceOp* whole = f->op;
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   if (schedule_.finish(slot, f)) finished->push_back(whole);
-  if (draining_) return;
+  if (draining_) return;  // nothing new starts on a switch that is going
   if (adaptive_) {
     --in_flight_;
     if (uint64_t next = schedule_.slot_next(slot); next < scan_) {  // passed over while this round ran
