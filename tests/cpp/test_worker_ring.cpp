@@ -42,6 +42,7 @@ class FakeNet {
     if (to >= inbox_.size()) return;
     if (drop_ > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < drop_) return;
     std::vector<uint8_t> d(p.data, p.data + p.len);
+    if (p.len < GS_HEADER_BYTES) ++short_sent_;
     if (p.len >= GS_HEADER_BYTES) {
       gs_header h;
       gs_header_decode(p.data, &h);
@@ -76,6 +77,17 @@ class FakeNet {
     std::lock_guard<std::mutex> lk(mu_);
     return done_sent_;
   }
+  // Datagrams of less than a header that a rank sent (never right).
+  size_t short_sent() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return short_sent_;
+  }
+  // Puts a datagram in `rank`'s inbox as if a peer had sent it.
+  void inject(unsigned rank, std::vector<uint8_t> d) {
+    std::lock_guard<std::mutex> lk(mu_);
+    inbox_[rank].push_back(std::move(d));
+    cv_.notify_all();
+  }
   void wake() {
     std::lock_guard<std::mutex> lk(mu_);
     woken_ = true;
@@ -91,6 +103,7 @@ class FakeNet {
   std::mt19937_64 rng_;
   bool woken_ = false;
   std::vector<std::pair<unsigned, uint32_t>> done_sent_;
+  size_t short_sent_ = 0;
 };
 
 class NetTransport : public Transport {
@@ -516,6 +529,28 @@ TEST(dead_rank_times_out_naming_it) {
   // waits for rank 2.
   CHECK(err[0].find("ranks 1, 2 alive") != std::string::npos);
   CHECK(err[1].find("is rank 2 alive") != std::string::npos);
+}
+
+TEST(root_ignores_a_partial_of_its_own_finished_round) {
+  // The previous rank is the last of the chain of the slots this rank roots: it sends them
+  // results, never partials. A partial of the root's finished round (a forged or corrupt one)
+  // found no copy of the sum to answer with and sent a datagram of length 0 (found by fuzz_ring).
+  unsigned N = 3;
+  Ring ring(N, 4, 1440);
+  std::vector<std::vector<int32_t>> d(N, std::vector<int32_t>(10, 1));
+  CHECK(all_ok(ring.each([&](unsigned r) { ring.ranks[r]->allreduce(d[r].data(), 10, GS_ELEM_INT32); })));
+  CHECK(d[0][9] == 3);
+  // Slot 0 (root: rank 0) carried the only chunk, version 0, seq 0, offset 0.
+  std::vector<uint8_t> pkt(GS_HEADER_BYTES + 10 * 4, 0);
+  gs_header h =
+      HeaderBuilder(GS_MSG_RING_PARTIAL, 9, 0xABCD).rank(2).slot(0).elems(GS_ELEM_INT32, 10).round(0, 0);
+  gs_header_encode(&h, pkt.data());
+  Rank& root = *ring.ranks[0];
+  const uint64_t ignored = root.counters.ignored.load();
+  ring.net.inject(0, pkt);
+  root.ring->serve(1'000'000);
+  CHECK_EQ(root.counters.ignored.load(), ignored + 1);
+  CHECK_EQ(ring.net.short_sent(), size_t{0});
 }
 
 TEST(single_rank_rounds_like_the_switch) {

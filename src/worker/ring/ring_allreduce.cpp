@@ -208,12 +208,16 @@ void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64
   const uint8_t v = h.flags & GS_FLAG_VERSION;
   Round& r = rounds_[s];
   Counters& k = *ctx_.counters;
+  if (position(s) == 0) {  // this rank roots the slot: its previous rank sends it results, never partials
+    counter_add(k.ignored);
+    return;
+  }
   const bool same = r.state != State::kIdle && v == r.version && h.seq == r.seq && h.offset == r.offset;
-  if (!same) {
+  if (!same || r.state == State::kDone) {
     // A resent partial of a round finished here, or one of the next allreduce.
     const Shadow& sh = shadows_[2 * s + v];
     if (sh.valid && sh.seq == h.seq && sh.offset == h.offset) return answer_from_shadow(s, v);
-    if ((r.state == State::kIdle || r.state == State::kDone) &&
+    if (!same && (r.state == State::kIdle || r.state == State::kDone) &&
         (r.state == State::kIdle || round_is_newer(h.seq, h.offset, r.seq, r.offset))) {
       return stash_early(payload - GS_HEADER_BYTES,
                          GS_HEADER_BYTES + h.count * static_cast<uint32_t>(gs_elem_size(h.elem_type)));
@@ -221,7 +225,6 @@ void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64
     counter_add(k.ignored);
     return;
   }
-  if (r.state == State::kDone) return answer_from_shadow(s, v);
   if (r.state == State::kForwarded) {  // a duplicate: this rank's own timer covers the rest
     counter_add(k.ignored);
     return;
