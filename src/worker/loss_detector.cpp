@@ -69,9 +69,9 @@ void LossDetector::launch(RoundTimer& t, int64_t now) {
   t.deadline_ns = now + t.rto_ns;
 }
 
-void LossDetector::delivered(RoundTimer& t, int64_t now) {
+void LossDetector::delivered(RoundTimer& t, int64_t now, bool after_recovery) {
   last_answer_ns_ = now;
-  if (t.tries == 0) rtt_.sample(now - t.sent_ns);
+  if (t.tries == 0 && !after_recovery) rtt_.sample(now - t.sent_ns);
   newest_delivered_tx_ns_ = std::max(newest_delivered_tx_ns_, t.tries ? t.sent_ns : t.last_tx_ns);
   // A resend answered within a round trip of it (not sooner than min_rtt: RFC 8985 6.2; not much
   // later: then a stalled peer answered the original) shows the path working at its send time.

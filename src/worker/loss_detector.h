@@ -74,8 +74,10 @@ class LossDetector {
   // by the peer is answered at least min_rtt after it was sent (RFC 8985 6.2) and within a round
   // trip, the path delivered at that resend's time: rounds sent before it (or with it) whose answers
   // do not follow within srtt + the reordering window are lost (a lost tail recovers after one
-  // timeout, not after one probe per doubled timeout).
-  void delivered(RoundTimer& t, int64_t now);
+  // timeout, not after one probe per doubled timeout). `after_recovery`: a resend completed the round
+  // (its RESULT carries RETX), so even a round sent once gives no RTT sample: its answer waited for
+  // another rank's loss recovery, which is not this path's round trip.
+  void delivered(RoundTimer& t, int64_t now, bool after_recovery = false);
   // The peer holds the round's data (HELD) while it is in flight: its latest retransmission was
   // spurious. Returns true the first time (the caller counts it). The round leaves RACK (it is not
   // lost; its answer waits for other ranks) and keeps a timer for the answer itself. Nothing is
@@ -89,9 +91,8 @@ class LossDetector {
   // A delivered round's retransmission turned out spurious after the fact: the original answer
   // arrived after the answer to the retransmission, or the retransmission was answered from the
   // peer's copy (DSACK) after the original answer had arrived. `rtt_ns` (0: none) is an RTT sample;
-  // after a timeout or probe, `wait_ns` (0: none), how long the answer took that the timer did not
-  // wait for, raises the timer's floor to 1.25x it: the path stalled, or the rank the round waited
-  // for was late, for that long.
+  // after a timeout or probe, `wait_ns` (0: none), the resend's own round trip, raises the timer's
+  // floor to 1.25x it: the path or the peer stalled for that long.
   void spurious(RetxCause cause, int64_t rtt_ns, int64_t wait_ns, int64_t now);
 
   // Decides which busy rounds of `timers` to resend at `now`. A round is resent when a round sent

@@ -247,7 +247,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   if (t.held && t.cause == RetxCause::kRack && !(h.flags & (GS_FLAG_UNICAST | GS_FLAG_RETX)))
     detector(slot).reordered(now);
   remember_delivered(slot, h, t, now);
-  detector(slot).delivered(t, now);
+  detector(slot).delivered(t, now, h.flags & GS_FLAG_RETX);
   last_progress_ns_ = now;
   if (op.times) op.times->result(now);
   if (r.bootstrap) {        // the exponent round's result carries the agreed exponent of this chunk
@@ -301,11 +301,14 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
       d.offset != h.offset)
     return;
   // What the answers measure. When a late original completed the round (its RESULT without RETX),
-  // the original's round trip is how long this path, or the rank it waited for, took: an RTT sample
-  // and the time the timer should not fire before. When a resend completed it, the round waited for
-  // another rank's loss recovery: learning that would make every rank's timer wait for the others'
-  // recoveries (38 ms at 10% loss); only the resend's own round trip (its send to the answer to it)
-  // is then evidence of a stall, which delays that answer too.
+  // the original's round trip is how long this path, or the ranks it waited for, took: an RTT sample.
+  // When a resend completed it, the round waited for another rank's loss recovery: no sample.
+  // The timer's floor learns only the resend's own round trip (its send to the answer to it): a
+  // stall of the switch or of the path delays that answer too. The original's round trip also holds
+  // the wait for a rank that was late for its own reasons (under loss: its previous round in the
+  // slot recovering a lost RESULT); learning it raised every rank's floor to 7-19 ms at 10% loss on
+  // the testbed (38 ms on loopback when it also learned from rounds completed by a resend), against
+  // an own round trip under 1 ms, and a later timer helps no rank that waits for another.
   int64_t sample = 0, wait = 0;
   if (h.type == GS_MSG_RESULT && !(h.flags & GS_FLAG_UNICAST)) {  // after the UNICAST answer
     if (d.multicast_seen) return;                                 // a duplicate of it
@@ -321,10 +324,7 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
   } else {
     return;
   }
-  if (d.completed_by_resend)
-    sample = 0;
-  else
-    wait = std::max(wait, sample);
+  if (d.completed_by_resend) sample = 0;
   counter_add(ctx_.counters->spurious_retransmissions);
   if (d.cause == RetxCause::kRack || d.cause == RetxCause::kTimeout) cc_.on_spurious(now);
   // Taught once; a RACK resend that raced another rank's recovery says nothing of reordering either.

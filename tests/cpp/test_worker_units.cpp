@@ -327,6 +327,21 @@ TEST(loss_karn_and_backoff_cap) {
   CHECK(!d.rtt().has_sample());  // a resent round gives no RTT sample
 }
 
+// Issue #17: a round sent once whose RESULT says a resend completed it (RETX) waited for another
+// rank's loss recovery. Sampled, those waits (several ms each at 10% loss, most rounds having a lost
+// contribution somewhere) made srtt and rttvar, so every timer, the others' recovery times.
+TEST(loss_a_round_completed_by_a_resend_gives_no_rtt_sample) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(2);
+  d.launch(t[0], 0);
+  d.launch(t[1], 0);
+  d.delivered(t[0], 12 * kMs, /*after_recovery=*/true);
+  CHECK(!d.rtt().has_sample());
+  CHECK(!t[0].busy);
+  d.delivered(t[1], 300'000);  // completed by the originals: this path's round trip
+  CHECK(d.rtt().srtt_ns() == 300'000.0);
+}
+
 // Issue #17: at 10% loss a round that needs five tries is common in an allreduce of 10,000 rounds;
 // doubling its timer each time (4, 8, 16, 32, 64 ms) made it the allreduce's tail while every other
 // round was answered. While answers flow it waits at most 2 base timers; once nothing was answered
