@@ -84,6 +84,27 @@ def test_wrong_sum_is_detected():
     assert check(s, 3, 1) == 1.0
 
 
+def test_wait_all_reads_every_process_at_once(tmp_path):
+    """A rank that writes more than a pipe holds must not block while an earlier rank is waited for:
+    here the first process waits for the second to finish writing 256 KB to stderr (as ranks wait for
+    each other's allreduce), which with the pipes read one after another never happened."""
+    import subprocess
+    import sys
+
+    from gradswitch.baselines.common import wait_all
+
+    flag = tmp_path / "written"
+    first = f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.01)\nprint('first')"
+    second = f"import sys\nsys.stderr.write('x' * 262144)\nsys.stderr.flush()\nopen({str(flag)!r}, 'x')"
+    procs = [
+        (name, subprocess.Popen([sys.executable, "-c", code], stdout=-1, stderr=-1, text=True))
+        for name, code in (("first", first), ("second", second))
+    ]
+    outs = wait_all(procs, 20)  # a deadlock ends in the timeout's kill: return codes -9
+    assert [(n, rc) for n, rc, _, _ in outs] == [("first", 0), ("second", 0)], outs
+    assert outs[0][2].strip() == "first" and len(outs[1][3]) == 262144
+
+
 def test_cli_slots_reaches_the_switch_and_is_checked(tb, capsys, monkeypatch):
     import json
 

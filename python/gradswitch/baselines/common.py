@@ -6,6 +6,7 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -104,10 +105,15 @@ def combine(
 
 
 def wait_all(procs: list[tuple[str, subprocess.Popen]], timeout: float) -> list[tuple[str, int, str, str]]:
-    """Wait for named processes; on timeout kill all of them. Returns (name, rc, stdout, stderr)."""
+    """Wait for named processes; on timeout kill all of them. Returns (name, rc, stdout, stderr).
+
+    Every process's pipes are read at once, one thread each: read one after another, a rank whose
+    output filled its pipe while an earlier one was waited for blocked in write, and with it every
+    rank's allreduce, until the timeout (a worker logging at debug level does that)."""
     deadline = time.time() + timeout
-    out = []
-    for name, p in procs:
+    got: list[tuple[str, str]] = [("", "")] * len(procs)
+
+    def drain(i: int, p: subprocess.Popen) -> None:
         try:
             so, se = p.communicate(timeout=max(0.1, deadline - time.time()))
         except subprocess.TimeoutExpired:
@@ -116,8 +122,14 @@ def wait_all(procs: list[tuple[str, subprocess.Popen]], timeout: float) -> list[
                     q.kill()
             so, se = p.communicate()
             se = (se or "") + f"\n[killed after {timeout}s timeout]"
-        out.append((name, p.returncode, so or "", se or ""))
-    return out
+        got[i] = (so or "", se or "")
+
+    readers = [threading.Thread(target=drain, args=(i, p), daemon=True) for i, (_, p) in enumerate(procs)]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join()
+    return [(name, p.returncode, *got[i]) for i, (name, p) in enumerate(procs)]
 
 
 def fail_text(outs) -> str:
