@@ -110,7 +110,11 @@ void LossDetector::reordered(int64_t now) {
 }
 
 void LossDetector::raise_floor(int64_t rtt_ns, int64_t now) {
-  const int64_t want = std::clamp(rtt_ns + rtt_ns / 4, rto_min_, rto_max_);
+  // At most a doubling per lesson: a stall that recurs raises the floor within a few resends, one
+  // outlier (this host descheduled the worker while the answer waited in its socket) does not put
+  // it at rto_max for seconds (seen at 10% loss on the testbed: 11 ms to 200 ms in one answer, and
+  // every round of that rank's waiting 200 ms per try while the others held theirs for it).
+  const int64_t want = std::min(std::clamp(rtt_ns + rtt_ns / 4, rto_min_, rto_max_), 2 * floor_ns_);
   if (want > floor_ns_) floor_ns_ = want;
   floor_raised_ns_ = now;
 }

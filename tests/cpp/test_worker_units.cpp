@@ -507,11 +507,17 @@ TEST(loss_a_late_original_answer_teaches_the_timer) {
   d.scan(&t, 1, 4 * kMs, &re);  // probed; the switch was stalled, not lossy
   d.delivered(t, 30 * kMs);     // by the answer to the probe, or the late original: unknown yet
   CHECK(!d.rtt().has_sample());
-  // Then the other answer arrives: the probe was spurious. The caller passes what the timer did not
-  // wait for (here 27 ms: the original's answer took that long after the probe; with its RESULT
-  // completed by a resend, only the probe's own round trip): the floor learns 1.25x it.
+  // Then the other answer arrives: the probe was spurious. The caller passes the probe's own round
+  // trip (here 27 ms: the stalled switch answered it that late): the floor learns 1.25x it.
   d.spurious(RetxCause::kProbe, 30 * kMs, 27 * kMs, 31 * kMs);
   CHECK(d.rtt().srtt_ns() == 30.0 * kMs);
+  // At most a doubling per lesson (one outlier does not put the floor at rto_max): 4 -> 8 ms; the
+  // same stall again -> 16, 32, then 1.25 x 27 ms.
+  CHECK_EQ(d.rto_floor_ns(), 8 * kMs);
+  d.spurious(RetxCause::kProbe, 0, 27 * kMs, 31 * kMs);
+  CHECK_EQ(d.rto_floor_ns(), 16 * kMs);
+  d.spurious(RetxCause::kProbe, 0, 27 * kMs, 31 * kMs);
+  d.spurious(RetxCause::kProbe, 0, 27 * kMs, 31 * kMs);
   CHECK_EQ(d.rto_floor_ns(), 27 * kMs + 27 * kMs / 4);
   // A shorter wait lowers nothing; a RACK resend teaches the timer nothing.
   d.spurious(RetxCause::kProbe, 0, 1 * kMs, 31 * kMs);
