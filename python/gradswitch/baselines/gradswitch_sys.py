@@ -90,13 +90,16 @@ def work(
         st0 = None
         for it in range(iters):
             np.copyto(x, grad(rank, n, it))
-            if barrier:
-                g.allreduce(tok)
-            if it == warmup:
+            if it == warmup:  # before the barrier: the other ranks' timed call must not wait for it
                 st0 = g.stats()
                 if switch_pid and rank == 0:
+                    # STATS opens a TCP connection; under loss its handshake can take a 1 s SYN
+                    # retransmission, which (read after the barrier) landed in the first timed
+                    # iteration of every other rank
                     sw_cpu0 = proc_cpu_seconds(switch_pid)
                     sw_data0 = data_thread_cpu_s(switch)
+            if barrier:
+                g.allreduce(tok)
             c0 = time.process_time()
             t0 = time.perf_counter()
             g.allreduce(x)
