@@ -42,8 +42,9 @@ class FakeNet {
     if (to >= inbox_.size()) return;
     if (drop_ > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < drop_) return;
     std::vector<uint8_t> d(p.data, p.data + p.len);
-    if (p.len < GS_HEADER_BYTES) ++short_sent_;
-    if (p.len >= GS_HEADER_BYTES) {
+    if (p.len < GS_HEADER_BYTES) {
+      ++short_sent_;
+    } else {
       gs_header h;
       gs_header_decode(p.data, &h);
       if (h.type == GS_MSG_RING_DONE) done_sent_.push_back({h.rank, h.seq});

@@ -217,8 +217,8 @@ void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64
     // A resent partial of a round finished here, or one of the next allreduce.
     const Shadow& sh = shadows_[2 * s + v];
     if (sh.valid && sh.seq == h.seq && sh.offset == h.offset) return answer_from_shadow(s, v);
-    if (!same && (r.state == State::kIdle || r.state == State::kDone) &&
-        (r.state == State::kIdle || round_is_newer(h.seq, h.offset, r.seq, r.offset))) {
+    if (r.state == State::kIdle ||
+        (r.state == State::kDone && round_is_newer(h.seq, h.offset, r.seq, r.offset))) {
       return stash_early(payload - GS_HEADER_BYTES,
                          GS_HEADER_BYTES + h.count * static_cast<uint32_t>(gs_elem_size(h.elem_type)));
     }
