@@ -1,6 +1,7 @@
 // libFuzzer target over the control plane's text parsing: the line framer and every verb's
-// argument parser (JOIN with types=, AUTH, ABORT ...). Checks: no crash, no sanitizer report, framed lines
-// respect the length limit, and every error formats as a single "ERR <code> <message>" line.
+// argument parser (JOIN with types=, LEAVE with lost=, AUTH, ABORT ...). Checks: no crash, no sanitizer
+// report, framed lines respect the length limit, and every error formats as a single "ERR <code> <message>"
+// line.
 #include <cstdint>
 #include <string>
 
@@ -31,6 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)parse_status(*req, &e2);
     (void)parse_stats(*req, &e2);
     (void)parse_no_args(*req, &e2);
+    if (auto l = parse_leave(*req, &e2); l && l->lost.find_first_of(" \n\r=") != std::string::npos)
+      __builtin_trap();  // lost= is written back verbatim into STATUS and EVENT lines
     (void)parse_auth(*req, &e2);
     (void)parse_abort(*req, &e2);
     if (auto j = parse_join(*req, &e2); j && (j->types & ~uint32_t{0x7E})) __builtin_trap();

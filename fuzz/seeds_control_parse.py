@@ -11,6 +11,7 @@ SEEDS = [
     b"JOIN job=t world=65 rank=0 wire=float32 token=x port=1\r\n",
     b"STATUS job_id=0x101 slot=3 version=1\n",
     b"STATS\nJOBS\nPING\nLEAVE\n",
+    b"LEAVE lost=127.0.0.1:7700\nLEAVE lost=[::1]:9\nLEAVE lost=a b\n",
     b"STATS job_id=257\n",
     b"JOIN job=t world=2 rank=1 wire=float32 token=x port=9 types=float64,int32\n",
     b"CHALLENGE\nAUTH tenant=alice cnonce=" + b"ab" * 16 + b" proof=" + b"0f" * 32 + b"\n",

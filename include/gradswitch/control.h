@@ -106,6 +106,9 @@ extern "C" {
 #define GS_KEY_IDLE_MS "idle_ms"
 #define GS_KEY_RANK_SEQ "rank_seq"
 #define GS_KEY_LEFT "left"
+/* LEAVE lost=<host:port>: the rank leaves because that switch of its job is gone; STATUS and EVENT aborted
+ * carry it back for the rank that aborted the job (rank_left) */
+#define GS_KEY_LOST "lost"
 #define GS_KEY_SLOT_STATE "slot_state"
 #define GS_KEY_SLOT_SEQ "slot_seq"
 #define GS_KEY_SLOT_OFFSET "slot_offset"

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace gradswitch::worker {
 
@@ -38,7 +39,15 @@ class AbortedError : public Error {
 // can go through it (an algorithm that does not need it, such as the ring, may take over).
 class SwitchLostError : public AbortedError {
  public:
-  using AbortedError::AbortedError;
+  // `lost`: the switch that is gone ("host:port" as this worker addresses it), when it is one of this
+  // job's switches; "" when what is gone is behind it (a leaf's spine). A rank of a sharded job names
+  // it when it leaves the job's other switches (LEAVE lost=), so that their aborts say why.
+  SwitchLostError(const std::string& what, uint8_t reason, uint16_t rank, std::string lost = {})
+      : AbortedError(what, reason, rank), lost_(std::move(lost)) {}
+  const std::string& lost() const { return lost_; }
+
+ private:
+  std::string lost_;
 };
 
 // A bad argument detected before anything was sent (the group stays usable).

@@ -408,11 +408,16 @@ void Group::close(bool abort) {
   if (thread_.joinable()) thread_.join();
   std::vector<ControlClient*> controls = {control_.get()};
   for (SwitchLink& l : more_switches_) controls.push_back(l.control.get());
+  const std::string lost = lost_switch();
   for (ControlClient* c : controls) {
-    if (!c || !c->is_open()) continue;
+    if (!c || !c->is_open() || (!lost.empty() && c->endpoint() == lost)) continue;
     if (!abort) {
       try {
-        c->request(GS_VERB_LEAVE, 5.0);
+        // A sharded job's other switches learn which switch made this rank leave: the aborts they
+        // send the other ranks then name it (docs/protocol.md §1.3).
+        c->request(
+            lost.empty() ? std::string(GS_VERB_LEAVE) : std::string(GS_VERB_LEAVE " " GS_KEY_LOST "=") + lost,
+            5.0);
       } catch (...) {
       }
     }
@@ -432,6 +437,17 @@ void Group::close(bool abort) {
                  " packets sent, " + std::to_string(st.retransmissions) + " retransmission(s)");
   }
   closed_.store(true);
+}
+
+std::string Group::lost_switch() const {
+  if (!fatal_ || more_switches_.empty()) return {};
+  try {
+    std::rethrow_exception(fatal_);
+  } catch (const SwitchLostError& e) {
+    return e.lost();
+  } catch (...) {
+  }
+  return {};
 }
 
 Stats Group::stats() const {

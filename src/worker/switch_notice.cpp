@@ -102,12 +102,6 @@ bool switch_gone(uint8_t reason, const std::map<std::string, std::string>& kv) {
           (spine == GS_UPLINK_LOST || spine == gs_abort_reason_name(GS_ABORT_SHUTDOWN)));
 }
 
-[[noreturn]] void throw_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,
-                              const std::string& msg) {
-  if (switch_gone(reason, kv)) throw SwitchLostError(msg, reason, rank);
-  throw AbortedError(msg, reason, rank);
-}
-
 }  // namespace
 
 std::string abort_reason_text(uint8_t reason, uint16_t rank) {
@@ -151,6 +145,10 @@ std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::st
     return spine +
            " ended the job: " + describe_abort(gs_abort_reason_from_name(why.c_str()), at, spine_kv, ctx, op);
   }
+  if (reason == GS_ABORT_RANK_LEFT && !get(kv, GS_KEY_LOST).empty())
+    return "rank " + std::to_string(rank) + " left the job because it lost the switch at " +
+           get(kv, GS_KEY_LOST) + ", another switch of this job (it closed rank " + std::to_string(rank) +
+           "'s control connection or announced its shutdown: did gradswitchd there stop or crash?)";
   if (reason == GS_ABORT_RANK_LEFT && kv.count(GS_KEY_LEFT)) {
     if (lists_rank(kv, GS_KEY_LEFT, rank))
       return "rank " + std::to_string(rank) +
@@ -162,6 +160,15 @@ std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::st
   return abort_reason_text(reason, rank);
 }
 
+void throw_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,
+                 const std::string& msg, const std::string& at) {
+  if (switch_gone(reason, kv))
+    throw SwitchLostError(msg, reason, rank, reason == GS_ABORT_SHUTDOWN ? at : "");
+  if (reason == GS_ABORT_RANK_LEFT && !get(kv, GS_KEY_LOST).empty())
+    throw SwitchLostError(msg, reason, rank, get(kv, GS_KEY_LOST));
+  throw AbortedError(msg, reason, rank);
+}
+
 void throw_notice(const PathContext& ctx, const ControlClient& control, const SwitchNotice& n,
                   const AllreduceOp& op, bool started) {
   const std::string when = (started ? " during allreduce seq " : " before allreduce seq ") +
@@ -170,13 +177,25 @@ void throw_notice(const PathContext& ctx, const ControlClient& control, const Sw
     throw SwitchLostError("gradswitch: the switch at " + control.endpoint() +
                               " closed the control connection of " + ctx.job_text + when +
                               ": did gradswitchd stop or crash?",
-                          GS_ABORT_SHUTDOWN, GS_RANK_ALL);
+                          GS_ABORT_SHUTDOWN, GS_RANK_ALL, control.endpoint());
   const uint8_t reason = gs_abort_reason_from_name(get(n.kv, GS_KEY_REASON).c_str());
   const long long r = number(get(n.kv, GS_KEY_RANK), GS_RANK_ALL);
   const uint16_t rank = r >= 0 && r < GS_RANK_ALL ? static_cast<uint16_t>(r) : GS_RANK_ALL;
   throw_abort(reason, rank, n.kv,
               "gradswitch: " + ctx.job_text + " was aborted by the switch" + when + ": " +
-                  describe_abort(reason, rank, n.kv, ctx, &op));
+                  describe_abort(reason, rank, n.kv, ctx, &op),
+              control.endpoint());
+}
+
+void throw_lost_elsewhere(const PathContext& ctx, const ControlClient& control, const SwitchLostError& seen,
+                          const AllreduceOp& op) {
+  const std::string who = seen.rank() == GS_RANK_ALL ? "another rank" : "rank " + std::to_string(seen.rank());
+  throw SwitchLostError("gradswitch: the switch at " + control.endpoint() + " is gone for " + ctx.job_text +
+                            " during allreduce seq " + std::to_string(op.seq) + ": " + who +
+                            " lost it first (it closed that rank's control connection or announced its "
+                            "shutdown) and left the job at the job's other switches: did gradswitchd at " +
+                            control.endpoint() + " stop or crash?",
+                        seen.reason(), seen.rank(), control.endpoint());
 }
 
 void throw_aborted(const PathContext& ctx, ControlClient* control, uint8_t reason, uint16_t rank,
@@ -191,7 +210,8 @@ void throw_aborted(const PathContext& ctx, ControlClient* control, uint8_t reaso
   }
   throw_abort(reason, rank, kv,
               "gradswitch: " + ctx.job_text + " was aborted by the switch during allreduce seq " +
-                  std::to_string(op.seq) + ": " + describe_abort(reason, rank, kv, ctx, &op));
+                  std::to_string(op.seq) + ": " + describe_abort(reason, rank, kv, ctx, &op),
+              control ? control->endpoint() : std::string());
 }
 
 }  // namespace gradswitch::worker

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "worker/control.h"
+#include "worker/errors.h"
 #include "worker/path.h"
 
 namespace gradswitch::worker {
@@ -18,10 +19,23 @@ namespace gradswitch::worker {
 std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,
                            const PathContext& ctx, const AllreduceOp* op);
 
-// Throws the error a notice stands for: AbortedError, or SwitchLostError for a shutdown or a
-// closed connection. `started`: the notice came during `op` rather than before it.
+// Throws the error of an abort whose text is `msg`: SwitchLostError when the switch (at `at`) is gone
+// or a rank left because it lost another of the job's switches (lost=: the ranks of a sharded job then
+// fail alike, whichever of them noticed the loss first), else AbortedError.
+[[noreturn]] void throw_abort(uint8_t reason, uint16_t rank, const std::map<std::string, std::string>& kv,
+                              const std::string& msg, const std::string& at);
+
+// Throws the error a notice stands for: AbortedError, or SwitchLostError for a shutdown, a
+// closed connection, or a rank that left because it lost another switch of the job (lost=). `started`: the
+// notice came during `op` rather than before it.
 [[noreturn]] void throw_notice(const PathContext& ctx, const ControlClient& control, const SwitchNotice& n,
                                const AllreduceOp& op, bool started);
+
+// A sharded job's switch (`ctx`, at `control`) that another rank lost first: `seen` is the abort its
+// LEAVE lost= caused at another of the job's switches (seen.lost() is this switch). Throws the
+// SwitchLostError that names this switch, as if this rank had seen it close.
+[[noreturn]] void throw_lost_elsewhere(const PathContext& ctx, const ControlClient& control,
+                                       const SwitchLostError& seen, const AllreduceOp& op);
 
 // After an ABORT datagram during `op`: asks the switch STATUS for the details (when `control` is
 // not null and answers within a second) and throws.

@@ -87,8 +87,7 @@ void throw_switch_timeout(const PathContext& ctx, ControlClient* control, const 
     }
     std::string msg = "gradswitch: " + ctx.job_text + " was aborted by the switch during allreduce seq " +
                       std::to_string(stuck.seq) + ": " + describe_abort(reason, rank, r.kv, ctx, nullptr);
-    if (reason == GS_ABORT_SHUTDOWN) throw SwitchLostError(msg, reason, rank);
-    throw AbortedError(msg, reason, rank);
+    throw_abort(reason, rank, r.kv, msg, control ? control->endpoint() : std::string());
   }
   std::vector<long long> seen = parse_list(r.get(GS_KEY_SEEN));
   std::vector<long long> rank_seq = parse_list(r.get(GS_KEY_RANK_SEQ));

@@ -128,6 +128,24 @@ TEST(status_and_stats_args) {
   CHECK(!parse_no_args(*req("PING a=1", &err), &err));
 }
 
+TEST(leave_may_name_the_switch_the_rank_lost) {
+  Error err;
+  auto l = parse_leave(*req("LEAVE", &err), &err);
+  CHECK(l.has_value() && l->lost.empty());
+  l = parse_leave(*req("LEAVE lost=10.0.0.7:7700", &err), &err);
+  CHECK(l.has_value() && l->lost == "10.0.0.7:7700");
+  CHECK(parse_leave(*req("LEAVE lost=[::1]:9", &err), &err).has_value());
+  CHECK(parse_leave(*req("LEAVE lost=switch-2.rack_a:7700", &err), &err).has_value());
+  // It is written back into STATUS and EVENT lines: only an address passes.
+  for (const char* bad : {"LEAVE lost=7700", "LEAVE lost=host:", "LEAVE lost=:7700", "LEAVE lost=host:77a",
+                          "LEAVE lost=a=b:1", "LEAVE lost=a,b:1", "LEAVE rank=1"}) {
+    CHECK(!parse_leave(*req(bad, &err), &err).has_value());
+    CHECK(err.code == std::string(kErrBadRequest));
+  }
+  CHECK(!parse_leave(*req("LEAVE lost=" + std::string(130, 'a') + ":1", &err), &err).has_value());
+  CHECK(err.message.find("not a switch address") != std::string::npos);
+}
+
 TEST(numbers_names_wire) {
   CHECK(parse_number("0", 10) == 0u);
   CHECK(parse_number("10", 10) == 10u);

@@ -143,6 +143,36 @@ TEST(abort_texts_say_who_and_why) {
   CHECK(s.find("allreduce seq 4") != std::string::npos);
 }
 
+TEST(a_rank_that_left_for_a_lost_switch_makes_every_rank_lose_it) {
+  // EVENT aborted ... lost=: rank 1 left because another switch of the job went away.
+  Context t;
+  std::map<std::string, std::string> kv{{"left", "1"}, {"lost", "10.0.0.7:7700"}};
+  const std::string text = describe_abort(GS_ABORT_RANK_LEFT, 1, kv, t.ctx, nullptr);
+  CHECK(text.find("rank 1 left the job because it lost the switch at 10.0.0.7:7700") != std::string::npos);
+  bool thrown = false;
+  try {
+    throw_abort(GS_ABORT_RANK_LEFT, 1, kv, text, "10.0.0.1:7700");
+  } catch (const SwitchLostError& e) {
+    thrown = true;
+    CHECK(e.lost() == "10.0.0.7:7700" && e.rank() == 1);
+  }
+  CHECK(thrown);
+  // Without lost= it stays an abort (rank 1 closed its group early); a shutdown loses this switch.
+  kv.erase("lost");
+  try {
+    throw_abort(GS_ABORT_RANK_LEFT, 1, kv, "m", "10.0.0.1:7700");
+  } catch (const SwitchLostError&) {
+    CHECK(false);
+  } catch (const AbortedError& e) {
+    CHECK(e.reason() == GS_ABORT_RANK_LEFT);
+  }
+  try {
+    throw_abort(GS_ABORT_SHUTDOWN, GS_RANK_ALL, {}, "m", "10.0.0.1:7700");
+  } catch (const SwitchLostError& e) {
+    CHECK(e.lost() == "10.0.0.1:7700");
+  }
+}
+
 TEST(a_timeout_on_an_aborted_job_names_the_abort_reason) {
   // The switch's STATUS says aborted, rank_left by rank 1 (not a number: a name and a rank).
   ScriptedSwitch sw("",

@@ -9,14 +9,21 @@ bound how long the error takes; the ranks' own timeouts are far longer.
 from __future__ import annotations
 
 import signal
+import socket
+import threading
+import time
 
+import numpy as np
 import pytest
 from _daemon import daemon_binary
+from _raw_job import contribute, join_raw
 from test_allreduce import check
 from test_hierarchy import _fail_in_flight as fail_in_flight
 from test_hierarchy import allreduce_all as allreduce_at
 
 import gradswitch
+from gradswitch.daemon import parse_kv, read_reply
+from gradswitch.local_switch import control_request
 
 TIMEOUT = 30.0
 WORLD = 3
@@ -81,8 +88,78 @@ def test_a_killed_shard_fails_every_rank_naming_that_switch(switch_factory):
     where = [",".join(s.address for s in sw)] * WORLD
     msgs = fail_in_flight(where, lambda: victim.proc.send_signal(signal.SIGKILL), gradswitch.SwitchLost)
     for m in msgs:
-        assert f"the switch at {victim.address} closed the control connection" in m, m
+        # Seen first-hand, or from the rank that saw it first and left the other switch (LEAVE lost=).
+        assert (f"the switch at {victim.address} closed the control connection" in m
+                or f"the switch at {victim.address} is gone for job" in m), m
         assert "shard 2 of 2" in m, m
+
+
+def _join_by_hand(address: str, job: str, world: int) -> tuple[socket.socket, bytearray]:
+    """Rank 0 of `job`, JOINed over a plain control connection (the real ranks' wire and token)."""
+    host, port = address.rsplit(":", 1)
+    c = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+    c.sendall(f"JOIN job={job} world={world} rank=0 wire=float32 token=gradswitch port=9\n".encode())
+    return c, bytearray()
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_a_rank_that_left_for_a_lost_switch_fails_the_others_with_switch_lost(switch_factory, shards):
+    # Rank 0 (by hand) says, as it leaves switch 1, that it lost another switch: with one switch the
+    # others learn which; with two they fail naming switch 2 of 2 (alive here: only rank 0's word
+    # says it is gone, as when its FIN reaches the ranks later than rank 0's LEAVE).
+    sw = switches(switch_factory, shards)
+    lost = sw[1].address if shards == 2 else "127.0.0.1:9"
+    by_hand = [_join_by_hand(s.address, "told", 2) for s in sw]
+    errors: list[BaseException] = []
+
+    def rank1():
+        addrs = ",".join(s.address for s in sw)
+        with gradswitch.connect(addrs, job="told", rank=1, world_size=2, timeout=TIMEOUT) as g:
+            try:
+                g.allreduce(np.ones(1_000_000, dtype=np.float32))
+            except gradswitch.GradswitchError as e:
+                errors.append(e)
+
+    t = threading.Thread(target=rank1, daemon=True)
+    t.start()
+    for c, buf in by_hand:
+        assert parse_kv(read_reply(c, buf))["job_id"]
+    # A LEAVE whose lost= is not an address is refused, and the rank stays in the job.
+    c, buf = by_hand[0]
+    c.sendall(b"LEAVE lost=bad\n")
+    assert read_reply(c, buf).startswith("ERR bad_request lost=bad is not a switch address")
+    time.sleep(0.3)  # rank 1's rounds wait for rank 0
+    c.sendall(f"LEAVE lost={lost}\n".encode())
+    assert read_reply(c, buf) == "OK"
+    t.join(TIMEOUT)
+    assert len(errors) == 1, errors
+    e = errors[0]
+    assert isinstance(e, gradswitch.SwitchLost), repr(e)
+    if shards == 1:
+        assert f"rank 0 left the job because it lost the switch at {lost}" in str(e), e
+    else:
+        assert f"the switch at {lost} is gone for job 'told'" in str(e), e
+        assert "shard 2 of 2" in str(e) and "rank 0 lost it first" in str(e), e
+    for c, _ in by_hand:
+        c.close()
+
+
+def test_the_switch_a_leaving_rank_lost_is_in_the_abort_event_and_status(start_switch):
+    d = start_switch(threads=1)
+    ctl, udp, job_id, key = join_raw(d, "ev", 3)
+    contribute(d, udp[1], job_id, key, rank=1, slot=0, seq=1, threads=1)  # a round that needs rank 0
+    time.sleep(0.2)
+    ctl[0].sendall(b"LEAVE lost=10.0.0.7:7700\n")
+    assert read_reply(ctl[0], bytearray()) == "OK"
+    events: list[str] = []
+    ctl[1].sendall(b"PING\n")
+    read_reply(ctl[1], bytearray(), events)
+    assert any("reason=rank_left rank=0 left=0 lost=10.0.0.7:7700" in e for e in events), events
+    status = parse_kv(control_request(d.address, f"STATUS job_id={job_id}"))
+    assert status["state"] == "aborted" and status["abort_rank"] == "0", status
+    assert status["lost"] == "10.0.0.7:7700", status
+    for c in ctl:
+        c.close()
 
 
 def test_bad_switch_lists_are_refused_before_joining(switch_factory):

@@ -121,6 +121,8 @@ class ControlPlane {
               uint64_t now_ns);
   // Every rank of `rank`'s group (the ranks one leaf forwarded) has left with LEAVE.
   bool group_left(const LiveJob& j, uint16_t rank) const;
+  // The switch the rank that aborted job `j` (rank_left) said it lost when it left; "" for none.
+  static const std::string& lost_by_aborter(const LiveJob& j, const JobStatus& s);
 
   // ---- a leaf switch (leaf.cpp) ----
   bool is_leaf() const;

@@ -112,6 +112,9 @@ struct ControlPlane::LiveJob {
   // forwarded with it), and whether it left with LEAVE (a group leaves when all of it has).
   std::vector<uint16_t> leader;
   std::vector<uint8_t> left;
+  // Per rank: the switch its LEAVE said it lost (LEAVE lost=, a sharded job), "" for none; STATUS and
+  // EVENT aborted carry it for the rank that aborted the job, which explains the abort.
+  std::vector<std::string> lost;
   std::string peers;  // STATUS peers=: each rank's own UDP address, "-" for one this switch does not serve
   // At a leaf: per rank, its connection to the spine; the spine's address; the keys the spine's
   // EVENT carried beyond the reason (a mismatch's, for the members' EVENT).

@@ -246,6 +246,7 @@ void ControlPlane::launch(PendingJob& p, const JobSpec& spec, std::vector<uint16
   live->present = p.joined;
   live->leader = std::move(leader);
   live->left.assign(p.world, 0);
+  live->lost.assign(p.world, std::string());
   for (uint16_t r = 0; r < p.world; ++r) {
     std::string at = "-";
     if (r < p.leaf.size() && p.leaf[r])
@@ -308,11 +309,15 @@ void ControlPlane::fail_pending(PendingJob& p, const Error& e) {
 
 void ControlPlane::handle_leave(Conn& c, const Request& r, uint64_t now_ns) {
   Error err;
-  if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
+  std::optional<LeaveRequest> leave = parse_leave(r, &err);
+  if (!leave) return reply_error(c, err.code, err.message);
   if (c.role == Conn::Role::kNone)
     return reply_error(c, kErrState, "LEAVE without a JOIN on this connection");
   if (c.role == Conn::Role::kLeft) return reply_error(c, kErrState, "already left job '" + c.job_name + "'");
   reply(c, GS_REPLY_OK "\n");
+  if (c.role == Conn::Role::kJoined)
+    if (auto it = live_.find(c.job_id); it != live_.end() && it->second->conn[c.rank] == c.id)
+      it->second->lost[c.rank] = leave->lost;
   depart(c, /*graceful=*/true, now_ns);
 }
 
@@ -348,7 +353,9 @@ void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns) {
     } else if (j.present > 0 && group_left(j, c.rank) && engine_.rank_left(j.id, j.leader[c.rank])) {
       // The engine aborted it: a round was waiting for the rank that left.
       abort_live(j, GS_ABORT_RANK_LEFT, c.rank,
-                 "rank " + std::to_string(c.rank) + " left (LEAVE) while the others were in an allreduce");
+                 "rank " + std::to_string(c.rank) + " left (LEAVE" +
+                     (j.lost[c.rank].empty() ? "" : ": it lost the switch at " + j.lost[c.rank]) +
+                     ") while the others were in an allreduce");
     }
   }
   if (!j.uplink_conn.empty() && j.uplink_conn[c.rank]) depart_upward(j, c.rank, graceful);
@@ -359,6 +366,12 @@ bool ControlPlane::group_left(const LiveJob& j, uint16_t rank) const {
   for (uint16_t r = 0; r < j.spec.world; ++r)
     if (j.leader[r] == j.leader[rank] && !j.left[r]) return false;
   return true;
+}
+
+const std::string& ControlPlane::lost_by_aborter(const LiveJob& j, const JobStatus& s) {
+  static const std::string none;
+  if (!s.aborted || s.abort_reason != GS_ABORT_RANK_LEFT || s.abort_rank >= j.lost.size()) return none;
+  return j.lost[s.abort_rank];
 }
 
 void ControlPlane::abort_live(LiveJob& j, uint8_t reason, uint16_t rank, const std::string& why) {
@@ -382,6 +395,7 @@ void ControlPlane::note_abort(LiveJob& j, const std::string& why) {
       .add(GS_KEY_REASON, gs_abort_reason_name(s.abort_reason))
       .add(GS_KEY_RANK, s.abort_rank == GS_RANK_ALL ? std::string(GS_NO_RANK) : std::to_string(s.abort_rank))
       .add(GS_KEY_LEFT, ranks_text(s.left));
+  if (const std::string& lost = lost_by_aborter(j, s); !lost.empty()) event.add(GS_KEY_LOST, lost);
   if (s.abort_reason == GS_ABORT_MISMATCH) event.raw(mismatch_keys(s.mismatch));
   if (s.abort_reason == GS_ABORT_UPLINK) event.add(GS_KEY_UPLINK, j.spine).raw(uplink_keys(j, s));
   for (uint64_t cid : j.conn) {

@@ -459,6 +459,33 @@ bool parse_no_args(const Request& r, Error* err) {
   return check_keys(r, {}, err);
 }
 
+// host:port as a worker writes a switch's address (a name, IPv4 or [IPv6], then a port): it is sent
+// back verbatim in STATUS and EVENT lines, so nothing else may pass.
+static bool is_switch_address(std::string_view s) {
+  const size_t colon = s.rfind(':');
+  if (s.size() > 128 || colon == std::string_view::npos || colon == 0 || colon + 1 == s.size()) return false;
+  for (char c : s.substr(colon + 1))
+    if (c < '0' || c > '9') return false;
+  return std::all_of(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(colon), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '-' || c == '_' || c == ':' || c == '[' || c == ']';
+  });
+}
+
+std::optional<LeaveRequest> parse_leave(const Request& r, Error* err) {
+  if (!check_keys(r, {GS_KEY_LOST}, err)) return std::nullopt;
+  LeaveRequest l;
+  if (const std::string* v = r.find(GS_KEY_LOST)) {
+    if (!is_switch_address(*v)) {
+      *err = {kErrBadRequest, std::string(GS_KEY_LOST) + "=" + shown(*v) +
+                                  " is not a switch address (host:port, at most 128 characters)"};
+      return std::nullopt;
+    }
+    l.lost = *v;
+  }
+  return l;
+}
+
 static bool is_proof(std::string_view s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');

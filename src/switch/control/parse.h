@@ -116,7 +116,14 @@ struct QueryRequest {
 std::optional<JoinRequest> parse_join(const Request& r, Error* err);
 std::optional<QueryRequest> parse_status(const Request& r, Error* err);
 std::optional<QueryRequest> parse_stats(const Request& r, Error* err);
-bool parse_no_args(const Request& r, Error* err);  // LEAVE, JOBS, PING, STATE_GET, CHALLENGE
+bool parse_no_args(const Request& r, Error* err);  // JOBS, PING, STATE_GET, CHALLENGE
+
+// LEAVE [lost=<host:port>]: `lost` names the switch of a sharded job whose loss made the rank leave
+// (empty when it left of its own accord).
+struct LeaveRequest {
+  std::string lost;
+};
+std::optional<LeaveRequest> parse_leave(const Request& r, Error* err);
 
 // AUTH tenant=<name> cnonce=<hex> proof=<hex> (docs/protocol.md section 1.5).
 struct AuthRequest {

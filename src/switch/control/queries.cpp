@@ -103,7 +103,10 @@ void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
       .add(GS_KEY_IDLE_MS, now_ns > last ? (now_ns - last) / 1'000'000 : 0)
       .add(GS_KEY_RANK_SEQ, seqs)
       .add(GS_KEY_LEFT, ranks_text(s.left));
-  if (it != live_.end()) out.add(GS_KEY_PEERS, it->second->peers);
+  if (it != live_.end()) {
+    out.add(GS_KEY_PEERS, it->second->peers);
+    if (const std::string& lost = lost_by_aborter(*it->second, s); !lost.empty()) out.add(GS_KEY_LOST, lost);
+  }
   add_open_rounds(out, id, now_ns);
   if (s.aborted && s.abort_reason == GS_ABORT_MISMATCH) out.raw(mismatch_keys(s.mismatch));
   if (it != live_.end() && !it->second->spine.empty()) {  // a leaf (docs/protocol.md section 8)
