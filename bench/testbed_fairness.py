@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Jobs sharing the switch's link on the testbed (issue 17): J jobs of R ranks each, every rank on a
+worker machine of its own, one gradswitchd on the switch machine s0, whose link (--switch-rate) is the
+bottleneck (worker links run at --rate). Each job alone, then all of them at once.
+
+    python3 bench/testbed_fairness.py [--jobs 2] [--ranks 2] [--size 16M] [--iters 20]
+        [--window fixed|adaptive] [--rounds 2] [--rate 10gbit] [--switch-rate 1gbit] [--out FILE.json]
+
+A job's goodput is tensor bytes per second: alone over its timed allreduces, shared over the window
+in which every job was in its timed loop (an allreduce that straddles the window's edge counts for
+the fraction inside it). Printed per round: the goodputs, Jain's fairness index of the shared ones
+(1 = equal shares) and their total against the mean of the jobs alone. Every rank checks every sum.
+Needs root (network namespaces); run it under `flock /tmp/gradswitch-bench.lock`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    n = int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
+    return n // 4 * 4
+
+
+def run_jobs(tb, sw, jobs: list[int], a, nbytes: int) -> dict[int, dict]:
+    """Jobs `jobs` at once; per job, rank 0's record (every rank's sums were checked)."""
+    from gradswitch.baselines.common import fail_text, parse_results, wait_all
+    from gradswitch.baselines.runner import BaselineError
+
+    procs = []
+    for j in jobs:
+        for r in range(a.ranks):
+            host = f"w{j * a.ranks + r}"
+            p = tb.python(
+                host, "gradswitch.baselines.gradswitch_sys", "worker",
+                "--switch", sw.address, "--job", f"fair{os.getpid()}-{j}", "--rank", r, "--world", a.ranks,
+                "--nbytes", nbytes, "--iters", a.iters + 1, "--warmup", 1,
+                stdout=-1, stderr=-1, text=True, env={"GRADSWITCH_WINDOW": a.window},
+            )  # fmt: skip
+            procs.append((f"job{j}/{host}", p))
+    outs = wait_all(procs, a.timeout)
+    if any(rc != 0 for _, rc, _, _ in outs):
+        raise BaselineError("a job failed:\n" + fail_text(outs) + "\n--- gradswitchd log\n" + sw.log())
+    records: dict[int, dict] = {}
+    for (name, _, so, _) in outs:
+        for rec in parse_results(so):
+            if not rec["ok"]:
+                raise BaselineError(f"{name}: a sum was wrong (max error {rec['max_err']})")
+            if rec["rank"] == 0:
+                records[int(name[3:].split("/")[0])] = rec
+    return records
+
+
+def spans(rec: dict) -> list[tuple[float, float]]:
+    """Each timed allreduce as [previous end, own end] (the barrier before it included)."""
+    ends = rec["ends"]
+    first = ends[0] - rec["times"][0]
+    return list(zip([first, *ends[:-1]], ends, strict=True))
+
+
+def goodput(rec: dict, nbytes: int, window: tuple[float, float] | None = None) -> float:
+    """Bytes per second over the job's timed loop, or inside `window`."""
+    sp = spans(rec)
+    if window is None:
+        return nbytes * len(sp) / (sp[-1][1] - sp[0][0])
+    lo, hi = window
+    done = sum(max(0.0, min(e, hi) - max(s, lo)) / (e - s) for s, e in sp)
+    return nbytes * done / (hi - lo)
+
+
+def jain(xs: list[float]) -> float:
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def one_round(tb, sw, a, nbytes: int) -> dict:
+    alone = [goodput(run_jobs(tb, sw, [j], a, nbytes)[j], nbytes) for j in range(a.jobs)]
+    recs = run_jobs(tb, sw, list(range(a.jobs)), a, nbytes)
+    window = (max(spans(r)[0][0] for r in recs.values()), min(spans(r)[-1][1] for r in recs.values()))
+    if window[1] <= window[0]:
+        raise SystemExit("the jobs' timed loops did not overlap: raise --iters")
+    shared = [goodput(recs[j], nbytes, window) for j in range(a.jobs)]
+    gbps = lambda xs: [round(x * 8 / 1e9, 4) for x in xs]  # noqa: E731
+    return {
+        "alone_gbps": gbps(alone),
+        "shared_gbps": gbps(shared),
+        "overlap_s": round(window[1] - window[0], 3),
+        "jain": round(jain(shared), 4),
+        "total_over_alone": round(sum(shared) / (sum(alone) / len(alone)), 4),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jobs", type=int, default=2, help="jobs sharing the switch (default 2)")
+    p.add_argument("--ranks", type=int, default=2, help="ranks per job (default 2)")
+    p.add_argument("--size", default="16M", help="tensor bytes (default 16M)")
+    p.add_argument("--iters", type=int, default=20, help="timed allreduces per job (default 20)")
+    p.add_argument("--window", choices=("fixed", "adaptive"), default="fixed", help="workers' window (fixed)")
+    p.add_argument("--rounds", type=int, default=2, help="alone-then-shared rounds (default 2)")
+    p.add_argument("--rate", default="10gbit", help="worker links (default 10gbit)")
+    p.add_argument("--switch-rate", default="1gbit", help="the switch machine's link (default 1gbit)")
+    p.add_argument("--slots", type=int, default=None, help="daemon --slots (default: its own, 256)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per run of the jobs (300)")
+    p.add_argument("--out", default=None, help="append the result as one JSON line to this file")
+    a = p.parse_args(argv)
+    if a.jobs < 1 or a.ranks < 1 or a.iters < 2:
+        p.error("--jobs, --ranks must be >= 1 and --iters >= 2")
+    nbytes = parse_size(a.size)
+
+    from gradswitch.baselines.gradswitch_sys import switch_daemon
+    from gradswitch.testbed import Testbed
+
+    rounds = []
+    name = f"fa{os.getpid() % 100000}"
+    topology = dict(workers=a.jobs * a.ranks, switches=1, rate=a.rate, switch_rate=a.switch_rate, name=name)
+    with Testbed(**topology) as tb:
+        with switch_daemon(tb, host="s0", slots=a.slots) as sw:
+            for i in range(a.rounds):
+                t0 = time.time()
+                rounds.append(one_round(tb, sw, a, nbytes))
+                print(f"round {i + 1} ({time.time() - t0:.0f} s): {json.dumps(rounds[-1])}", file=sys.stderr)
+    res = {
+        "jobs": a.jobs, "ranks": a.ranks, "size": a.size, "iters": a.iters, "window": a.window,
+        "rate": a.rate, "switch_rate": a.switch_rate, "slots": a.slots, "rounds": rounds,
+        "machine": f"{platform.node()} {os.cpu_count()} cores",
+        "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }  # fmt: skip
+    print(json.dumps(res))
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write(json.dumps(res) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
