@@ -4,12 +4,14 @@ worker machine of its own, one gradswitchd on the switch machine s0, whose link 
 bottleneck (worker links run at --rate). Each job alone, then all of them at once.
 
     python3 bench/testbed_fairness.py [--jobs 2] [--ranks 2] [--size 16M] [--iters 20]
-        [--window fixed|adaptive] [--rounds 2] [--rate 10gbit] [--switch-rate 1gbit] [--out FILE.json]
+        [--window fixed|adaptive|<rounds>] [--rounds 2] [--rate 10gbit] [--switch-rate 1gbit]
+        [--out FILE.json]
 
 A job's goodput is tensor bytes per second: alone over its timed allreduces, shared over the window
 in which every job was in its timed loop (an allreduce that straddles the window's edge counts for
 the fraction inside it). Printed per round: the goodputs, Jain's fairness index of the shared ones
-(1 = equal shares) and their total against the mean of the jobs alone. Every rank checks every sum.
+(1 = equal shares), their total against the mean of the jobs alone, and each job's resent packets (a
+fraction of those it sent). Every rank checks every sum.
 Needs root (network namespaces); run it under `flock /tmp/gradswitch-bench.lock`.
 """
 
@@ -21,6 +23,8 @@ import os
 import platform
 import sys
 import time
+
+from gradswitch.bench import window_option
 
 
 def parse_size(text: str) -> int:
@@ -49,12 +53,20 @@ def run_jobs(tb, sw, jobs: list[int], a, nbytes: int) -> dict[int, dict]:
     if any(rc != 0 for _, rc, _, _ in outs):
         raise BaselineError("a job failed:\n" + fail_text(outs) + "\n--- gradswitchd log\n" + sw.log())
     records: dict[int, dict] = {}
-    for (name, _, so, _) in outs:
+    sent: dict[int, list[int]] = {}
+    for name, _, so, _ in outs:
+        j = int(name[3:].split("/")[0])
         for rec in parse_results(so):
             if not rec["ok"]:
                 raise BaselineError(f"{name}: a sum was wrong (max error {rec['max_err']})")
+            st = rec["timed_stats"]
+            tot = sent.setdefault(j, [0, 0])
+            tot[0] += st.get("retransmissions", 0)
+            tot[1] += st.get("packets_sent", 0)
             if rec["rank"] == 0:
-                records[int(name[3:].split("/")[0])] = rec
+                records[j] = rec
+    for j, (retx, pkts) in sent.items():
+        records[j]["resent"] = retx / max(pkts, 1)  # the job's ranks together, timed allreduces
     return records
 
 
@@ -80,7 +92,8 @@ def jain(xs: list[float]) -> float:
 
 
 def one_round(tb, sw, a, nbytes: int) -> dict:
-    alone = [goodput(run_jobs(tb, sw, [j], a, nbytes)[j], nbytes) for j in range(a.jobs)]
+    alone_recs = [run_jobs(tb, sw, [j], a, nbytes)[j] for j in range(a.jobs)]
+    alone = [goodput(r, nbytes) for r in alone_recs]
     recs = run_jobs(tb, sw, list(range(a.jobs)), a, nbytes)
     window = (max(spans(r)[0][0] for r in recs.values()), min(spans(r)[-1][1] for r in recs.values()))
     if window[1] <= window[0]:
@@ -93,6 +106,8 @@ def one_round(tb, sw, a, nbytes: int) -> dict:
         "overlap_s": round(window[1] - window[0], 3),
         "jain": round(jain(shared), 4),
         "total_over_alone": round(sum(shared) / (sum(alone) / len(alone)), 4),
+        "resent_alone": [round(r["resent"], 5) for r in alone_recs],
+        "resent_shared": [round(recs[j]["resent"], 5) for j in range(a.jobs)],
     }
 
 
@@ -102,7 +117,7 @@ def main(argv=None) -> int:
     p.add_argument("--ranks", type=int, default=2, help="ranks per job (default 2)")
     p.add_argument("--size", default="16M", help="tensor bytes (default 16M)")
     p.add_argument("--iters", type=int, default=20, help="timed allreduces per job (default 20)")
-    p.add_argument("--window", choices=("fixed", "adaptive"), default="fixed", help="workers' window (fixed)")
+    p.add_argument("--window", type=window_option, default="fixed", help="fixed, adaptive or rounds (fixed)")
     p.add_argument("--rounds", type=int, default=2, help="alone-then-shared rounds (default 2)")
     p.add_argument("--rate", default="10gbit", help="worker links (default 10gbit)")
     p.add_argument("--switch-rate", default="1gbit", help="the switch machine's link (default 1gbit)")

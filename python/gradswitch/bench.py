@@ -22,6 +22,13 @@ from ._args import bounded
 WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
 
 
+
+def window_option(text: str) -> str:
+    """argparse type of --window: fixed, adaptive, or rounds 1..65535 (checked again by connect)."""
+    if text in ("fixed", "adaptive") or (text.isdigit() and 1 <= int(text) <= 65535):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not fixed, adaptive or a number of rounds from 1 to 65535")
+
 def _parse_size(text: str) -> int:
     units = {
         "": 1,
@@ -77,8 +84,9 @@ def add_arguments(p: argparse.ArgumentParser, *, demo: bool) -> None:
                    help="switch data threads when starting one")
     p.add_argument("--slots", type=bounded(int, 1, 65535), default=None,
                    help="slot pool per job of the switch started here (default: the daemon's, 256)")
-    p.add_argument("--window", choices=("adaptive", "fixed"), default=None,
-                   help="workers' window (docs/protocol.md 4.2; default: $GRADSWITCH_WINDOW, else fixed)")
+    p.add_argument("--window", type=window_option, default=None,
+                   help="workers' window: fixed (the whole pool), adaptive, or a number of rounds "
+                        "(docs/protocol.md 4.2; default: $GRADSWITCH_WINDOW, else fixed)")
     p.add_argument(
         "--drop-rate",
         type=bounded(float, 0.0, 0.99, "a fraction in [0, 0.99]"),

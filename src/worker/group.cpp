@@ -127,9 +127,11 @@ namespace {
 Options with_window_env(Options o) {
   if (const char* e = std::getenv("GRADSWITCH_WINDOW")) o.window = e;
   if (const char* e = std::getenv("GRADSWITCH_TARGET_DELAY_US")) o.target_delay_s = std::atof(e) * 1e-6;
-  if (o.window != "adaptive" && o.window != "fixed")
-    throw InvalidArgument("gradswitch: window must be 'adaptive' or 'fixed' (GRADSWITCH_WINDOW), got '" +
-                          o.window + "'");
+  if (o.window != "adaptive" && o.window != "fixed" && window_rounds(o.window) == 0)
+    throw InvalidArgument(
+        "gradswitch: window must be 'adaptive', 'fixed' or a number of rounds from 1 to 65535 "
+        "(GRADSWITCH_WINDOW), got '" +
+        o.window + "'");
   if (!(o.target_delay_s > 0 && o.target_delay_s <= 1))
     throw InvalidArgument(
         "gradswitch: the window's target delay must be in (0, 1] s (GRADSWITCH_TARGET_DELAY_US), got " +

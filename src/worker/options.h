@@ -36,10 +36,11 @@ struct Options {
   double rto_initial_s = 0.004;    // first retransmission timeout of a round (raised by measured RTT)
   double rto_max_s = 0.2;          // backoff cap
   // Rounds in flight (docs/protocol.md 4.2, docs/transport.md): "fixed" (the whole pool, each slot
-  // on by itself) or "adaptive" (a delay-based controller, the pool is the cap: less queueing on a
-  // shared link, but slower than the whole pool on a CPU-bound host, hence not the default).
+  // on by itself), "adaptive" (a delay-based controller, the pool is the cap: less queueing on a
+  // shared link, but slower than the whole pool on a CPU-bound host, hence not the default), or a
+  // number n ("64": at most n rounds out of the pool; n >= the pool is the whole pool).
   // `target_delay_s`: the queueing delay the adaptive window tolerates above the path's base round
-  // trip. Env GRADSWITCH_WINDOW=adaptive|fixed and GRADSWITCH_TARGET_DELAY_US override them.
+  // trip. Env GRADSWITCH_WINDOW=adaptive|fixed|<n> and GRADSWITCH_TARGET_DELAY_US override them.
   std::string window = "fixed";
   double target_delay_s = 0.0005;
   int sockbuf_bytes = 4 << 20;      // UDP SO_RCVBUF/SO_SNDBUF request
@@ -68,5 +69,13 @@ struct Options {
   uint64_t params = 0;
   std::vector<std::pair<std::string, std::string>> optimizer_keys;
 };
+
+// The rounds of a numeric window option ("64" -> 64); 0 for "fixed", "adaptive" or anything else.
+inline unsigned window_rounds(const std::string& window) {
+  if (window.empty() || window.size() > 5 || window.find_first_not_of("0123456789") != std::string::npos)
+    return 0;
+  const unsigned long n = std::stoul(window);
+  return n <= 65535 ? static_cast<unsigned>(n) : 0;
+}
 
 }  // namespace gradswitch::worker

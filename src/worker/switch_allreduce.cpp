@@ -49,7 +49,8 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       schedule_(ctx.join->slots),
       flight_(ctx.join->slots, nullptr),
       agreed_exp_(ctx.join->slots, GS_EXP_NONE),
-      adaptive_(ctx.opt->window == "adaptive"),
+      fixed_rounds_(window_rounds(ctx.opt->window)),
+      windowed_(ctx.opt->window == "adaptive" || (fixed_rounds_ && fixed_rounds_ < ctx.join->slots)),
       cc_(ctx.join->slots, static_cast<int64_t>(ctx.opt->target_delay_s * 1e9)),
       loss_(std::max<unsigned>(ctx.join->threads, 1),
             LossDetector(static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9),
@@ -116,12 +117,12 @@ bool SwitchAllreduce::startable(uint64_t g) const {
   return g < schedule_.end() && schedule_.slot_next(s) == g && !window_.timer(s).busy;
 }
 
-// Adaptive (protocol.md §4.2): while fewer than `window` rounds are out, the lowest chunk that can
-// start does (first those passed over while their slot was busy, then on from the scan), so a lost
-// round holds only its own slot. The oldest chunk whose sum this rank lacks starts even past the
-// window: every rank always sends the chunk the others may all be waiting for, so ranks whose
-// windows differ (or shrank below the rounds already out) never wait on each other for good.
-// Fixed (the whole pool) needs none of this: every slot always carries its next chunk.
+// A window below the pool, adaptive or numeric (protocol.md §4.2): while fewer than `window` rounds are out,
+// the lowest chunk that can start does (first those passed over while their slot was busy, then on from the
+// scan), so a lost round holds only its own slot. The oldest chunk whose sum this rank lacks starts even past
+// the window: every rank always sends the chunk the others may all be waiting for, so ranks whose windows
+// differ (or shrank below the rounds already out) never wait on each other for good. Fixed (the whole pool)
+// needs none of this: every slot always carries its next chunk.
 void SwitchAllreduce::fill_window(int64_t now) {
   const unsigned limit = window_now();
   for (;;) {
@@ -262,7 +263,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   if (schedule_.finish(slot, f)) finished->push_back(whole);
   if (draining_) return;  // nothing new starts on a switch that is going
-  if (adaptive_) {
+  if (windowed_) {
     --in_flight_;
     if (uint64_t next = schedule_.slot_next(slot); next < scan_) {  // passed over while this round ran
       passed_.push_back(next);
@@ -364,7 +365,7 @@ void SwitchAllreduce::admit(AllreduceOp* op) {
   }
   schedule_.admit(op);
   const size_t queued = out_.size();
-  if (adaptive_) {
+  if (windowed_) {
     fill_window(now);
   } else {
     for (unsigned s = 0; s < window_.slots(); ++s)

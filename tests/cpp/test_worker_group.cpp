@@ -702,16 +702,18 @@ TEST(many_small_calls_and_async_order) {
 }
 
 TEST(windows_of_any_size_agree_under_loss) {
-  // One rank with the whole pool, three adaptive ones whose 1 us target shrinks their windows to a
-  // few rounds, 5% loss on both sides, 12 allreduces streaming through 32 slots: every sum exact,
-  // nobody waits forever for a chunk another rank's window does not hold (the oldest chunk a rank
-  // lacks the sum of always starts, protocol.md 4.2). Repeated with other seeds for more orders.
+  // One rank with the whole pool, one with a window of 3 rounds, two adaptive ones whose 1 us target
+  // shrinks their windows to a few rounds, 5% loss on both sides, 12 allreduces streaming through 32 slots:
+  // every sum exact, nobody waits forever for a chunk another rank's window does not hold (the oldest chunk a
+  // rank lacks the sum of always starts, protocol.md 4.2). Repeated with other seeds for more orders.
   for (uint64_t seed : {3, 4, 5}) {
     FakeSwitch sw(4, 32, 1440, 0.05, seed);
     auto g = make_groups(sw, 4, "int32", [&](Options& o) {
       o.drop_rate = 0.05;
       o.seed = seed * 10 + o.rank;
-      if (o.rank > 0) {
+      if (o.rank == 2) {
+        o.window = "3";  // a numeric window: at most 3 rounds out of the 32 slots
+      } else if (o.rank > 0) {
         o.window = "adaptive";
         o.target_delay_s = 1e-6;
       }
@@ -741,7 +743,7 @@ TEST(windows_of_any_size_agree_under_loss) {
         for (size_t i = 0; i < n; ++i) ok &= bufs[r][k][i] == static_cast<int32_t>(4 * (i * 5 + n) + 6);
       }
     CHECK(ok);
-    CHECK(g[1]->stats().retransmissions > 0);
+    CHECK(g[1]->stats().retransmissions > 0 && g[2]->stats().retransmissions > 0);
   }
 }
 

@@ -1,8 +1,8 @@
 """The worker's window (docs/protocol.md section 4.2) end to end: ranks whose windows differ -- one
-always using the whole pool, the others adaptive with a target so small that their windows shrink to a
-few rounds -- stream allreduces through a lossy switch and still agree on exact sums (chunks start in
-order, so no two ranks wait on each other's windows; fixed32 keeps its agreed exponents when a slot
-waits between chunks); and the window options are checked."""
+always using the whole pool, one adaptive with a target so small that its window shrinks to a few
+rounds, one with a window of 4 rounds -- stream allreduces through a lossy switch and still agree on
+exact sums (chunks start in order, so no two ranks wait on each other's windows; fixed32 keeps its
+agreed exponents when a slot waits between chunks); and the window options are checked."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_mixed_windows_agree_under_loss(start_switch):
     # A 1 us target: every own round trip is "queued", so windows shrink and grow all the time,
     # and a window below the rounds already in flight must not keep a rank from the oldest chunk.
     tiny = {"GRADSWITCH_WINDOW": "adaptive", "GRADSWITCH_TARGET_DELAY_US": "1"}
-    envs = [{"GRADSWITCH_WINDOW": "fixed"}, tiny, tiny]
+    envs = [{"GRADSWITCH_WINDOW": "fixed"}, tiny, {"GRADSWITCH_WINDOW": "4"}]
     plan = [
         ("win-fixed32", "fixed32", [("exact", 100_003), ("int", 100_003), ("exact", 361)]),
         ("win-f32", "float32", [("exact", 100_003), ("int", 50_003), ("exact", 7)]),
@@ -43,7 +43,10 @@ def test_mixed_windows_agree_under_loss(start_switch):
 @pytest.mark.parametrize(
     "env, words",
     [
-        ({"GRADSWITCH_WINDOW": "cubic"}, "window must be 'adaptive' or 'fixed'"),
+        ({"GRADSWITCH_WINDOW": "cubic"}, "window must be 'adaptive', 'fixed' or a number of rounds"),
+        ({"GRADSWITCH_WINDOW": "0"}, "window must be 'adaptive', 'fixed' or a number of rounds"),
+        ({"GRADSWITCH_WINDOW": "65536"}, "window must be 'adaptive', 'fixed' or a number of rounds"),
+        ({"GRADSWITCH_WINDOW": "-8"}, "window must be 'adaptive', 'fixed' or a number of rounds"),
         ({"GRADSWITCH_TARGET_DELAY_US": "0"}, "target delay must be in"),
         ({"GRADSWITCH_TARGET_DELAY_US": "nan"}, "target delay must be in"),
     ],
