@@ -26,7 +26,7 @@ w = d['extra']['timed_workers']; print(json.dumps(d))
 print('$name', $loss, 'round $round', 'median %.1f ms' % (d['median_s'] * 1e3),
       'resent %.2f%%' % (100 * w['retransmissions'] / w['packets_sent']), file=sys.stderr)" >> "$OUT"
   else
-    { echo "== round $round $name loss $loss rc $rc"; tail -40 /tmp/testbed-configs.out; } >> "$OUT.failures.log"
+    { echo "== round $round $name loss $loss rc $rc"; cat /tmp/testbed-configs.out; } >> "$OUT.failures.log"
     echo "   FAILED $name loss $loss round $round rc $rc (see $OUT.failures.log)" >&2
   fi
 done; done; done
