@@ -127,6 +127,9 @@ def diagnose(job: Job) -> list[str]:
                 f"rank {r[0]} sent "
                 f"{c[0]} elements, rank {r[-1]} {c[-1]} (the ranks' tensors or calls differ)"
             )
+        if st.get("lost"):
+            lost = st["lost"]
+            why += f"; rank {rank} left because it lost the switch at {lost} (another switch of the job)"
         out.append(why)
     seqs = [int(x) for x in st.get("rank_seq", "").split(",") if x]
     left = set(ranks(st.get("left", "")))

@@ -202,3 +202,15 @@ def test_drop_reasons_line_lists_nonzero_reasons_in_order():
     assert drop_reasons({"drops": 0, "drop.stale": 0}) == []
     counters = {"drops": 5, "drop.wrong_key": 2, "drop.stale": 3, "drop.short": 0, "pkts_in": 9}
     assert drop_reasons(counters) == ["  drops: stale 3, wrong_key 2"]
+
+
+def test_diagnose_says_which_switch_the_leaving_rank_lost():
+    from gradswitch.status import Job, diagnose
+
+    st = {"state": "aborted", "abort_reason": "rank_left", "abort_rank": "0", "left": "0",
+          "lost": "10.0.0.7:7700", "rank_seq": "3,3"}
+    lines = diagnose(Job(job_id=1, name="j", world=2, state="aborted", status=st))
+    assert lines[0] == (
+        "aborted: rank_left (rank 0); rank 0 left because it lost the switch at 10.0.0.7:7700 "
+        "(another switch of the job)"
+    ), lines
