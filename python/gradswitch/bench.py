@@ -22,12 +22,12 @@ from ._args import bounded
 WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
 
 
-
 def window_option(text: str) -> str:
     """argparse type of --window: fixed, adaptive, or rounds 1..65535 (checked again by connect)."""
     if text in ("fixed", "adaptive") or (text.isdigit() and 1 <= int(text) <= 65535):
         return text
     raise argparse.ArgumentTypeError(f"{text!r} is not fixed, adaptive or a number of rounds from 1 to 65535")
+
 
 def _parse_size(text: str) -> int:
     units = {

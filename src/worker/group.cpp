@@ -416,7 +416,7 @@ void Group::close(bool abort) {
     if (!abort) {
       try {
         // A sharded job's other switches learn which switch made this rank leave: the aborts they
-        // send the other ranks then name it (docs/protocol.md §1.3).
+        // send the other ranks then name it (docs/protocol.md §1.2, LEAVE).
         c->request(
             lost.empty() ? std::string(GS_VERB_LEAVE) : std::string(GS_VERB_LEAVE " " GS_KEY_LOST "=") + lost,
             5.0);

@@ -159,11 +159,11 @@ class Group {
   void trace_allreduce(const Flight& f, int64_t end_ns, const std::exception_ptr& err);
   // `f`: the allreduce's flight, null for a control-plane operation.
   void log_operation(const Op& op, const Flight* f, int64_t start_ns, const std::exception_ptr& err);
-  // The data path failed: a lost switch hands the allreduces in flight to the ring (algorithm
-  // auto); anything else fails them and the group.
   // A sharded job whose group failed because one of its switches is gone: that switch ("host:port"),
   // else "". Read by close() once the thread has stopped.
   std::string lost_switch() const;
+  // The data path failed: a lost switch hands the allreduces in flight to the ring (algorithm
+  // auto); anything else fails them and the group.
   void stream_failed(std::exception_ptr err);
   void fall_back(const std::string& why);
   // One line on stderr: the job goes on, but the user should know.

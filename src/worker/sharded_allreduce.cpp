@@ -123,12 +123,12 @@ void ShardedAllreduce::step(std::vector<AllreduceOp*>* finished) {
     wait_ns_ = wait == std::numeric_limits<int64_t>::max() ? 0 : wait;
   } catch (const SwitchLostError& e) {
     for (const Split& sp : splits_) merge_done(sp);
-    if (e.reason() == GS_ABORT_RANK_LEFT && !e.lost().empty()) {
+    if (e.reason() == GS_ABORT_RANK_LEFT && !e.lost().empty() && !splits_.empty()) {
       // Another rank lost one of the job's switches first and left this one (LEAVE lost=): name the
       // lost switch, first-hand if this rank's own connection to it has closed meanwhile.
       blame_lost_switch();
       for (auto& s : shards_)
-        if (s->control && s->control->endpoint() == e.lost() && !splits_.empty())
+        if (s->control && s->control->endpoint() == e.lost())
           throw_lost_elsewhere(s->ctx, *s->control, e, *splits_.front().whole);
     }
     throw;

@@ -40,6 +40,12 @@ gs_header data_header(const PathContext& ctx, unsigned slot, uint8_t flags, uint
       .exps(next_exp, scale_exp);
 }
 
+// Rounds in flight without the adaptive controller: a numeric window below the pool, else the pool.
+unsigned fixed_window(const std::string& window, unsigned pool) {
+  const unsigned n = window_rounds(window);
+  return n && n < pool ? n : pool;
+}
+
 }  // namespace
 
 SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
@@ -49,8 +55,8 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       schedule_(ctx.join->slots),
       flight_(ctx.join->slots, nullptr),
       agreed_exp_(ctx.join->slots, GS_EXP_NONE),
-      fixed_rounds_(window_rounds(ctx.opt->window)),
-      windowed_(ctx.opt->window == "adaptive" || (fixed_rounds_ && fixed_rounds_ < ctx.join->slots)),
+      adaptive_(ctx.opt->window == "adaptive"),
+      fixed_window_(fixed_window(ctx.opt->window, ctx.join->slots)),
       cc_(ctx.join->slots, static_cast<int64_t>(ctx.opt->target_delay_s * 1e9)),
       loss_(std::max<unsigned>(ctx.join->threads, 1),
             LossDetector(static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9),
@@ -263,7 +269,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   if (schedule_.finish(slot, f)) finished->push_back(whole);
   if (draining_) return;  // nothing new starts on a switch that is going
-  if (windowed_) {
+  if (windowed()) {
     --in_flight_;
     if (uint64_t next = schedule_.slot_next(slot); next < scan_) {  // passed over while this round ran
       passed_.push_back(next);
@@ -365,7 +371,7 @@ void SwitchAllreduce::admit(AllreduceOp* op) {
   }
   schedule_.admit(op);
   const size_t queued = out_.size();
-  if (windowed_) {
+  if (windowed()) {
     fill_window(now);
   } else {
     for (unsigned s = 0; s < window_.slots(); ++s)

@@ -8,7 +8,6 @@
 // fixed32 agrees block exponents through the same rounds (section 5).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <vector>
@@ -70,11 +69,9 @@ class SwitchAllreduce : public DataPath {
   void fill_window(int64_t now);
   // Whether chunk `g` (global number) can start now: admitted, its slot free and at it.
   bool startable(uint64_t g) const;
-  unsigned window_now() const {
-    return fixed_rounds_ ? std::min(fixed_rounds_, window_.slots())
-           : windowed_   ? cc_.window()
-                         : window_.slots();
-  }
+  unsigned window_now() const { return adaptive_ ? cc_.window() : fixed_window_; }
+  // Chunks start through fill_window: the window may hold fewer rounds than the pool.
+  bool windowed() const { return adaptive_ || fixed_window_ < window_.slots(); }
   void prepare_bootstrap(unsigned slot, size_t c);
   void prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp);
   void launch(unsigned slot, int64_t now);
@@ -104,10 +101,8 @@ class SwitchAllreduce : public DataPath {
   std::vector<Flight*> flight_;  // per slot: the allreduce of its current round
   // fixed32, per slot: the exponent the last RESULT agreed for the slot's next chunk
   std::vector<int8_t> agreed_exp_;
-  // Chunks start through fill_window (the window may hold fewer rounds than the pool): adaptive, or
-  // a numeric window below the pool (fixed_rounds_, else 0).
-  unsigned fixed_rounds_;
-  bool windowed_;
+  bool adaptive_;
+  unsigned fixed_window_;  // without adaptive_: a numeric window below the pool, else the whole pool
   WindowController cc_;
   unsigned in_flight_ = 0;  // slots with a round out
   // Adaptive start order (fill_window): chunks below scan_ were looked at; those passed over while

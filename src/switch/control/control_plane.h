@@ -137,7 +137,8 @@ class ControlPlane {
   void close_upward(uint64_t conn_id);
   std::string uplink_keys(const LiveJob& j, const JobStatus& s) const;  // " uplink_reason=.. uplink_rank=.."
   void fail_pending(PendingJob& p, const control::Error& e);
-  void depart(Conn& c, bool graceful, uint64_t now_ns);  // the connection leaves its job
+  // The connection leaves its job; `lost`: the switch a LEAVE said the rank lost ("" for none).
+  void depart(Conn& c, bool graceful, uint64_t now_ns, const std::string& lost = {});
   void end_job_if_empty(LiveJob& j);
   void abort_live(LiveJob& j, uint8_t reason, uint16_t rank, const std::string& why);
   // Records an abort the engine holds (from abort_live or a data thread), logs it and sends

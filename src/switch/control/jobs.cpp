@@ -315,13 +315,10 @@ void ControlPlane::handle_leave(Conn& c, const Request& r, uint64_t now_ns) {
     return reply_error(c, kErrState, "LEAVE without a JOIN on this connection");
   if (c.role == Conn::Role::kLeft) return reply_error(c, kErrState, "already left job '" + c.job_name + "'");
   reply(c, GS_REPLY_OK "\n");
-  if (c.role == Conn::Role::kJoined)
-    if (auto it = live_.find(c.job_id); it != live_.end() && it->second->conn[c.rank] == c.id)
-      it->second->lost[c.rank] = leave->lost;
-  depart(c, /*graceful=*/true, now_ns);
+  depart(c, /*graceful=*/true, now_ns, leave->lost);
 }
 
-void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns) {
+void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns, const std::string& lost) {
   if (c.role == Conn::Role::kUplink) return spine_lost(c);
   if (c.role == Conn::Role::kPending) {
     auto it = pending_.find(c.job_name);
@@ -347,6 +344,7 @@ void ControlPlane::depart(Conn& c, bool graceful, uint64_t now_ns) {
   j.conn[c.rank] = 0;
   --j.present;
   if (graceful) j.left[c.rank] = 1;
+  j.lost[c.rank] = lost;
   if (!j.aborted) {
     if (!graceful) {
       abort_live(j, GS_ABORT_RANK_LEFT, c.rank, "rank " + std::to_string(c.rank) + " disconnected");
