@@ -62,6 +62,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (h.type == GS_MSG_RESULT && r.len != GS_HEADER_BYTES + h.count * gs_elem_size(h.elem_type))
         __builtin_trap();
       if (r.dest_rank != GS_RANK_ALL && r.dest_rank >= r.world) __builtin_trap();
+      const uint64_t dests = destinations(r);
+      if (dests == 0 || (r.world < 64 && dests >> r.world != 0)) __builtin_trap();
+      if (h.type == GS_MSG_HELD) {  // to ranks the round lacks (or the resender): never to nobody
+        if (r.len != GS_HEADER_BYTES + GS_HELD_BODY_BYTES || h.rank != GS_RANK_ALL) __builtin_trap();
+        const uint64_t contributors = gs_held_contributors(r.data + GS_HEADER_BYTES);
+        if (contributors == 0 || (r.world < 64 && contributors >> r.world != 0)) __builtin_trap();
+      }
     }
     engine.end_burst(thread);
   }

@@ -52,6 +52,11 @@ def main():
         ]
         (out / f"job{i}_rounds").write_bytes(framed(rounds))
         (out / f"job{i}_retx").write_bytes(framed(rounds + rounds[:world]))
+        # resends to open rounds: rank 0's twice (HELD to it and the lacking ranks), then rank 1's
+        # first as a resend (HELD to the ranks still lacking)
+        opened = [packet(job, key, 0, s, 0, 2, s * 16, [1] * 16) for s in range(4)]
+        resent = [packet(job, key, r, s, 2, 2, s * 16, [r + 1] * 16) for s in range(4) for r in (0, 1)]
+        (out / f"job{i}_held").write_bytes(framed(opened + resent))
         for elem_type, (_, size) in ELEMS.items():
             per = PAYLOAD // size
             typed = [

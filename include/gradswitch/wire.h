@@ -50,8 +50,9 @@ enum gs_msg_type {
   GS_MSG_RING_PARTIAL = 4, /* to the next rank: the sum of one chunk over the ranks so far */
   GS_MSG_RING_RESULT = 5,  /* to the previous rank: the chunk's finished sum */
   GS_MSG_RING_DONE = 6,    /* to the next rank: the sender holds every sum up to allreduce `seq` */
-  /* switch -> worker: a retransmitted DATA found the round open with the sender's contribution
-   * already in it (nothing was lost; the round waits for other ranks). Header only. */
+  /* switch -> worker: a retransmitted DATA found its round open. To the sender when its
+   * contribution was already in it (nothing was lost; the round waits for other ranks), and to every
+   * rank the round still lacks (resend yours now). Body: the round's contributors (GS_HELD_BODY_BYTES). */
   GS_MSG_HELD = 7,
 };
 
@@ -96,6 +97,7 @@ enum gs_abort_reason {
  *    4   4  job_id     from the control plane
  *    8   4  key        per-job random key from the control plane
  *   12   2  rank       DATA: sender; RESULT: GS_RANK_ALL or the receiver; ABORT: rank at fault or GS_RANK_ALL
+ *                       (HELD: GS_RANK_ALL, its body tells each receiver why it got it)
  *   14   2  slot       slot index within the job's pool
  *   16   1  flags      gs_flags
  *   17   1  elem_type  gs_elem_type
@@ -188,6 +190,21 @@ static inline const char* gs_elem_name(uint8_t elem_type) {
     default:
       return "unknown";
   }
+}
+
+/* HELD's body: the open round's contributors, bit r for rank r, a big-endian 64-bit integer. A
+ * receiver whose bit is clear is a rank the round lacks (docs/protocol.md section 3). */
+#define GS_HELD_BODY_BYTES 8u
+
+static inline uint64_t gs_held_contributors(const uint8_t* body) {
+  uint64_t v;
+  memcpy(&v, body, sizeof v);
+  return __builtin_bswap64(v);
+}
+
+static inline void gs_held_set_contributors(uint64_t contributors, uint8_t* body) {
+  const uint64_t v = __builtin_bswap64(contributors);
+  memcpy(body, &v, sizeof v);
 }
 
 /* Decodes the header at `buf` into host byte order. The caller checks len >= GS_HEADER_BYTES. */

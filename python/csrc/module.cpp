@@ -279,6 +279,7 @@ NB_MODULE(_core, m) {
              d["retx_rack"] = s.retx_rack;
              d["retx_timeout"] = s.retx_timeout;
              d["retx_probe"] = s.retx_probe;
+             d["retx_asked"] = s.retx_asked;
              d["spurious_retransmissions"] = s.spurious_retransmissions;
              d["held_answers"] = s.held_answers;
              d["injected_drops"] = s.injected_drops;

@@ -4,7 +4,7 @@ Each worker sums a tensor of `size` bytes `iters` times and checks every result 
 exact expected sum. Printed: per-worker algorithm bandwidth (tensor bytes / time per allreduce,
 as nccl-tests' algbw), the switch's packet rate, and retransmission counters (per worker: resends,
 those proven spurious by the switch's DSACK/HELD answers or a late original result, and why each was
-sent: RACK, a timer with a later round answered, a lone probe).
+sent: RACK, a timer with a later round answered, a lone probe, the switch asking for it).
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def run(args, *, out=sys.stdout) -> int:
         return 1
     print(
         f"{'rank':>4} {'mean ms':>9} {'best ms':>9} {'algbw Gbit/s':>13} {'retransmits':>11} "
-        f"{'spurious':>8}  by cause (rack/timer/probe)",
+        f"{'spurious':>8}  by cause (rack/timer/probe/asked)",
         file=out,
     )
     for rank, _, times, stats in sorted(reports):
@@ -211,7 +211,7 @@ def run(args, *, out=sys.stdout) -> int:
         st = stats if isinstance(stats, dict) else {}
         retx = st.get("retransmissions", "-")
         spurious = st.get("spurious_retransmissions", "-")
-        causes = "/".join(str(st.get(k, "-")) for k in ("retx_rack", "retx_timeout", "retx_probe"))
+        causes = "/".join(str(st.get(f"retx_{k}", "-")) for k in ("rack", "timeout", "probe", "asked"))
         algbw = args.size * 8 / mean / 1e9
         print(
             f"{rank:>4} {mean * 1e3:9.2f} {min(times) * 1e3:9.2f} {algbw:13.2f} {retx:>11} "

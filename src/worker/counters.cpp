@@ -15,6 +15,7 @@ Stats Counters::snapshot() const {
   s.retx_rack = r(retx_rack);
   s.retx_timeout = r(retx_timeout);
   s.retx_probe = r(retx_probe);
+  s.retx_asked = r(retx_asked);
   s.spurious_retransmissions = r(spurious_retransmissions);
   s.held_answers = r(held_answers);
   s.injected_drops = r(injected_drops);

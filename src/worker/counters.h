@@ -11,10 +11,11 @@ struct Stats {
   uint64_t allreduces = 0;
   uint64_t packets_sent = 0, bytes_sent = 0;
   uint64_t packets_received = 0, bytes_received = 0;
-  uint64_t retransmissions = 0;           // DATA packets resent (the sum of the three causes below)
+  uint64_t retransmissions = 0;           // DATA packets resent (the sum of the four causes below)
   uint64_t retx_rack = 0;                 //   a later round's answer came first (RACK)
   uint64_t retx_timeout = 0;              //   the round's timer expired after a later round's answer came
   uint64_t retx_probe = 0;                //   timers expired with nothing later answered: one probe
+  uint64_t retx_asked = 0;                //   the switch said the round lacks this rank (HELD's body)
   uint64_t spurious_retransmissions = 0;  // resends proven unneeded (DSACK, HELD, a late original result)
   uint64_t held_answers = 0;              // HELD answers: the switch held the resent contribution
   uint64_t injected_drops = 0;            // DATA packets dropped by the drop_rate hook
@@ -28,9 +29,9 @@ struct Stats {
 
 struct Counters {
   std::atomic<uint64_t> allreduces{0}, packets_sent{0}, bytes_sent{0}, packets_received{0}, bytes_received{0},
-      retransmissions{0}, retx_rack{0}, retx_timeout{0}, retx_probe{0}, spurious_retransmissions{0},
-      held_answers{0}, injected_drops{0}, ignored{0}, unicast_results{0}, bootstrap_rounds{0},
-      ring_allreduces{0}, fallbacks{0}, fallback_held{0};
+      retransmissions{0}, retx_rack{0}, retx_timeout{0}, retx_probe{0}, retx_asked{0},
+      spurious_retransmissions{0}, held_answers{0}, injected_drops{0}, ignored{0}, unicast_results{0},
+      bootstrap_rounds{0}, ring_allreduces{0}, fallbacks{0}, fallback_held{0};
 
   Stats snapshot() const;
 };

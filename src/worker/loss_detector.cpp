@@ -21,6 +21,10 @@ constexpr int64_t kFloorHalfLifeNs = 2'000'000'000;
 // timers between its resends. Load stays bounded: a scan with nothing newer delivered still sends
 // one probe, and the backoff is exponential again once nothing was answered for rto_max.
 constexpr int64_t kAliveBackoff = 2;
+// A request to resend (a HELD body) sooner after the round's latest transmission than RACK would wait
+// for its answer (min_rtt + the reordering window) may have crossed it (the other ranks' RACK fired
+// with this rank's): ignored. At least this long.
+constexpr int64_t kAskedGapNs = 100'000;
 
 }  // namespace
 
@@ -54,6 +58,7 @@ int64_t LossDetector::reorder_window_ns() const {
 
 void LossDetector::begin() {
   newest_delivered_tx_ns_ = 0;
+  newest_delivered_order_ = 0;
   resend_answered_ = false;
 }
 
@@ -65,6 +70,7 @@ void LossDetector::launch(RoundTimer& t, int64_t now) {
   t.tries = 0;
   t.sent_ns = now;
   t.last_tx_ns = now;
+  t.sent_order = t.last_tx_order = ++transmissions_;
   t.rto_ns = rtt_.initial_rto(floor_ns_, rto_max_);
   t.deadline_ns = now + t.rto_ns;
 }
@@ -72,7 +78,12 @@ void LossDetector::launch(RoundTimer& t, int64_t now) {
 void LossDetector::delivered(RoundTimer& t, int64_t now, bool after_recovery) {
   last_answer_ns_ = now;
   if (t.tries == 0 && !after_recovery) rtt_.sample(now - t.sent_ns);
-  newest_delivered_tx_ns_ = std::max(newest_delivered_tx_ns_, t.tries ? t.sent_ns : t.last_tx_ns);
+  const int64_t tx = t.tries ? t.sent_ns : t.last_tx_ns;
+  const uint64_t order = t.tries ? t.sent_order : t.last_tx_order;
+  if (tx > newest_delivered_tx_ns_ || (tx == newest_delivered_tx_ns_ && order > newest_delivered_order_)) {
+    newest_delivered_tx_ns_ = tx;
+    newest_delivered_order_ = order;
+  }
   // A resend answered within a round trip of it (not sooner than min_rtt: RFC 8985 6.2; not much
   // later: then a stalled peer answered the original) shows the path working at its send time.
   const int64_t since_resend = now - t.last_tx_ns;
@@ -92,6 +103,15 @@ bool LossDetector::held(RoundTimer& t, int64_t now) {
   t.held = true;
   // The answer now waits for the other contributions: give it a full timer from here.
   t.deadline_ns = now + t.rto_ns;
+  return true;
+}
+
+bool LossDetector::asked(RoundTimer& t, int64_t now) {
+  const int64_t crossed = std::max(rtt_.min_ns() + reorder_window_ns(), kAskedGapNs);
+  if (!t.busy || now - t.last_tx_ns < crossed) return false;
+  last_answer_ns_ = now;
+  t.held = false;
+  mark_resent(t, now, RetxCause::kAsked);
   return true;
 }
 
@@ -130,6 +150,7 @@ void LossDetector::mark_resent(RoundTimer& t, int64_t now, RetxCause cause) {
   t.tries++;
   t.cause = cause;
   t.last_tx_ns = now;
+  t.last_tx_order = ++transmissions_;
   t.rto_ns = next_rto(t, now);
   t.deadline_ns = now + t.rto_ns;
   if (cause == RetxCause::kRack && reo_mult_ > 1 && ++rack_losses_since_spurious_ >= kReorderPersist) {
@@ -155,10 +176,11 @@ int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vecto
   decay_floor(now);
   const int64_t reorder_ns = reorder_window_ns();
   const int64_t srtt = static_cast<int64_t>(rtt_.srtt_ns());
-  // One probe: the expired round whose latest transmission is oldest, preferring rounds the peer
-  // has not said it holds (their data may be lost; a HELD round only waits for its result). After
-  // each probe its round is the youngest, so probes rotate through the unconfirmed rounds: every
-  // rank learns which of its own rounds the others wait for, whatever order it sent them in.
+  // One probe: the expired round whose latest transmission is oldest (in a batch: sent first),
+  // preferring rounds the peer has not said it holds (their data may be lost; a HELD round only
+  // waits for its result). After each probe its round is the youngest, so probes rotate through the
+  // unconfirmed rounds: every rank learns which of its own rounds the others wait for, whatever
+  // order it sent them in.
   int probe = -1;
   for (size_t i = first; i < n; i += stride) {
     RoundTimer& t = timers[i];
@@ -166,12 +188,14 @@ int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vecto
     const int64_t lost_at = rack_deadline(t, srtt, reorder_ns);
     const bool overtaken = lost_at <= now;
     const bool expired = t.deadline_ns <= now;
-    if (overtaken || (expired && t.last_tx_ns < newest_delivered_tx_ns_)) {
+    if (overtaken || (expired && sent_before_newest_delivered(t))) {
       mark_resent(t, now, overtaken ? RetxCause::kRack : RetxCause::kTimeout);
       resend->push_back(static_cast<unsigned>(i));
     } else if (expired) {
       const RoundTimer* p = probe < 0 ? nullptr : &timers[probe];
-      if (!p || (p->held && !t.held) || (p->held == t.held && t.last_tx_ns < p->last_tx_ns))
+      if (!p || (p->held && !t.held) ||
+          (p->held == t.held && (t.last_tx_ns < p->last_tx_ns ||
+                                 (t.last_tx_ns == p->last_tx_ns && t.last_tx_order < p->last_tx_order))))
         probe = static_cast<int>(i);
     }
   }
@@ -189,12 +213,26 @@ int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vecto
   return next;
 }
 
+bool LossDetector::earlier_in_newest_batch(const RoundTimer& t) const {
+  return t.last_tx_ns == newest_delivered_tx_ns_ && t.last_tx_order < newest_delivered_order_;
+}
+
+bool LossDetector::sent_before_newest_delivered(const RoundTimer& t) const {
+  return t.last_tx_ns < newest_delivered_tx_ns_ || earlier_in_newest_batch(t);
+}
+
 int64_t LossDetector::rack_deadline(const RoundTimer& t, int64_t srtt, int64_t reorder_ns) const {
   if (t.held) return std::numeric_limits<int64_t>::max();
   int64_t at = std::numeric_limits<int64_t>::max();
-  if (t.last_tx_ns + reorder_ns < newest_delivered_tx_ns_) at = t.last_tx_ns + srtt + reorder_ns;
-  // Rounds resent in the same batch as the answered one count as sent before it (RFC 8985 breaks
-  // such ties by sequence; rounds have none): together they should have come back together.
+  // Overtaken: a round sent more than the reordering window later was answered, or one sent after
+  // it in the same batch. A batch goes out in order at one instant (a whole window at an allreduce's
+  // start), and the other ranks send the same chunks in about the same order; without the order no
+  // answer could show an earlier round of the batch lost, and only probes, one per timer, found it.
+  if (t.last_tx_ns + reorder_ns < newest_delivered_tx_ns_ || earlier_in_newest_batch(t))
+    at = t.last_tx_ns + srtt + reorder_ns;
+  // Every round resent in the same batch as the answered resend counts as sent before it, also those
+  // after it in the batch: resends go out in slot order, not in the order the others wait for them,
+  // and together they should have come back together.
   if (resend_answered_ && t.last_tx_ns <= resend_answered_tx_ns_)
     at = std::min(at, resend_answered_at_ns_ + srtt + reorder_ns);
   return at;

@@ -35,6 +35,7 @@ enum class RetxCause : uint8_t {
   kRack,     // a round sent after it was delivered first, and the reordering window passed
   kTimeout,  // its timer expired and a later round had been delivered
   kProbe,    // timers expired with nothing later delivered: the oldest round, resent alone
+  kAsked,    // the peer said the round lacks this sender's data (a HELD whose body leaves it out)
 };
 
 // The timing of one round in flight (a slot's outstanding packet).
@@ -45,6 +46,9 @@ struct RoundTimer {
   uint32_t tries = 0;      // retransmissions so far
   int64_t sent_ns = 0;     // first transmission
   int64_t last_tx_ns = 0;  // latest (re)transmission
+  // The detector's count of transmissions at the first and the latest one: the order of rounds
+  // sent at the same instant (one batch), as RFC 8985 orders segments by sequence.
+  uint64_t sent_order = 0, last_tx_order = 0;
   int64_t rto_ns = 0, deadline_ns = 0;
 };
 
@@ -85,6 +89,13 @@ class LossDetector {
   // rank's send order: reordering, see `reordered`) or for one whose DATA was lost (its resend
   // will complete the round); its RESULT tells which. The timer's floor never learns from it.
   bool held(RoundTimer& t, int64_t now);
+  // The peer says the round lacks this sender's data: it is resent now (the caller sends it) unless
+  // it was sent more recently than RACK waits for an answer (min_rtt + the reordering window, at least
+  // 100 us): the request may have crossed that packet. Not srtt: in an allreduce it holds the waits
+  // for the slowest rank (100 ms and more where a peer's window is small), and a rank asked for a
+  // stuck round must not wait that long between tries. (The switch asks only for rounds open 20 ms.)
+  // Returns whether to send.
+  bool asked(RoundTimer& t, int64_t now);
   // A round resent by RACK turned out to have been only late, or to have waited for a late rank:
   // the reordering window widens (RFC 8985 6.2: one step per round trip, at most 32 steps).
   void reordered(int64_t now);
@@ -112,6 +123,10 @@ class LossDetector {
   // When RACK declares `t` lost (a later transmission was answered and the wait for reordering
   // passed); INT64_MAX while nothing says so.
   int64_t rack_deadline(const RoundTimer& t, int64_t srtt, int64_t reorder_ns) const;
+  // Whether `t`'s latest transmission went before that of the newest delivered round: earlier, or
+  // in the same batch and earlier in it (the latter alone: earlier_in_newest_batch).
+  bool sent_before_newest_delivered(const RoundTimer& t) const;
+  bool earlier_in_newest_batch(const RoundTimer& t) const;
   void mark_resent(RoundTimer& t, int64_t now, RetxCause cause);
   void back_off(RoundTimer& t, int64_t now) const;
   // The round's next timer after an expiry: twice the last, at most rto_max; while answers flow
@@ -124,9 +139,11 @@ class LossDetector {
   RttEstimator rtt_;
   // When the peer last answered anything (a result or HELD): the path was alive then.
   int64_t last_answer_ns_ = 0;
-  // Send time of the most recently sent round whose answer has arrived: a busy round transmitted
-  // before it is probably lost, since answers come back in about send order.
+  // Send time (and order) of the most recently sent round whose answer has arrived: a busy round
+  // transmitted before it is probably lost, since answers come back in about send order.
   int64_t newest_delivered_tx_ns_ = 0;
+  uint64_t newest_delivered_order_ = 0;
+  uint64_t transmissions_ = 0;  // numbers the transmissions (RoundTimer's orders)
   // The latest resend (not held) whose answer arrived, and when: the path was alive then.
   bool resend_answered_ = false;
   int64_t resend_answered_tx_ns_ = 0;

@@ -219,6 +219,13 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   const bool current = t.busy && (h.flags & GS_FLAG_VERSION) == (r.hdr.flags & GS_FLAG_VERSION) &&
                        h.seq == f->op->seq && h.offset == r.hdr.offset;
   if (h.type == GS_MSG_HELD) {
+    // Its body names the round's contributors (protocol.md §3). Without this rank: another rank's
+    // resend found the round waiting for this rank's contribution, which is resent now.
+    if (len >= GS_HEADER_BYTES + GS_HELD_BODY_BYTES &&
+        !(gs_held_contributors(p + GS_HEADER_BYTES) >> ctx_.opt->rank & 1)) {
+      if (current) resend_asked(slot, now);
+      return;
+    }
     // The switch holds this rank's contribution: the resend was not needed, the round waits for
     // other ranks. Not progress (the timeout still runs), only the end of a loss suspicion.
     counter_add(k.held_answers);
@@ -226,7 +233,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
       late_answer(h, now);
     } else if (t.tries > 0) {  // each HELD answers one resend that found the contribution there
       counter_add(k.spurious_retransmissions);
-      if (t.cause == RetxCause::kRack || t.cause == RetxCause::kTimeout) cc_.on_spurious(now);
+      if (t.cause != RetxCause::kProbe) cc_.on_spurious(now);
       detector(slot).held(t, now);
     }
     return;
@@ -333,11 +340,22 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
   }
   if (d.completed_by_resend) sample = 0;
   counter_add(ctx_.counters->spurious_retransmissions);
-  if (d.cause == RetxCause::kRack || d.cause == RetxCause::kTimeout) cc_.on_spurious(now);
+  if (d.cause != RetxCause::kProbe) cc_.on_spurious(now);
   // Taught once; a RACK resend that raced another rank's recovery says nothing of reordering either.
   if (d.taught || (d.completed_by_resend && d.cause == RetxCause::kRack)) return;
   d.taught = true;
   detector(h.slot).spurious(d.cause, sample, wait, now);
+}
+
+void SwitchAllreduce::resend_asked(unsigned slot, int64_t now) {
+  if (!detector(slot).asked(window_.timer(slot), now)) return;
+  window_.mark_retransmission(slot);
+  Counters& k = *ctx_.counters;
+  counter_add(k.retransmissions);
+  counter_add(k.retx_asked);
+  cc_.on_loss(now);
+  if (AllreduceTimes* t = flight_[slot]->op->times) t->retransmit(now, slot, window_.round(slot).chunk);
+  send(slot);
 }
 
 int64_t SwitchAllreduce::check_timers(int64_t now) {

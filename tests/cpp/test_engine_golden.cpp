@@ -14,7 +14,7 @@ using namespace gradswitch;
 
 namespace {
 
-enum class Out { kNothing, kMulticast, kUnicast, kDrop, kAbort, kAbortAll };
+enum class Out { kNothing, kMulticast, kUnicast, kDrop, kAbort, kAbortAll, kHeld };
 
 // The element type a table's values travel as.
 template <typename T>
@@ -45,15 +45,21 @@ struct Expect {
   // A constructor rather than default member initializers: GCC 12 fails on those in this template.
   Expect(Out o, std::vector<T> v = std::vector<T>(), DropReason r = DropReason::kNone)
       : out(o), values(std::move(v)), reason(r) {}
+  // A HELD to ranks `to` (bit r: rank r) naming the round's `contributors`, with DSACK or not.
+  Expect(uint64_t to_ranks, uint64_t contributors_, bool dsack_)
+      : out(Out::kHeld), to(to_ranks), contributors(contributors_), dsack(dsack_) {}
   Out out;
   std::vector<T> values;  // payload of a result
-  DropReason reason;
+  DropReason reason = DropReason::kNone;
+  uint64_t to = 0, contributors = 0;
+  bool dsack = false;
 };
 
 template <typename T>
 struct Step {
   In<T> in;
   Expect<T> expect;
+  uint64_t at_ms = 0;  // the switch's clock at this packet; 0: 1 us after the previous step
 };
 
 template <typename T>
@@ -102,12 +108,14 @@ void run(const Scenario<T>& sc) {
     CHECK(ids[j] != 0);
   }
   int step_no = 0;
+  uint64_t now_ns = 0;
   for (const Step<T>& st : sc.steps) {
     ++step_no;
     const In<T>& in = st.in;
     auto pkt = data_packet(ids[in.job], in.wrong_key ? keys[in.job] ^ 1u : keys[in.job], in);
     const Endpoint from = in.rank < sc.world ? endpoints(sc.world)[in.rank] : Endpoint{};
-    IngestResult r = engine.ingest(0, pkt.data(), pkt.size(), 1000 + step_no, from);
+    now_ns = st.at_ms ? st.at_ms * 1'000'000 : now_ns + 1000;
+    IngestResult r = engine.ingest(0, pkt.data(), pkt.size(), now_ns, from);
     auto fail = [&](const char* what) {
       std::fprintf(stderr, "  scenario '%s' step %d (rank %u slot %u v%u seq %u off %u): %s\n", sc.name,
                    step_no, in.rank, in.slot, in.version, in.seq, in.offset, what);
@@ -133,6 +141,23 @@ void run(const Scenario<T>& sc) {
         if (r.type != GS_MSG_ABORT || r.seq != in.seq || r.count != 0)
           fail("ABORT described wrongly in the result");
         continue;
+      case Out::kHeld: {
+        gs_header h{};
+        if (r.kind == IngestResult::kSend) gs_header_decode(r.data, &h);
+        if (r.kind != IngestResult::kSend || r.type != GS_MSG_HELD || h.type != GS_MSG_HELD ||
+            r.len != GS_HEADER_BYTES + GS_HELD_BODY_BYTES) {
+          fail("expected HELD");
+          continue;
+        }
+        if (destinations(r) != st.expect.to) fail("HELD to the wrong ranks");
+        if (gs_held_contributors(r.data + GS_HEADER_BYTES) != st.expect.contributors)
+          fail("HELD names the wrong contributors");
+        if (bool(h.flags & GS_FLAG_DSACK) != st.expect.dsack) fail("wrong DSACK flag");
+        if (h.rank != GS_RANK_ALL || h.count != 0 || h.slot != in.slot || h.seq != in.seq ||
+            h.offset != in.offset || (h.flags & GS_FLAG_VERSION) != (in.version & GS_FLAG_VERSION))
+          fail("HELD header does not name the round");
+        continue;
+      }
       case Out::kMulticast:
       case Out::kUnicast:
         break;
@@ -238,6 +263,27 @@ const std::vector<Scenario<int32_t>> kScenarios = {
          {{0, 3, 0, 0, 8, V{3}}, {kMulticast, V{6}}},
          {{0, 3, 1, 1, 0, V{7}}, {kNothing}},  // next allreduce (seq 1) reuses version 1
          {{1, 3, 1, 1, 0, V{8}}, {kMulticast, V{15}}},
+     }},
+    {"a resend to a round open 20 ms: HELD to the ranks the round lacks",
+     3,
+     {
+         {{0, 2, 0, 0, 0, V{1}}, {kNothing}, 1},
+         {{1, 2, R, 0, 0, V{2}}, {kNothing}, 20},            // rank 1's lost DATA, 19 ms on: not yet
+         {{1, 2, R, 0, 0, V{2}}, {0b110, 0b011, true}, 21},  // open 20 ms: rank 2 lacks; rank 1: DSACK
+         {{2, 2, 0, 0, 0, V{4}}, {kMulticast, V{7}}, 22},
+     }},
+    {"a resend to an open round: HELD to the resender (DSACK) and to the ranks the round lacks, 4 ranks",
+     4,
+     {
+         {{0, 1, 0, 0, 0, V{1}}, {kNothing}, 10},
+         {{2, 1, 0, 0, 0, V{4}}, {kNothing}, 11},
+         {{0, 1, R, 0, 0, V{1}}, {0b0001, 0b0101, true}, 12},  // open 2 ms: to rank 0 alone
+         {{0, 1, R, 0, 0, V{1}}, {0b1011, 0b0101, true}, 30},  // open 20 ms: ranks 1 and 3 are lacking
+         {{1, 1, R, 0, 0, V{2}}, {kNothing}},                  // rank 1's lost DATA: rank 3 told 1 us ago
+         {{2, 1, R, 0, 0, V{4}}, {0b1100, 0b0111, true}, 31},  // 1 ms later: rank 3 is told again
+         {{2, 1, 0, 0, 0, V{4}}, {kNothing}},                  // a network duplicate: no answer
+         {{3, 1, 0, 0, 0, V{8}}, {kMulticast, V{15}}},
+         {{1, 1, R, 0, 0, V{2}}, {kUnicast, V{15}}},  // complete: the shadow copy answers, as before
      }},
     {"duplicates ignored",
      3,

@@ -117,10 +117,14 @@ TEST(only_members_contribute_and_a_complete_rack_round_goes_up) {
   CHECK(partial[0] == 11 && partial[1] == 22 && partial[2] == 33);
 
   // A member's retransmission while the spine has not answered: held, not a new round; the
-  // member is told so (HELD with DSACK: its contribution is here, the round waits for the spine).
+  // member is told so (HELD with DSACK: its contribution is here, the round waits for the spine), and
+  // no other member is: the rack's round lacks none of them.
   IngestResult held = ok.data(1, GS_ELEM_INT32, a, 3, GS_FLAG_RETX);
-  CHECK(held.kind == IngestResult::kSend && held.type == GS_MSG_HELD && held.len == GS_HEADER_BYTES);
-  CHECK(header_of(held).flags == GS_FLAG_DSACK && header_of(held).rank == 1);
+  CHECK(held.kind == IngestResult::kSend && held.type == GS_MSG_HELD &&
+        held.len == GS_HEADER_BYTES + GS_HELD_BODY_BYTES);
+  CHECK(header_of(held).flags == GS_FLAG_DSACK && header_of(held).rank == GS_RANK_ALL);
+  CHECK(destinations(held) == 0b01);  // rank 1 is the rack's first member
+  CHECK(gs_held_contributors(held.data + GS_HEADER_BYTES) == 0b0110);
   SlotStatus s;
   CHECK(ok.engine.slot_status(ok.id, 0, 0, &s) && s.uplink && !s.complete);
 

@@ -48,6 +48,8 @@ TEST(protocol_md_vectors) {
   bool in_block = false;
   int blocks = 0, lines = 0, line_no = 0;
   std::unique_ptr<Engine> engine;
+  uint16_t world = 0;  // the current block's
+  uint64_t now_ns = 1;
   IngestResult last;
   while (std::getline(f, line)) {
     ++line_no;
@@ -86,12 +88,16 @@ TEST(protocol_md_vectors) {
       if (line.find(" wire=") == std::string::npos)
         fail("a job line names its wire (the DATA types it takes)");
       spec.endpoints.resize(spec.world);
+      world = spec.world;
+      now_ns = 1;
       engine = std::make_unique<Engine>(EngineConfig{1, 4});
       std::string err;
       if (engine->create_job(spec, &err) != 0x100) fail("job id is not 0x100: " + err);
     } else if (line.rfind("-> ", 0) == 0) {
       auto pkt = parse_hex(line.substr(3));
-      last = engine->ingest(0, pkt.data(), pkt.size(), 1, Endpoint{});  // every rank joined from {0, 0}
+      last = engine->ingest(0, pkt.data(), pkt.size(), now_ns, Endpoint{});  // every rank joined from {0, 0}
+    } else if (line.rfind("at ", 0) == 0) {  // the switch's clock, in ms, for the datagrams that follow
+      now_ns = std::stoull(line.substr(3)) * 1'000'000;
     } else if (line.rfind("<- none", 0) == 0) {
       if (last.kind == IngestResult::kSend)
         fail("expected nothing, the switch sent " + hex(last.data, last.len));
@@ -99,14 +105,21 @@ TEST(protocol_md_vectors) {
       std::istringstream in(line.substr(3));
       std::string who;
       in >> who;
-      int dest = GS_RANK_ALL;
-      if (who == "rank") in >> dest;
+      // The destinations as destinations() gives them (every rank joined in rank order).
+      uint64_t dests = world >= 64 ? ~uint64_t{0} : (uint64_t{1} << world) - 1;
+      if (who == "rank" || who == "ranks") {
+        dests = 0;
+        std::string list;
+        in >> list;
+        std::istringstream ranks(list);
+        for (std::string r; std::getline(ranks, r, ',');) dests |= uint64_t{1} << std::stoi(r);
+      }
       std::string rest;
       std::getline(in, rest);
       auto want = parse_hex(rest);
       if (last.kind != IngestResult::kSend) {
         fail("expected a packet, the switch sent nothing");
-      } else if (last.dest_rank != dest) {
+      } else if (destinations(last) != dests) {
         fail("wrong destination");
       } else if (last.len != want.size() || std::memcmp(last.data, want.data(), want.size()) != 0) {
         fail("expected " + hex(want.data(), want.size()) + "\n    got      " + hex(last.data, last.len));

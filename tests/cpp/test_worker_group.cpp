@@ -27,7 +27,8 @@ namespace {
 
 // A minimal reference switch following the data-plane rules (one round per slot version,
 // identified by seq/offset; shadow copy answers retransmissions with DSACK, an open round answers
-// a retransmission it already holds with HELD; ABORT once aborted).
+// a retransmission with HELD to the sender when it held it already, and to the ranks it lacks (at
+// once: the real switch asks only for rounds open 20 ms, at most once per ms); ABORT once aborted).
 class FakeSwitch {
  public:
   FakeSwitch(unsigned world, unsigned slots, uint32_t payload, double drop_rate = 0, uint64_t seed = 1)
@@ -99,16 +100,8 @@ class FakeSwitch {
         retx_answered_++;
         push(h.rank, std::move(pkt));
       } else if (h.flags & GS_FLAG_RETX) {
-        gs_header a = h;
-        a.type = GS_MSG_HELD;
-        a.flags = (h.flags & GS_FLAG_VERSION) | GS_FLAG_DSACK;
-        a.count = 0;
-        a.next_exp = GS_EXP_NONE;
-        a.scale_exp = 0;
-        std::vector<uint8_t> pkt(GS_HEADER_BYTES);
-        gs_header_encode(&a, pkt.data());
         held_answered_++;
-        push(h.rank, std::move(pkt));
+        send_held(h, r.seen, true);
       }
       return;
     }
@@ -151,7 +144,10 @@ class FakeSwitch {
     }
     r.seen |= 1ull << h.rank;
     if (h.next_exp > r.next_exp) r.next_exp = h.next_exp;
-    if (static_cast<unsigned>(__builtin_popcountll(r.seen)) != world_) return;
+    if (static_cast<unsigned>(__builtin_popcountll(r.seen)) != world_) {
+      if (h.flags & GS_FLAG_RETX) send_held(h, r.seen, false);
+      return;
+    }
     r.complete = true;
     gs_header rh = h;
     rh.type = GS_MSG_RESULT;
@@ -232,6 +228,22 @@ class FakeSwitch {
   void push(unsigned rank, std::vector<uint8_t> pkt) {
     inbox_[rank].push_back(std::move(pkt));
     qcv_.notify_all();
+  }
+  // HELD for the round of DATA `h` naming its contributors: to the sender (DSACK: it held the resent
+  // contribution already) and to every rank the round lacks.
+  void send_held(const gs_header& h, uint64_t seen, bool to_sender) {
+    gs_header a = h;
+    a.type = GS_MSG_HELD;
+    a.rank = GS_RANK_ALL;
+    a.flags = (h.flags & GS_FLAG_VERSION) | (to_sender ? GS_FLAG_DSACK : 0);
+    a.count = 0;
+    a.next_exp = GS_EXP_NONE;
+    a.scale_exp = 0;
+    std::vector<uint8_t> pkt(GS_HEADER_BYTES + GS_HELD_BODY_BYTES);
+    gs_header_encode(&a, pkt.data());
+    gs_held_set_contributors(seen, pkt.data() + GS_HEADER_BYTES);
+    for (unsigned k = 0; k < world_; ++k)
+      if ((k == h.rank && to_sender) || !(seen >> k & 1)) push(k, pkt);
   }
   unsigned world_, slots_;
   uint32_t payload_;
@@ -538,6 +550,31 @@ TEST(retransmission_resends_same_bytes_with_retx_flag) {
     CHECK(same);
   }
   CHECK(g[0]->stats().retransmissions >= 1);
+}
+
+// Rank 1's first DATA of slot 1 is lost and its timers would not fire before the allreduce times out:
+// rank 0's resend reaches the open round, whose HELD tells rank 1 that the round lacks it, and rank 1
+// resends at once (before HELD carried the contributors, rank 1 found its loss only by its timer).
+TEST(a_rank_resends_when_the_switch_says_its_round_lacks_it) {
+  FakeSwitch sw(2, 4, 1440);
+  auto g = make_groups(
+      sw, 2, "float32",
+      [](Options& o) {
+        o.timeout_s = 3;
+        if (o.rank == 1) o.rto_initial_s = o.rto_max_s = 60;
+      },
+      [&](unsigned r) -> std::unique_ptr<Transport> {
+        return r == 1 ? std::make_unique<LosingTransport>(&sw, r) : nullptr;
+      });
+  // Two chunks: slot 0's answer cannot overtake slot 1 (sent after it), so RACK never acts either.
+  std::vector<std::vector<float>> d(2, std::vector<float>(2 * 360, 1.0f));
+  CHECK(all_ok(run_all(g, d, DType::kFloat32)));
+  CHECK(d[1][400] == 2.0f);
+  const Stats st = g[1]->stats();
+  std::fprintf(stderr, "  rank 1: %llu resent, %llu asked\n", (unsigned long long)st.retransmissions,
+               (unsigned long long)st.retx_asked);
+  CHECK(st.retx_asked >= 1 && st.retransmissions == st.retx_asked);
+  CHECK(g[0]->stats().retx_asked == 0);
 }
 
 // Hands this rank every datagram `delay_ns` after the switch sent it, in order: a switch (or a

@@ -298,6 +298,47 @@ TEST(loss_rack_resends_overtaken_rounds) {
   CHECK(re.empty());
 }
 
+// A window sent at one instant (an allreduce's start): answers to rounds later in the batch overtake
+// the rounds before them, as RFC 8985 orders segments sent together by sequence.
+TEST(loss_rack_orders_a_batch_by_its_send_order) {
+  LossDetector d(100 * kMs, 1000 * kMs);  // timers far away: only RACK can act
+  std::vector<RoundTimer> t(3);
+  for (auto& x : t) d.launch(x, 0);
+  d.delivered(t[1], 1 * kMs);  // srtt 1 ms, reorder window 0.5 ms
+  std::vector<unsigned> re;
+  d.scan(t.data(), t.size(), 1 * kMs, &re);
+  CHECK(re.empty());  // not before srtt + the reordering window after its send
+  d.scan(t.data(), t.size(), 2 * kMs, &re);
+  CHECK(re.size() == 1 && re[0] == 0);  // round 0 went before round 1; round 2 after it
+  CHECK(t[0].cause == RetxCause::kRack && t[2].tries == 0);
+}
+
+// Probes with nothing answered go in send order: the batch's first round is the oldest.
+TEST(loss_probes_a_batch_in_its_send_order) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(3);
+  d.launch(t[2], 0);
+  d.launch(t[0], 0);
+  d.launch(t[1], 0);
+  std::vector<unsigned> re;
+  d.scan(t.data(), t.size(), 10 * kMs, &re);
+  CHECK(re.size() == 1 && re[0] == 2);
+}
+
+// The switch says a round lacks this sender's data: resent unless it just went (the request may
+// have crossed that transmission).
+TEST(loss_asked_resends_unless_just_sent) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  std::vector<RoundTimer> t(1);
+  d.launch(t[0], 0);
+  CHECK(!d.asked(t[0], 50'000));  // 50 us after the send: RACK would still wait (0.5 ms)
+  CHECK(d.asked(t[0], 1 * kMs));
+  CHECK(t[0].tries == 1 && t[0].cause == RetxCause::kAsked && t[0].last_tx_ns == 1 * kMs);
+  CHECK(!d.asked(t[0], 1 * kMs + 50'000));
+  d.delivered(t[0], 2 * kMs);
+  CHECK(!d.asked(t[0], 3 * kMs));  // delivered: nothing to resend
+}
+
 TEST(loss_rack_waits_for_reorder_window) {
   LossDetector d(100 * kMs, 1000 * kMs);
   std::vector<RoundTimer> t(2);

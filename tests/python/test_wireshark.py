@@ -58,6 +58,7 @@ FIELDS = [
     "gradswitch.scale_exp",
     "gradswitch.reserved",
     "gradswitch.completer",
+    "gradswitch.contributors",
 ]
 
 
@@ -203,7 +204,8 @@ def test_every_field_of_written_packets(tmp_path):
     add(2, 0x100, 0xA5A5A5A5, 0xFFFF, 2, 0x01, 3, 2, 0xFFFFFFFF, 720, 3, 26, [2**26, -3 * 2**24])
     # a UNICAST+DSACK answer whose round rank 2 completed
     add(2, 0x100, 0xA5A5A5A5, 1, 3, 0x24, 4, 3, 5, 16, -128, 0, [1.0, -2.5, 65504.0], reserved=2)
-    add(7, 0x100, 0xA5A5A5A5, 1, 3, 0x21, 4, 0, 5, 16, -128, 0)  # HELD, DSACK
+    # HELD with DSACK; its body: the round's contributors (ranks 0, 2 and 63)
+    add(7, 0x100, 0xA5A5A5A5, 0xFFFF, 3, 0x21, 4, 0, 5, 16, -128, 0, trailing=struct.pack(">Q", 1 << 63 | 5))
     add(1, 0x200, 0x01020304, 63, 65535, 0x08 | 0x01, 5, 3, 9, 4294967295 - 3, -128, 0, [1.0, -0.5, 256.0])
     add(1, 0x300, 7, 2, 4, 0x08, 6, 2, 1, 2, -128, 0, [2.0**53, 0.1])
     add(4, 0x301, 7, 1, 5, 0x12, 2, 1, 3, 8, -128, 0, [42.0])  # RING_PARTIAL, RETX|SUM
@@ -262,6 +264,10 @@ def test_every_field_of_written_packets(tmp_path):
             assert f"reason {reason}" in row["_ws.col.Info"], where
         else:
             assert int(row["gradswitch.next_exp"]) == want["next_exp"], where
+        if want["type"] == 7:
+            assert int(row["gradswitch.contributors"], 16) == 1 << 63 | 5, where
+        else:
+            assert row["gradswitch.contributors"] == "", where
         assert bool(row["gradswitch.bad_length"]) == (i == bad_len_index), where
         if want["count"] and i != bad_len_index:
             name = ELEM[want["elem"]][0]
@@ -330,9 +336,12 @@ def test_decodes_a_captured_testbed_allreduce(tmp_path):
     for r in rows:
         mtype, seq = int(r["gradswitch.type"]), int(r["gradswitch.seq"])
         off, count = int(r["gradswitch.offset"]), int(r["gradswitch.count"])
-        if mtype == 7:  # HELD: a resend found its round open with the sender's part in it; header only
-            assert count == 0 and is_set(r["gradswitch.flags.dsack"]), r
-            assert r["ip.src"] == switch_ip and ip_rank[r["ip.dst"]] == int(r["gradswitch.rank"]), r
+        if mtype == 7:  # HELD: a resend found its round open; to the ranks it lacks (DSACK: and the resender)
+            assert count == 0 and r["ip.src"] == switch_ip and int(r["gradswitch.rank"]) == 0xFFFF, r
+            contributors = int(r["gradswitch.contributors"], 16)
+            assert 0 < contributors < 1 << len(ip_rank), r
+            if not is_set(r["gradswitch.flags.dsack"]):  # the resend was needed: only the lacking are told
+                assert not contributors >> ip_rank[r["ip.dst"]] & 1, r
             continue
         values = np.array([float(v) for v in r["gradswitch.float32"].split(",")] if count else [], np.float32)
         it, is_grad = seq // 2, seq % 2 == 1

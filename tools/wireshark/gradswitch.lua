@@ -19,6 +19,7 @@ local bit32 = bit32
 local GS_MAGIC = 0x4753
 local GS_VERSION = 1
 local GS_HEADER_BYTES = 32
+local GS_HELD_BODY_BYTES = 8  -- HELD: the round's contributors
 local GS_RANK_ALL = 0xFFFF
 local GS_EXP_NONE = -128
 
@@ -89,6 +90,8 @@ local f = {
   completer = ProtoField.uint16("gradswitch.completer", "Completer (the rank whose DATA completed the round)",
     base.DEC),
   payload = ProtoField.bytes("gradswitch.payload", "Payload"),
+  contributors = ProtoField.uint64("gradswitch.contributors",
+    "Contributors (HELD: the ranks the round holds; a receiver not among them resends)", base.HEX),
   elements = ProtoField.none("gradswitch.elements", "Elements"),
   int32 = ProtoField.int32("gradswitch.int32", "int32", base.DEC),
   float32 = ProtoField.float("gradswitch.float32", "float32"),
@@ -265,16 +268,21 @@ local function dissect(tvb, pinfo, tree)
 
   local size = elem_sizes[elem]
   local has_elements = mtype ~= 3 and mtype ~= 6 and mtype ~= 7
+  local body = mtype == 7 and GS_HELD_BODY_BYTES or 0
   if has_elements and not size then
     elem_item:add_proto_expert_info(e.elem)
   elseif has_elements and len ~= GS_HEADER_BYTES + count * size then
     root:add_proto_expert_info(e.length, string.format("Datagram is %d bytes; 32 + %d x %d = %d expected",
       len, count, size, GS_HEADER_BYTES + count * size))
-  elseif not has_elements and len ~= GS_HEADER_BYTES then
-    root:add_proto_expert_info(e.length, string.format("%s carries no elements; the datagram is %d bytes",
-      msg_types[mtype], len))
+  elseif not has_elements and len ~= GS_HEADER_BYTES + body then
+    root:add_proto_expert_info(e.length, string.format("%s carries %d bytes after the header; the datagram is %d",
+      msg_types[mtype], body, len))
   end
-  if len > GS_HEADER_BYTES then root:add(f.payload, tvb(GS_HEADER_BYTES)) end
+  if body > 0 and len == GS_HEADER_BYTES + body then
+    root:add(f.contributors, tvb(GS_HEADER_BYTES, body))
+  elseif len > GS_HEADER_BYTES then
+    root:add(f.payload, tvb(GS_HEADER_BYTES))
+  end
   if has_elements and size and count > 0 and len >= GS_HEADER_BYTES + count * size then
     add_elements(root, tvb, elem, count, scale_exp)
   end

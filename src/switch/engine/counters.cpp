@@ -59,6 +59,7 @@ CounterValues& CounterValues::operator+=(const CounterValues& o) {
   sent_up += o.sent_up;
   resent_up += o.resent_up;
   held_answered += o.held_answered;
+  lacking_told += o.lacking_told;
   for (size_t i = 0; i < kDropReasons; ++i) drops[i] += o.drops[i];
   return *this;
 }
@@ -82,6 +83,7 @@ std::string CounterValues::format(const std::string& prefix) const {
   add("sent_up", sent_up);
   add("resent_up", resent_up);
   add("held_answered", held_answered);
+  add("lacking_told", lacking_told);
   add("drops", drops_total());
   for (size_t i = 1; i < kDropReasons; ++i) {
     std::string name = std::string("drop.") + drop_reason_name(static_cast<DropReason>(i));
@@ -102,6 +104,7 @@ CounterValues Counters::read() const {
   v.sent_up = sent_up.load(std::memory_order_relaxed);
   v.resent_up = resent_up.load(std::memory_order_relaxed);
   v.held_answered = held_answered.load(std::memory_order_relaxed);
+  v.lacking_told = lacking_told.load(std::memory_order_relaxed);
   for (size_t i = 0; i < kDropReasons; ++i) v.drops[i] = drops[i].load(std::memory_order_relaxed);
   return v;
 }

@@ -45,6 +45,7 @@ struct CounterValues {
   uint64_t sent_up = 0;        // leaf: rounds complete in the rack, sent up to the spine
   uint64_t resent_up = 0;      // leaf: of those, sent again after their loss timer
   uint64_t held_answered = 0;  // retransmitted duplicates of an open round answered with HELD
+  uint64_t lacking_told = 0;   // HELDs to ranks an open round lacked, sent when another rank resent
   std::array<uint64_t, kDropReasons> drops{};
   uint64_t drops_total() const {
     uint64_t s = 0;
@@ -62,7 +63,7 @@ class Counters {
   CounterValues read() const;
 
   std::atomic<uint64_t> pkts_in{0}, bytes_in{0}, pkts_out{0}, bytes_out{0};
-  std::atomic<uint64_t> completed{0}, duplicates{0}, retx_answered{0}, held_answered{0};
+  std::atomic<uint64_t> completed{0}, duplicates{0}, retx_answered{0}, held_answered{0}, lacking_told{0};
   std::atomic<uint64_t> sent_up{0}, resent_up{0};
   std::array<std::atomic<uint64_t>, kDropReasons> drops{};
 };

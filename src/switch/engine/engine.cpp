@@ -508,23 +508,11 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
       r.kind = IngestResult::kAbsorbed;
       if (!(h.flags & GS_FLAG_RETX)) return r;  // a network duplicate: answering would amplify it
       // A resend of a contribution the open round holds: tell the sender that nothing was lost and
-      // that the round waits for other ranks (docs/protocol.md section 3), so it can undo.
+      // that the round waits for other ranks, so it can undo, and those ranks that the round waits
+      // for them (docs/protocol.md section 3).
       counter_add(js->counters.held_answered);
       counter_add(ts.totals.held_answered);
-      HeaderBuilder(GS_MSG_HELD, h.job_id, spec.key)
-          .rank(h.rank)
-          .slot(h.slot)
-          .flags(static_cast<uint8_t>(version | GS_FLAG_DSACK))
-          .elems(sv.elem_type, 0)
-          .round(h.seq, h.offset)
-          .encode(ts.held_packet);
-      r.kind = IngestResult::kSend;
-      r.dest_rank = job->endpoint_index[h.rank];
-      r.data = ts.held_packet;
-      r.len = GS_HEADER_BYTES;
-      r.type = GS_MSG_HELD;
-      r.seq = h.seq;
-      return r;
+      return answer_held(ts, *js, *job, h, sv, bit, now_ns, r);
     }
     // scale_exp means something only for fixed32 (docs/protocol.md §2): other types ignore it.
     if (h.count != sv.count || h.elem_type != sv.elem_type ||
@@ -578,6 +566,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     sv.seq.store(h.seq, std::memory_order_relaxed);
     sv.offset.store(h.offset, std::memory_order_relaxed);
     sv.opened_ns.store(now_ns, std::memory_order_relaxed);
+    sv.told_ns = 0;
     if (h.elem_type == GS_ELEM_FLOAT16 || h.elem_type == GS_ELEM_BFLOAT16) {
       align_payload();
       const auto* p16 = reinterpret_cast<const uint16_t*>(payload);
@@ -593,6 +582,9 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
 
   if (sv.arrived < job->member_count) {
     r.kind = IngestResult::kAbsorbed;
+    // A resend that the round lacked: the sender's timer found its loss, which the ranks the round
+    // still lacks may not have done yet (their rounds sent at once, a peer's small window): tell them.
+    if (h.flags & GS_FLAG_RETX) return answer_held(ts, *js, *job, h, sv, 0, now_ns, r);
     return r;
   }
   sv.completer = h.rank;
@@ -615,6 +607,44 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     job->optimizer->step(h.offset, sv.count, sum, spec.world, sum);
   }
   return publish_result(thread, *job, h.slot, version, r, now_ns);
+}
+
+IngestResult& Engine::answer_held(ThreadState& ts, JobThreadState& js, const Job& job, const gs_header& h,
+                                  SlotVersion& sv, uint64_t sender_bit, uint64_t now_ns, IngestResult& r) {
+  const uint64_t seen = sv.seen.load(std::memory_order_relaxed);
+  uint64_t lacking = job.members & ~seen;
+  // Only a round open for kAskAfterNs asks: sooner, the lacking rank's own detector is still on it,
+  // or its DATA is still queued on the way (a request then costs a redundant resend, on the
+  // bottleneck link). One loss makes every other rank resend at about the same time: one HELD tells
+  // the lacking ranks, the next ones only after kRetellNs (the first may be lost, or its resend).
+  const uint64_t opened = sv.opened_ns.load(std::memory_order_relaxed);
+  if (now_ns - opened < kAskAfterNs || (sv.told_ns != 0 && now_ns - sv.told_ns < kRetellNs)) lacking = 0;
+  const uint64_t to = sender_bit | lacking;
+  if (to == 0) return r;  // absorbed: told recently, or a leaf's round that waits for its spine
+  if (lacking) {
+    sv.told_ns = now_ns;
+    const auto told = static_cast<uint64_t>(__builtin_popcountll(lacking));
+    counter_add(js.counters.lacking_told, told);
+    counter_add(ts.totals.lacking_told, told);
+  }
+  HeaderBuilder(GS_MSG_HELD, h.job_id, job.spec.key)
+      .rank(GS_RANK_ALL)
+      .slot(h.slot)
+      .flags(static_cast<uint8_t>((h.flags & GS_FLAG_VERSION) | (sender_bit ? GS_FLAG_DSACK : 0)))
+      .elems(sv.elem_type, 0)
+      .round(h.seq, h.offset)
+      .encode(ts.held_packet);
+  gs_held_set_contributors(seen, ts.held_packet + GS_HEADER_BYTES);
+  uint64_t dest = 0;
+  for (uint64_t m = to; m; m &= m - 1) dest |= uint64_t{1} << job.endpoint_index[__builtin_ctzll(m)];
+  r.kind = IngestResult::kSend;
+  r.dest_rank = GS_RANK_ALL;
+  r.dest_mask = dest;
+  r.data = ts.held_packet;
+  r.len = GS_HEADER_BYTES + GS_HELD_BODY_BYTES;
+  r.type = GS_MSG_HELD;
+  r.seq = h.seq;
+  return r;
 }
 
 IngestResult Engine::publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version,

@@ -81,8 +81,11 @@ struct IngestResult {
   uint16_t job_index = 0;                 // with job_id: < max_jobs, unique among live jobs
   uint16_t src_rank = GS_RANK_ALL;        // set once the sender is validated (key and rank)
   // kSend: `len` bytes at `data` go to endpoints[dest_rank], or to all `world` endpoints when
-  // dest_rank == GS_RANK_ALL. Valid until the next ingest() on this thread.
+  // dest_rank == GS_RANK_ALL, or, when `dest_mask` is not 0, to endpoints[i] for each bit i set in it
+  // (a HELD to a resender and the ranks its round lacks). Valid until the next ingest() on this thread.
+  // Backends read them through destinations().
   uint16_t dest_rank = GS_RANK_ALL;
+  uint64_t dest_mask = 0;
   const uint8_t* data = nullptr;
   uint32_t len = 0;
   // Where it goes (valid, like `data`, until the next ingest()): the job's members' endpoints in rank
@@ -98,6 +101,13 @@ struct IngestResult {
   uint16_t count = 0;
   uint16_t slot = 0;
 };
+
+// The endpoints a kSend result goes to, bit i for endpoints[i] (world <= GS_MAX_WORLD = 64).
+inline uint64_t destinations(const IngestResult& r) {
+  if (r.dest_mask) return r.dest_mask;
+  if (r.dest_rank != GS_RANK_ALL) return r.dest_rank < r.world ? uint64_t{1} << r.dest_rank : 0;
+  return r.world >= 64 ? ~uint64_t{0} : (uint64_t{1} << r.world) - 1;
+}
 
 // Two contributions to one round that cannot be summed: the ranks disagree on the allreduce
 // (different tensor lengths, element types or fixed32 scales). `held` is the round's first
@@ -155,6 +165,7 @@ struct SlotStatus {
 };
 
 class Job;
+struct JobThreadState;
 struct SlotVersion;
 
 class Engine {
@@ -250,7 +261,7 @@ class Engine {
     Counters totals;
     LatencyHistogram round_times, allreduce_times;
     alignas(8) uint8_t abort_packet[GS_HEADER_BYTES];
-    alignas(8) uint8_t held_packet[GS_HEADER_BYTES];
+    alignas(8) uint8_t held_packet[GS_HEADER_BYTES + GS_HELD_BODY_BYTES];
     alignas(64) uint8_t aligned_payload[GS_MAX_PAYLOAD_BYTES];
   };
 
@@ -258,6 +269,16 @@ class Engine {
   Job* find_uplink_job(uint32_t spine_job_id) const;
   // Completes a leaf's round in the rack: sends its partial sum up instead of a result down.
   IngestResult send_up(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r);
+  // A resend to an open round: HELD to the sender (`sender_bit`, 0 when its resend was new to the
+  // round) and to the members the round lacks; absorbed when that is nobody.
+  static IngestResult& answer_held(ThreadState& ts, JobThreadState& js, const Job& job, const gs_header& h,
+                                   SlotVersion& sv, uint64_t sender_bit, uint64_t now_ns, IngestResult& r);
+  // A round's lacking ranks are told once it has been open this long (stuck, by a data center's round
+  // trips even behind full queues: telling them sooner made the testbed 1.15x slower at 10% loss), at
+  // most once per kRetellNs (the resends of one loss arrive together; later ones come from timers
+  // and probes, milliseconds apart).
+  static constexpr uint64_t kAskAfterNs = 20'000'000;
+  static constexpr uint64_t kRetellNs = 1'000'000;
   // Fills `r` with the packet that `sv` keeps for the spine.
   static IngestResult& going_up(const Job& job, uint16_t slot, SlotVersion& sv, IngestResult& r);
   // A complete round: writes the RESULT header before its sum (the shadow copy) and sends it to

@@ -47,6 +47,8 @@ struct SlotVersion {
   // That contribution was a resend (DATA with RETX): RESULT then carries RETX, which tells the workers
   // that waited for it that a loss held the round, not a late rank (docs/protocol.md §2, §4.1).
   bool completed_by_resend = false;
+  // When a HELD last told the ranks this open round lacks (0: not yet): at most once per kRetellNs.
+  uint64_t told_ns = 0;
   // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
   // types accumulate in place here (the payload starts 32-byte aligned); 16-bit types accumulate in
   // `accum` and are narrowed at the end. A leaf sends a round up from the same memory: `result` with

@@ -61,6 +61,9 @@ constexpr CounterField kCounterFields[] = {
     {"retransmissions_held_total",
      "Retransmitted contributions an open round already held, answered with HELD (the resend was spurious).",
      &CounterValues::held_answered},
+    {"lacking_told_total",
+     "HELDs sent to ranks an open round lacked when another rank's retransmission reached it (resend yours).",
+     &CounterValues::lacking_told},
 };
 
 void counters(Exposition& e, const std::string& prefix,

@@ -215,15 +215,15 @@ void DpdkSwitch::aggregate(Lcore& lc, unsigned agg, rte_mbuf** packets, unsigned
 
 void DpdkSwitch::send_result(Lcore& lc, unsigned agg, const IngestResult& r) {
   AggThread& at = agg_[agg];
-  const bool to_all = r.dest_rank == GS_RANK_ALL;
-  const uint16_t first = to_all ? 0 : r.dest_rank;
-  const uint16_t end = to_all ? r.world : std::min<uint16_t>(r.dest_rank + 1, r.world);
+  const bool to_all = r.dest_rank == GS_RANK_ALL && r.dest_mask == 0;
+  uint64_t dests = destinations(r);
+  if (r.world < 64) dests &= (uint64_t{1} << r.world) - 1;
   // Results leave from the data port the packets came to (thread `agg`'s).
   const uint16_t src_port_be = htons(static_cast<uint16_t>(config_.data_port + agg));
   const uint64_t payload_sum = udp_checksum_ ? checksum_add(0, r.data, r.len) : 0;
   uint32_t sent = 0;
-  for (uint16_t rank = first; rank < end; ++rank) {
-    const Endpoint& ep = r.endpoints[rank];
+  for (; dests; dests &= dests - 1) {
+    const Endpoint& ep = r.endpoints[__builtin_ctzll(dests)];
     sent += send_udp(lc, ep.ipv4_be, src_port_be, ep.port_be, r.data, r.len, payload_sum, &at.ip_id);
   }
   bump(lc.c.agg_frames_out, sent);

@@ -39,15 +39,15 @@ ResultBatch::ResultBatch()
 }
 
 bool ResultBatch::same_destination(const Group& g, const IngestResult& r) const {
-  if (g.job_id != r.job_id || g.type != r.type || g.dest_rank != r.dest_rank) return false;
+  if (g.job_id != r.job_id || g.type != r.type || g.dests != destinations(r)) return false;
   // DATA going up goes to the spine's port of its slot: the same group only for the same port.
   return r.type != GS_MSG_DATA || (eps_[g.ep_off].port_be == r.endpoints[0].port_be &&
                                    eps_[g.ep_off].ipv4_be == r.endpoints[0].ipv4_be);
 }
 
 bool ResultBatch::add(const IngestResult& r, bool gso) {
-  const bool all = r.dest_rank == GS_RANK_ALL;
-  const uint16_t n_eps = all ? r.world : 1;
+  const uint64_t dests = destinations(r);
+  const auto n_eps = static_cast<uint16_t>(__builtin_popcountll(dests));
   if (arena_used_ + r.len > arena_.size() || entries_.size() == kMaxEntries ||
       eps_used_ + n_eps > eps_.size() || groups_.size() == kMaxGroups)
     return false;
@@ -74,18 +74,14 @@ bool ResultBatch::add(const IngestResult& r, bool gso) {
   Group g{};
   g.job_id = r.job_id;
   g.type = r.type;
-  g.dest_rank = r.dest_rank;
+  g.dests = dests;
   g.n_eps = n_eps;
   g.ep_off = static_cast<uint32_t>(eps_used_);
   g.first = g.last = entry;
   g.seg = g.bytes = r.len;
   g.nseg = 1;
   g.open = gso && g.bytes + g.seg <= kMaxGsoBytes;
-  if (all)
-    std::memcpy(&eps_[eps_used_], r.endpoints, sizeof(Endpoint) * n_eps);
-  else
-    eps_[eps_used_] = r.endpoints[r.dest_rank];
-  eps_used_ += n_eps;
+  for (uint64_t m = dests; m; m &= m - 1) eps_[eps_used_++] = r.endpoints[__builtin_ctzll(m)];
   groups_.push_back(g);
   return true;
 }

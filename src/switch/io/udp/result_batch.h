@@ -55,9 +55,9 @@ class ResultBatch {
   static constexpr uint32_t kNone = UINT32_MAX;
   struct Group {
     uint32_t job_id;
-    uint8_t type;        // GS_MSG_*: a leaf's DATA going up never shares a write with results
-    bool open;           // more datagrams may join (all so far have `seg` bytes, fewer than the caps)
-    uint16_t dest_rank;  // GS_RANK_ALL or an endpoint index
+    uint8_t type;    // GS_MSG_*: a leaf's DATA going up never shares a write with results
+    bool open;       // more datagrams may join (all so far have `seg` bytes, fewer than the caps)
+    uint64_t dests;  // destinations(): bit i for the job's endpoint i
     uint16_t n_eps;
     uint32_t ep_off;       // into eps_
     uint32_t first, last;  // datagrams (entries_), linked in order

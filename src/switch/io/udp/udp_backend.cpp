@@ -317,9 +317,9 @@ void UdpBackend::fire_uplink(Thread& t, uint64_t now) {
 // Copies a result out of the engine (r.data and r.endpoints are only valid until the next
 // ingest) into the burst's batch, with the others to the same destinations (result_batch.h).
 void UdpBackend::queue(Thread& t, const IngestResult& r) {
-  const uint16_t n_eps = r.dest_rank == GS_RANK_ALL ? r.world : 1;
-  if (r.len == 0 || r.len > 65507 || r.endpoints == nullptr || n_eps == 0 ||
-      (r.dest_rank != GS_RANK_ALL && r.dest_rank >= r.world)) {
+  const uint64_t dests = destinations(r);
+  if (r.len == 0 || r.len > 65507 || r.endpoints == nullptr || dests == 0 ||
+      (r.world < 64 && dests >> r.world != 0)) {
     counter_add(t.send_errors);
     return;
   }
