@@ -4,7 +4,8 @@ worker machine of its own, one gradswitchd on the switch machine s0, whose link 
 bottleneck (worker links run at --rate). Each job alone, then all of them at once.
 
     python3 bench/testbed_fairness.py [--jobs 2] [--ranks 2] [--size 16M] [--iters 20]
-        [--window fixed|adaptive|<rounds>] [--rounds 2] [--rate 10gbit] [--switch-rate 1gbit]
+        [--window fixed|adaptive|<rounds>] [--target-delay-us US] [--rounds 2] [--rate 10gbit]
+        [--switch-rate 1gbit]
         [--out FILE.json]
 
 A job's goodput is tensor bytes per second: alone over its timed allreduces, shared over the window
@@ -46,7 +47,7 @@ def run_jobs(tb, sw, jobs: list[int], a, nbytes: int) -> dict[int, dict]:
                 host, "gradswitch.baselines.gradswitch_sys", "worker",
                 "--switch", sw.address, "--job", f"fair{os.getpid()}-{j}", "--rank", r, "--world", a.ranks,
                 "--nbytes", nbytes, "--iters", a.iters + 1, "--warmup", 1,
-                stdout=-1, stderr=-1, text=True, env={"GRADSWITCH_WINDOW": a.window},
+                stdout=-1, stderr=-1, text=True, env=worker_env(a),
             )  # fmt: skip
             procs.append((f"job{j}/{host}", p))
     outs = wait_all(procs, a.timeout)
@@ -75,6 +76,14 @@ def spans(rec: dict) -> list[tuple[float, float]]:
     ends = rec["ends"]
     first = ends[0] - rec["times"][0]
     return list(zip([first, *ends[:-1]], ends, strict=True))
+
+
+def worker_env(a: argparse.Namespace) -> dict[str, str]:
+    """The workers' window settings (docs/transport.md)."""
+    env = {"GRADSWITCH_WINDOW": a.window}
+    if a.target_delay_us is not None:
+        env["GRADSWITCH_TARGET_DELAY_US"] = str(a.target_delay_us)
+    return env
 
 
 def goodput(rec: dict, nbytes: int, window: tuple[float, float] | None = None) -> float:
@@ -118,6 +127,10 @@ def main(argv=None) -> int:
     p.add_argument("--size", default="16M", help="tensor bytes (default 16M)")
     p.add_argument("--iters", type=int, default=20, help="timed allreduces per job (default 20)")
     p.add_argument("--window", type=window_option, default="fixed", help="fixed, adaptive or rounds (fixed)")
+    p.add_argument(
+        "--target-delay-us", type=float, default=None,
+        help="the adaptive window's target queueing delay (default: the library's, 500)",
+    )  # fmt: skip
     p.add_argument("--rounds", type=int, default=2, help="alone-then-shared rounds (default 2)")
     p.add_argument("--rate", default="10gbit", help="worker links (default 10gbit)")
     p.add_argument("--switch-rate", default="1gbit", help="the switch machine's link (default 1gbit)")
@@ -143,6 +156,7 @@ def main(argv=None) -> int:
                 print(f"round {i + 1} ({time.time() - t0:.0f} s): {json.dumps(rounds[-1])}", file=sys.stderr)
     res = {
         "jobs": a.jobs, "ranks": a.ranks, "size": a.size, "iters": a.iters, "window": a.window,
+        "target_delay_us": a.target_delay_us,
         "rate": a.rate, "switch_rate": a.switch_rate, "slots": a.slots, "rounds": rounds,
         "machine": f"{platform.node()} {os.cpu_count()} cores",
         "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
