@@ -51,8 +51,9 @@ enum gs_msg_type {
   GS_MSG_RING_RESULT = 5,  /* to the previous rank: the chunk's finished sum */
   GS_MSG_RING_DONE = 6,    /* to the next rank: the sender holds every sum up to allreduce `seq` */
   /* switch -> worker: a retransmitted DATA found its round open. To the sender when its
-   * contribution was already in it (nothing was lost; the round waits for other ranks), and to every
-   * rank the round still lacks (resend yours now). Body: the round's contributors (GS_HELD_BODY_BYTES). */
+   * contribution was already in it (nothing was lost; the round waits for other ranks), and, once
+   * the round has been open 20 ms, to every rank it still lacks (resend yours now). Body: the
+   * round's contributors (GS_HELD_BODY_BYTES). */
   GS_MSG_HELD = 7,
 };
 
