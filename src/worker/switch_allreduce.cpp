@@ -223,7 +223,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     // resend found the round waiting for this rank's contribution, which is resent now.
     if (len >= GS_HEADER_BYTES + GS_HELD_BODY_BYTES &&
         !(gs_held_contributors(p + GS_HEADER_BYTES) >> ctx_.opt->rank & 1)) {
-      if (current) resend_asked(slot, now);
+      if (current && detector(slot).asked(t, now)) resend(slot, now);
       return;
     }
     // The switch holds this rank's contribution: the resend was not needed, the round waits for
@@ -347,13 +347,16 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
   detector(h.slot).spurious(d.cause, sample, wait, now);
 }
 
-void SwitchAllreduce::resend_asked(unsigned slot, int64_t now) {
-  if (!detector(slot).asked(window_.timer(slot), now)) return;
+void SwitchAllreduce::resend(unsigned slot, int64_t now) {
   window_.mark_retransmission(slot);
   Counters& k = *ctx_.counters;
   counter_add(k.retransmissions);
-  counter_add(k.retx_asked);
-  cc_.on_loss(now);
+  const RetxCause cause = window_.timer(slot).cause;
+  counter_add(cause == RetxCause::kRack      ? k.retx_rack
+              : cause == RetxCause::kTimeout ? k.retx_timeout
+              : cause == RetxCause::kAsked   ? k.retx_asked
+                                             : k.retx_probe);
+  if (cause != RetxCause::kProbe) cc_.on_loss(now);  // evidence of loss; a probe is none
   if (AllreduceTimes* t = flight_[slot]->op->times) t->retransmit(now, slot, window_.round(slot).chunk);
   send(slot);
 }
@@ -361,21 +364,10 @@ void SwitchAllreduce::resend_asked(unsigned slot, int64_t now) {
 int64_t SwitchAllreduce::check_timers(int64_t now) {
   int64_t next = std::numeric_limits<int64_t>::max();
   const unsigned T = static_cast<unsigned>(loss_.size());
-  Counters& k = *ctx_.counters;
   for (unsigned th = 0; th < T && th < window_.slots(); ++th) {
     resend_.clear();
     next = std::min(next, loss_[th].scan(window_.timers(), window_.slots(), now, &resend_, th, T));
-    for (unsigned s : resend_) {
-      window_.mark_retransmission(s);
-      counter_add(k.retransmissions);
-      const RetxCause cause = window_.timer(s).cause;
-      counter_add(cause == RetxCause::kRack      ? k.retx_rack
-                  : cause == RetxCause::kTimeout ? k.retx_timeout
-                                                 : k.retx_probe);
-      if (cause != RetxCause::kProbe) cc_.on_loss(now);  // evidence of loss; a probe is none
-      if (AllreduceTimes* t = flight_[s]->op->times) t->retransmit(now, s, window_.round(s).chunk);
-      send(s);
-    }
+    for (unsigned s : resend_) resend(s, now);
   }
   return next;
 }

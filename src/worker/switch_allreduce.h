@@ -86,8 +86,8 @@ class SwitchAllreduce : public DataPath {
   // A HELD, or an answer for the round a slot version delivered before: proof of a spurious resend?
   void late_answer(const gs_header& h, int64_t now);
   LossDetector& detector(unsigned slot) { return loss_[slot % loss_.size()]; }
-  // A HELD says the switch lacks this rank's contribution to the slot's round: resends it.
-  void resend_asked(unsigned slot, int64_t now);
+  // Sends the slot's round again, its detector having marked the resend (counted by its cause).
+  void resend(unsigned slot, int64_t now);
   // Loss detection after the socket was drained; returns the next timer deadline.
   int64_t check_timers(int64_t now);
   // The switch is going: asks again for the rounds this rank has out, so that it holds every sum

@@ -102,11 +102,13 @@ struct IngestResult {
   uint16_t slot = 0;
 };
 
-// The endpoints a kSend result goes to, bit i for endpoints[i] (world <= GS_MAX_WORLD = 64).
+// The endpoints a kSend result goes to, bit i for endpoints[i], none beyond `world` (<= GS_MAX_WORLD
+// = 64); 0 for a destination outside them.
 inline uint64_t destinations(const IngestResult& r) {
-  if (r.dest_mask) return r.dest_mask;
+  const uint64_t all = r.world >= 64 ? ~uint64_t{0} : (uint64_t{1} << r.world) - 1;
+  if (r.dest_mask) return r.dest_mask & all;
   if (r.dest_rank != GS_RANK_ALL) return r.dest_rank < r.world ? uint64_t{1} << r.dest_rank : 0;
-  return r.world >= 64 ? ~uint64_t{0} : (uint64_t{1} << r.world) - 1;
+  return all;
 }
 
 // Two contributions to one round that cannot be summed: the ranks disagree on the allreduce

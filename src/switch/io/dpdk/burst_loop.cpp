@@ -217,7 +217,6 @@ void DpdkSwitch::send_result(Lcore& lc, unsigned agg, const IngestResult& r) {
   AggThread& at = agg_[agg];
   const bool to_all = r.dest_rank == GS_RANK_ALL && r.dest_mask == 0;
   uint64_t dests = destinations(r);
-  if (r.world < 64) dests &= (uint64_t{1} << r.world) - 1;
   // Results leave from the data port the packets came to (thread `agg`'s).
   const uint16_t src_port_be = htons(static_cast<uint16_t>(config_.data_port + agg));
   const uint64_t payload_sum = udp_checksum_ ? checksum_add(0, r.data, r.len) : 0;

@@ -318,8 +318,7 @@ void UdpBackend::fire_uplink(Thread& t, uint64_t now) {
 // ingest) into the burst's batch, with the others to the same destinations (result_batch.h).
 void UdpBackend::queue(Thread& t, const IngestResult& r) {
   const uint64_t dests = destinations(r);
-  if (r.len == 0 || r.len > 65507 || r.endpoints == nullptr || dests == 0 ||
-      (r.world < 64 && dests >> r.world != 0)) {
+  if (r.len == 0 || r.len > 65507 || r.endpoints == nullptr || dests == 0) {
     counter_add(t.send_errors);
     return;
   }
