@@ -5,7 +5,7 @@ bottleneck (worker links run at --rate). Each job alone, then all of them at onc
 
     python3 bench/testbed_fairness.py [--jobs 2] [--ranks 2] [--size 16M] [--iters 20]
         [--window fixed|adaptive|<rounds>] [--target-delay-us US] [--rounds 2] [--rate 10gbit]
-        [--switch-rate 1gbit]
+        [--switch-rate 1gbit] [--stagger-s S] [--log-dir DIR]
         [--out FILE.json]
 
 A job's goodput is tensor bytes per second: alone over its timed allreduces, shared over the window
@@ -40,7 +40,9 @@ def run_jobs(tb, sw, jobs: list[int], a, nbytes: int) -> dict[int, dict]:
     from gradswitch.baselines.runner import BaselineError
 
     procs = []
-    for j in jobs:
+    t0 = time.monotonic()
+    for i, j in enumerate(jobs):
+        time.sleep(max(0.0, t0 + i * a.stagger_s - time.monotonic()))
         for r in range(a.ranks):
             host = f"w{j * a.ranks + r}"
             p = tb.python(
@@ -50,7 +52,13 @@ def run_jobs(tb, sw, jobs: list[int], a, nbytes: int) -> dict[int, dict]:
                 stdout=-1, stderr=-1, text=True, env=worker_env(a),
             )  # fmt: skip
             procs.append((f"job{j}/{host}", p))
-    outs = wait_all(procs, a.timeout)
+    outs = wait_all(procs, a.timeout + a.stagger_s * len(jobs))
+    if a.log_dir:
+        os.makedirs(a.log_dir, exist_ok=True)
+        run = "shared" if len(jobs) > 1 else "alone"
+        for name, _, _, se in outs:
+            with open(os.path.join(a.log_dir, f"{run}-{name.replace('/', '-')}.log"), "a") as f:
+                f.write(se)
     if any(rc != 0 for _, rc, _, _ in outs):
         raise BaselineError("a job failed:\n" + fail_text(outs) + "\n--- gradswitchd log\n" + sw.log())
     records: dict[int, dict] = {}
@@ -135,11 +143,20 @@ def main(argv=None) -> int:
     p.add_argument("--rate", default="10gbit", help="worker links (default 10gbit)")
     p.add_argument("--switch-rate", default="1gbit", help="the switch machine's link (default 1gbit)")
     p.add_argument("--slots", type=int, default=None, help="daemon --slots (default: its own, 256)")
+    p.add_argument(
+        "--stagger-s", type=float, default=0.0,
+        help="start job j's ranks j x S seconds after job 0's (default 0: one after another at once)",
+    )
+    p.add_argument(
+        "--log-dir", default=None,
+        help="append each rank's stderr to DIR/<alone|shared>-job<j>-<host>.log (GRADSWITCH_LOG=debug adds "
+        "a line per allreduce, with the adaptive window)",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run of the jobs (300)")
     p.add_argument("--out", default=None, help="append the result as one JSON line to this file")
     a = p.parse_args(argv)
-    if a.jobs < 1 or a.ranks < 1 or a.iters < 2:
-        p.error("--jobs, --ranks must be >= 1 and --iters >= 2")
+    if a.jobs < 1 or a.ranks < 1 or a.iters < 2 or a.stagger_s < 0:
+        p.error("--jobs, --ranks must be >= 1, --iters >= 2 and --stagger-s >= 0")
     nbytes = parse_size(a.size)
 
     from gradswitch.baselines.gradswitch_sys import switch_daemon
@@ -157,7 +174,8 @@ def main(argv=None) -> int:
     res = {
         "jobs": a.jobs, "ranks": a.ranks, "size": a.size, "iters": a.iters, "window": a.window,
         "target_delay_us": a.target_delay_us,
-        "rate": a.rate, "switch_rate": a.switch_rate, "slots": a.slots, "rounds": rounds,
+        "rate": a.rate, "switch_rate": a.switch_rate, "slots": a.slots, "stagger_s": a.stagger_s,
+        "rounds": rounds,
         "machine": f"{platform.node()} {os.cpu_count()} cores",
         "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }  # fmt: skip

@@ -13,4 +13,13 @@ inline int64_t steady_now_ns() {
       .count();
 }
 
+// CLOCK_REALTIME minus CLOCK_MONOTONIC, now: adding it to a steady time gives the wall clock, which
+// hosts with synchronised clocks share (the adaptive window's drains are aligned to it).
+inline int64_t wall_minus_steady_ns() {
+  const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  return wall - steady_now_ns();
+}
+
 }  // namespace gradswitch

@@ -33,6 +33,13 @@ const char* dtype_name(DType d) {
   return d == DType::kInt32 ? "int32" : d == DType::kFloat64 ? "float64" : "float32";
 }
 
+// ", adaptive window 37 rounds, base rtt 812 us", or nothing without the adaptive window.
+std::string window_text(const AllreduceTimes& w) {
+  if (!w.window_rounds) return {};
+  return ", adaptive window " + std::to_string(w.window_rounds) + " rounds, base rtt " +
+         std::to_string(w.base_rtt_ns / 1000) + " us";
+}
+
 }  // namespace
 
 void Group::trace_allreduce(const Flight& f, int64_t end_ns, const std::exception_ptr& err) {
@@ -55,6 +62,8 @@ void Group::trace_allreduce(const Flight& f, int64_t end_ns, const std::exceptio
       .num("queued_us", micros_between(op.queued_ns, f.admitted_ns))
       .num("first_result_us", micros_between(w.first_send_ns, w.first_result_ns))
       .str("status", error_text(err));
+  if (w.window_rounds)
+    args.num("window_rounds", uint64_t{w.window_rounds}).num("base_rtt_us", w.base_rtt_ns / 1000);
   const std::string lane = "allreduce: " + job;
   const int64_t id = t.new_async_id();
   t.span(lane, "allreduce", f.admitted_ns, end_ns, args.text(), id);
@@ -76,7 +85,7 @@ void Group::log_operation(const Op& op, const Flight* f, int64_t start_ns, const
   if (f && f->ar.ch.chunks > 0)
     what += " (seq " + std::to_string(f->ar.seq) + ", " + std::to_string(f->ar.ch.chunks) + " chunks of " +
             gs_elem_name(f->ar.ch.elem) + ", " + algorithm() + ", " +
-            std::to_string(f->times.retransmissions) + " retransmission(s))";
+            std::to_string(f->times.retransmissions) + " retransmission(s)" + window_text(f->times) + ")";
   log_line(LogLevel::kDebug, opt_.rank,
            describe_job() + ": " + what + " " + (err ? "failed" : "done") + " in " + took +
                (err ? ": " + error_text(err) : std::string()));

@@ -13,16 +13,31 @@ constexpr double kMaxCut = 0.5;  // at most halve the window per period
 constexpr double kIncrease = 1;  // rounds added per period once past the start
 constexpr int64_t kMinPeriodNs = 100'000;
 constexpr int64_t kBaseWindowNs = 10'000'000'000;  // the base round trip is the minimum of 10-20 s
+constexpr int64_t kMinDrainNs = 1'000'000;
 
 }  // namespace
 
-WindowController::WindowController(unsigned cap, int64_t target_queue_ns, unsigned initial)
+WindowController::WindowController(unsigned cap, int64_t target_queue_ns, unsigned initial,
+                                   int64_t wall_minus_steady_ns)
     : cap_(std::max(cap, 1u)),
       target_ns_(target_queue_ns),
+      wall_offset_ns_(wall_minus_steady_ns),
       cwnd_(std::clamp<double>(initial, 1, std::max(cap, 1u))) {}
 
 unsigned WindowController::window() const {
   return static_cast<unsigned>(std::clamp<double>(std::floor(cwnd_), 1, cap_));
+}
+
+int64_t WindowController::drain_ns() const {
+  // Twice the target: the queue at the target empties in the first half, the second measures it
+  // empty; at least 1 ms, for clocks that disagree by a fraction of it and for the round trips
+  // that must come back in it.
+  return std::max<int64_t>(2 * target_ns_, kMinDrainNs);
+}
+
+bool WindowController::draining(int64_t now) const {
+  const int64_t wall = now + wall_offset_ns_;
+  return ((wall % kDrainEveryNs) + kDrainEveryNs) % kDrainEveryNs < drain_ns();
 }
 
 int64_t WindowController::base_rtt_ns() const {
@@ -41,22 +56,27 @@ void WindowController::note_base(int64_t rtt, int64_t now) {
   if (base_cur_ < 0 || rtt < base_cur_) base_cur_ = rtt;
 }
 
+void WindowController::start_period(int64_t now, int64_t srtt_ns) {
+  period_start_ = now;
+  period_len_ = std::max(srtt_ns, kMinPeriodNs);
+  period_min_rtt_ = -1;
+  period_limited_ = false;
+  period_drained_ = false;
+}
+
 void WindowController::on_result(int64_t now, int64_t own_rtt_ns, bool window_limited, int64_t srtt_ns) {
-  if (period_start_ == 0) {
-    period_start_ = now;
-    period_len_ = std::max(srtt_ns, kMinPeriodNs);
-  }
+  if (period_start_ == 0) start_period(now, srtt_ns);
   if (own_rtt_ns > 0) {
     note_base(own_rtt_ns, now);
     if (period_min_rtt_ < 0 || own_rtt_ns < period_min_rtt_) period_min_rtt_ = own_rtt_ns;
   }
   period_limited_ |= window_limited;
+  // A drain held the window down: its round trips feed the base only, and the window neither grows
+  // (the drain, not the window, limited) nor shrinks (the queue it saw was built before it).
+  period_drained_ |= draining(now);
   if (now - period_start_ < period_len_) return;
-  end_period();
-  period_start_ = now;
-  period_len_ = std::max(srtt_ns, kMinPeriodNs);
-  period_min_rtt_ = -1;
-  period_limited_ = false;
+  if (!period_drained_) end_period();
+  start_period(now, srtt_ns);
 }
 
 void WindowController::end_period() {

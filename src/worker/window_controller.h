@@ -10,22 +10,42 @@
 //   - Host scheduling makes single samples noisy: the decision uses the smallest own round trip of
 //     each round-trip period (a standing queue persists through a period; a descheduled thread
 //     inflates some samples, not all), against the smallest seen over the last 10 to 20 s.
+//   - The base round trip must be the same for every rank that shares a queue: a rank that started
+//     while another's queue stood takes that queue for its base, tolerates more queue than the
+//     others, and its window settles higher while theirs shrink (the latecomer advantage of delay-based
+//     control; measured: BENCHMARKS.md section 10). So, as BBR's ProbeRTT, every rank drains: for a
+//     short while every second it keeps at most kDrainRounds in flight, the queue that the ranks built
+//     empties, and the round trips measured then are the path's. The drains are aligned to the wall
+//     clock, so the ranks of every job on hosts whose clocks agree drain at once without a word: one
+//     job's standing queue cannot hide behind another's drain.
 // Loss cuts the window only with a queue: random loss on a link that is not full (the testbed's,
 // a bad cable) is recovered by resending, not by sending slower. A cut for a loss that the peer
 // later proves spurious (DSACK) is undone. The window is at most the slot pool: the pool is a cap.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace gradswitch::worker {
 
 class WindowController {
  public:
-  // `cap`: the slot pool. `target_queue_ns`: the queueing delay tolerated above the base round trip.
-  WindowController(unsigned cap, int64_t target_queue_ns, unsigned initial = 16);
+  static constexpr unsigned kDrainRounds = 2;              // rounds in flight during a drain
+  static constexpr int64_t kDrainEveryNs = 1'000'000'000;  // a drain starts at every whole second
 
-  // Rounds allowed in flight: 1 .. cap.
+  // `cap`: the slot pool. `target_queue_ns`: the queueing delay tolerated above the base round trip.
+  // `wall_minus_steady_ns`: what turns the steady times given to it into the wall clock (clock.h).
+  WindowController(unsigned cap, int64_t target_queue_ns, unsigned initial = 16,
+                   int64_t wall_minus_steady_ns = 0);
+
+  // The congestion window: 1 .. cap.
   unsigned window() const;
+  // Rounds allowed in flight at `now`: the window, or at most kDrainRounds during a drain.
+  unsigned allowed(int64_t now) const { return draining(now) ? std::min(window(), kDrainRounds) : window(); }
+  // Whether `now` is in a drain: the first drain_ns() of every kDrainEveryNs of the wall clock.
+  bool draining(int64_t now) const;
+  // How long a drain lasts: long enough for a queue at the target to empty and be measured empty.
+  int64_t drain_ns() const;
   double cwnd() const { return cwnd_; }
   bool slow_start() const { return slow_start_; }
   int64_t base_rtt_ns() const;  // 0 before any own sample
@@ -42,16 +62,19 @@ class WindowController {
 
  private:
   void end_period();
+  void start_period(int64_t now, int64_t srtt_ns);
   void note_base(int64_t rtt, int64_t now);
 
   unsigned cap_;
   int64_t target_ns_;
+  int64_t wall_offset_ns_;
   double cwnd_;
   bool slow_start_ = true;
   // The current round-trip period.
   int64_t period_start_ = 0, period_len_ = 0;
   int64_t period_min_rtt_ = -1;  // smallest own round trip in it, -1 for none
   bool period_limited_ = false;
+  bool period_drained_ = false;  // the period overlapped a drain: its round trips are no queue signal
   // Windowed minimum of own round trips: the minimum of the current and the previous 10 s.
   int64_t base_cur_ = -1, base_prev_ = -1, base_epoch_ = 0;
   // Undo: the window before the latest loss cut, and when it was cut.

@@ -1,6 +1,7 @@
 // The worker's window controller alone (worker/window_controller.h, docs/protocol.md section 4.2)
 // on a hand-made clock: growth while the window is used, the cut on queueing delay, which round
-// trips count as delay, loss with and without a queue, the DSACK undo, the pool as a cap.
+// trips count as delay, loss with and without a queue, the DSACK undo, the pool as a cap, and the
+// drains on the wall clock that give a rank that started behind a standing queue the path's base.
 #include <cstdint>
 
 #include "harness.h"
@@ -147,6 +148,61 @@ TEST(window_never_below_one_round) {
   period(c, &now, kMs);
   for (int i = 0; i < 10; ++i) period(c, &now, 50 * kMs);
   CHECK_EQ(c.window(), 1u);
+}
+
+TEST(window_drains_at_every_whole_second_of_the_wall_clock) {
+  const int64_t wall_minus_steady = 5'300 * kMs;  // steady 700 ms is wall 6 s
+  WindowController c(256, 500 * kUs, 16, wall_minus_steady);
+  CHECK_EQ(c.drain_ns(), kMs);  // twice the target, at least 1 ms
+  CHECK(!c.draining(699 * kMs));
+  CHECK(c.draining(700 * kMs));
+  CHECK_EQ(c.allowed(700 * kMs), WindowController::kDrainRounds);
+  CHECK(c.draining(700 * kMs + 999 * kUs));
+  CHECK(!c.draining(701 * kMs));
+  CHECK_EQ(c.allowed(701 * kMs), 16u);
+  CHECK(c.draining(1'700 * kMs + 10 * kUs));  // every second
+  WindowController wide(256, 2 * kMs);
+  CHECK_EQ(wide.drain_ns(), 4 * kMs);
+  CHECK(wide.draining(3'003 * kMs) && !wide.draining(3'004 * kMs));
+  WindowController small(256, 500 * kUs, 1);
+  CHECK_EQ(small.allowed(0), 1u);  // a drain never raises the window
+}
+
+TEST(window_a_rank_that_started_behind_a_standing_queue_learns_the_base_in_a_drain) {
+  // Path round trip 1 ms; another job's queue of 2 ms stands when this rank starts: its first
+  // round trips are 3 ms, which it takes for its base, so the queue does not slow it.
+  WindowController late(256, kMs);
+  WindowController early(256, kMs, 64);
+  int64_t now = 100 * kMs;
+  period(early, &now, kMs);  // the early rank measured the path empty: base 1 ms
+  for (int i = 0; i < 3; ++i) {
+    int64_t t = now;
+    period(late, &t, 3 * kMs);
+    period(early, &now, 3 * kMs);
+  }
+  CHECK_EQ(late.base_rtt_ns(), 3 * kMs);
+  CHECK_EQ(late.window(), 128u);  // doubling: no queue above its base
+  CHECK(early.window() < 64u);    // 2 ms of queue above its target: cut
+  const unsigned early_before = early.window();
+  // The drain at the next second: every rank keeps 2 rounds out, the queue empties, the round
+  // trips are the path's. Neither window moves for the periods in the drain.
+  now = 1'000 * kMs;
+  CHECK(late.draining(now));
+  for (int i = 0; i < 2; ++i) {
+    int64_t t = now;
+    period(late, &t, kMs);
+    period(early, &now, kMs);
+  }
+  CHECK(!late.draining(now));
+  CHECK_EQ(late.base_rtt_ns(), kMs);
+  CHECK_EQ(late.window(), 128u);
+  CHECK_EQ(early.window(), early_before);
+  // The queue stands again: both now see it for what it is and both cut.
+  int64_t t = now;
+  period(late, &t, 3 * kMs);
+  period(late, &t, 3 * kMs);
+  CHECK(late.window() < 128u);
+  CHECK(!late.slow_start());
 }
 
 GS_TEST_MAIN()
