@@ -86,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser, *, demo: bool) -> None:
                    help="slot pool per job of the switch started here (default: the daemon's, 256)")
     p.add_argument("--window", type=window_option, default=None,
                    help="workers' window: fixed (the whole pool), adaptive, or a number of rounds "
-                        "(docs/protocol.md 4.2; default: $GRADSWITCH_WINDOW, else fixed)")
+                        "(docs/protocol.md 4.2; default: $GRADSWITCH_WINDOW, else adaptive)")
     p.add_argument(
         "--drop-rate",
         type=bounded(float, 0.0, 0.99, "a fraction in [0, 0.99]"),

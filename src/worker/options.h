@@ -35,14 +35,14 @@ struct Options {
   uint64_t shuffle_seed = 0;       // test hook: != 0 permutes the order of each window's first sends
   double rto_initial_s = 0.004;    // first retransmission timeout of a round (raised by measured RTT)
   double rto_max_s = 0.2;          // backoff cap
-  // Rounds in flight (docs/protocol.md 4.2, docs/transport.md): "fixed" (the whole pool, each slot
-  // on by itself), "adaptive" (a delay-based controller, the pool is the cap: less queueing on a
-  // shared link, but slower than the whole pool on a CPU-bound host, hence not the default), or a
-  // number n ("64": at most n rounds out of the pool; n >= the pool is the whole pool).
+  // Rounds in flight (docs/protocol.md 4.2, docs/transport.md): "adaptive" (a delay-based
+  // controller, the pool is the cap: the rounds the path carries, fair shares of a shared link),
+  // "fixed" (the whole pool, each slot on by itself), or a number n ("64": at most n rounds out of
+  // the pool; n >= the pool is the whole pool).
   // `target_delay_s`: the queueing delay the adaptive window tolerates above the path's base round
   // trip. Env GRADSWITCH_WINDOW=adaptive|fixed|<n> and GRADSWITCH_TARGET_DELAY_US override them.
-  std::string window = "fixed";
-  double target_delay_s = 0.0005;
+  std::string window = "adaptive";
+  double target_delay_s = 0.001;
   int sockbuf_bytes = 4 << 20;      // UDP SO_RCVBUF/SO_SNDBUF request
   std::string bind_ip = "0.0.0.0";  // local UDP address
   bool gso = true;                  // UDP_SEGMENT for runs of DATA packets (env GRADSWITCH_GSO=1|0 overrides)

@@ -37,7 +37,8 @@ def test_levels(switch):
     debug = run(switch.address, "DEBUG")
     assert re.search(
         r"gradswitch debug \[.*rank 0\] job 'logged' .*: allreduce of 1000 float32 elements "
-        r"\(seq 0, 3 chunks of float32, switch, 0 retransmission\(s\)\) done in [0-9.]+ ms",
+        r"\(seq 0, 3 chunks of float32, switch, 0 retransmission\(s\), adaptive window \d+ rounds, "
+        r"base rtt \d+ us\) done in [0-9.]+ ms",
         debug,
     ), debug
     bad = run(switch.address, "loud")
