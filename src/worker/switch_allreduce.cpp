@@ -57,7 +57,8 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       agreed_exp_(ctx.join->slots, GS_EXP_NONE),
       adaptive_(ctx.opt->window == "adaptive"),
       fixed_window_(fixed_window(ctx.opt->window, ctx.join->slots)),
-      cc_(ctx.join->slots, static_cast<int64_t>(ctx.opt->target_delay_s * 1e9), 16, wall_minus_steady_ns()),
+      cc_(ctx.join->slots, static_cast<int64_t>(ctx.opt->target_delay_s * 1e9),
+          WindowController::kInitialRounds, wall_minus_steady_ns()),
       loss_(std::max<unsigned>(ctx.join->threads, 1),
             LossDetector(static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9),
                          static_cast<int64_t>(ctx.opt->rto_max_s * 1e9))),
@@ -265,7 +266,10 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   last_progress_ns_ = now;
   if (op.times) {
     op.times->result(now);
-    if (adaptive_) op.times->window_rounds = cc_.window(), op.times->base_rtt_ns = cc_.base_rtt_ns();
+    if (adaptive_) {
+      op.times->window_rounds = cc_.window();
+      op.times->base_rtt_ns = cc_.base_rtt_ns();
+    }
   }
   if (r.bootstrap) {        // the exponent round's result carries the agreed exponent of this chunk
     if (draining_) return;  // nothing new starts on a switch that is going

@@ -30,12 +30,13 @@ namespace gradswitch::worker {
 
 class WindowController {
  public:
+  static constexpr unsigned kInitialRounds = 16;           // the window before any round trip
   static constexpr unsigned kDrainRounds = 2;              // rounds in flight during a drain
   static constexpr int64_t kDrainEveryNs = 1'000'000'000;  // a drain starts at every whole second
 
   // `cap`: the slot pool. `target_queue_ns`: the queueing delay tolerated above the base round trip.
   // `wall_minus_steady_ns`: what turns the steady times given to it into the wall clock (clock.h).
-  WindowController(unsigned cap, int64_t target_queue_ns, unsigned initial = 16,
+  WindowController(unsigned cap, int64_t target_queue_ns, unsigned initial = kInitialRounds,
                    int64_t wall_minus_steady_ns = 0);
 
   // The congestion window: 1 .. cap.
