@@ -13,13 +13,17 @@ inline int64_t steady_now_ns() {
       .count();
 }
 
-// CLOCK_REALTIME minus CLOCK_MONOTONIC, now: adding it to a steady time gives the wall clock, which
-// hosts with synchronised clocks share (the adaptive window's drains are aligned to it).
+// CLOCK_REALTIME (std::chrono::system_clock) in nanoseconds since the epoch: the clock that hosts
+// with synchronised clocks share (timeline files record it; the adaptive window's drains align to it).
+inline int64_t wall_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The wall clock minus the steady clock, now: adding it to a steady time gives the wall clock.
 inline int64_t wall_minus_steady_ns() {
-  const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
-  return wall - steady_now_ns();
+  return wall_now_ns() - steady_now_ns();
 }
 
 }  // namespace gradswitch

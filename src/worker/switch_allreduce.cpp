@@ -264,13 +264,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   remember_delivered(slot, h, t, now);
   detector(slot).delivered(t, now, h.flags & GS_FLAG_RETX);
   last_progress_ns_ = now;
-  if (op.times) {
-    op.times->result(now);
-    if (adaptive_) {
-      op.times->window_rounds = cc_.window();
-      op.times->base_rtt_ns = cc_.base_rtt_ns();
-    }
-  }
+  if (op.times) op.times->result(now);
   if (r.bootstrap) {        // the exponent round's result carries the agreed exponent of this chunk
     if (draining_) return;  // nothing new starts on a switch that is going
     prepare_chunk(slot, r.chunk, h.next_exp);
@@ -281,7 +275,13 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   if (op.done) (*op.done)[r.chunk] = 1;
   AllreduceOp* whole = f->op;
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
-  if (schedule_.finish(slot, f)) finished->push_back(whole);
+  if (schedule_.finish(slot, f)) {
+    if (op.times && adaptive_) {  // the window as the allreduce ends, for its log line and timeline
+      op.times->window_rounds = cc_.window();
+      op.times->base_rtt_ns = cc_.base_rtt_ns();
+    }
+    finished->push_back(whole);
+  }
   if (draining_) return;  // nothing new starts on a switch that is going
   if (windowed()) {
     --in_flight_;

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -121,9 +120,7 @@ Timeline::Timeline(const std::string& path, unsigned rank)
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0)
     throw Error("gradswitch: GRADSWITCH_TIMELINE: cannot create '" + path + "': " + std::strerror(errno));
-  const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
+  const int64_t wall = wall_now_ns();
   char host[256] = "";
   ::gethostname(host, sizeof host - 1);
   JsonArgs other;

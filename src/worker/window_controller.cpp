@@ -36,8 +36,7 @@ int64_t WindowController::drain_ns() const {
 }
 
 bool WindowController::draining(int64_t now) const {
-  const int64_t wall = now + wall_offset_ns_;
-  return ((wall % kDrainEveryNs) + kDrainEveryNs) % kDrainEveryNs < drain_ns();
+  return (now + wall_offset_ns_) % kDrainEveryNs < drain_ns();  // wall-clock times are positive
 }
 
 int64_t WindowController::base_rtt_ns() const {
