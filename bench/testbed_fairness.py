@@ -4,7 +4,7 @@ worker machine of its own, one gradswitchd on the switch machine s0, whose link 
 bottleneck (worker links run at --rate). Each job alone, then all of them at once.
 
     python3 bench/testbed_fairness.py [--jobs 2] [--ranks 2] [--size 16M] [--iters 20]
-        [--window fixed|adaptive|<rounds>] [--target-delay-us US] [--rounds 2] [--rate 10gbit]
+        [--window adaptive|fixed|<rounds>] [--target-delay-us US] [--rounds 2] [--rate 10gbit]
         [--switch-rate 1gbit] [--stagger-s S] [--log-dir DIR]
         [--out FILE.json]
 
@@ -56,9 +56,12 @@ def run_jobs(tb, sw, jobs: list[int], a, nbytes: int) -> dict[int, dict]:
     if a.log_dir:
         os.makedirs(a.log_dir, exist_ok=True)
         run = "shared" if len(jobs) > 1 else "alone"
-        for name, _, _, se in outs:
-            with open(os.path.join(a.log_dir, f"{run}-{name.replace('/', '-')}.log"), "a") as f:
+        for name, _, so, se in outs:
+            stem = os.path.join(a.log_dir, f"{run}-{name.replace('/', '-')}")
+            with open(stem + ".log", "a") as f:
                 f.write(se)
+            with open(stem + ".out", "a") as f:  # the rank's result line, its counters included
+                f.write(so)
     if any(rc != 0 for _, rc, _, _ in outs):
         raise BaselineError("a job failed:\n" + fail_text(outs) + "\n--- gradswitchd log\n" + sw.log())
     records: dict[int, dict] = {}
@@ -88,7 +91,7 @@ def spans(rec: dict) -> list[tuple[float, float]]:
 
 def worker_env(a: argparse.Namespace) -> dict[str, str]:
     """The workers' window settings (docs/transport.md)."""
-    env = {"GRADSWITCH_WINDOW": a.window}
+    env = {"GRADSWITCH_WINDOW": a.window} if a.window is not None else {}
     if a.target_delay_us is not None:
         env["GRADSWITCH_TARGET_DELAY_US"] = str(a.target_delay_us)
     return env
@@ -134,10 +137,13 @@ def main(argv=None) -> int:
     p.add_argument("--ranks", type=int, default=2, help="ranks per job (default 2)")
     p.add_argument("--size", default="16M", help="tensor bytes (default 16M)")
     p.add_argument("--iters", type=int, default=20, help="timed allreduces per job (default 20)")
-    p.add_argument("--window", type=window_option, default="fixed", help="fixed, adaptive or rounds (fixed)")
+    p.add_argument(
+        "--window", type=window_option, default=None,
+        help="fixed, adaptive or rounds (default: the library's, adaptive)",
+    )  # fmt: skip
     p.add_argument(
         "--target-delay-us", type=float, default=None,
-        help="the adaptive window's target queueing delay (default: the library's, 500)",
+        help="the adaptive window's target queueing delay (default: the library's, 1000)",
     )  # fmt: skip
     p.add_argument("--rounds", type=int, default=2, help="alone-then-shared rounds (default 2)")
     p.add_argument("--rate", default="10gbit", help="worker links (default 10gbit)")
@@ -150,7 +156,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--log-dir", default=None,
         help="append each rank's stderr to DIR/<alone|shared>-job<j>-<host>.log (GRADSWITCH_LOG=debug adds "
-        "a line per allreduce, with the adaptive window)",
+        "a line per allreduce, with the adaptive window) and its result line, counters included, to .out",
     )  # fmt: skip
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run of the jobs (300)")
     p.add_argument("--out", default=None, help="append the result as one JSON line to this file")

@@ -84,6 +84,24 @@ def test_wrong_sum_is_detected():
     assert check(s, 3, 1) == 1.0
 
 
+def test_gradients_and_sums_are_the_formula():
+    """The tiled gradients (one 61-element period repeated) are the formula, element by element."""
+    import numpy as np
+
+    from gradswitch.baselines.common import expected_sum, grad
+
+    n = 61 * 5 + 17
+    i = np.arange(n, dtype=np.int64)
+    formula = lambda r, it: (((i * 7 + r * 13 + it * 5) % 61) - 30).astype(np.float32)  # noqa: E731
+    for it in (0, 1, 60, 61, 1000):
+        for r in range(4):
+            g = grad(r, n, it)
+            assert g.dtype == np.float32 and g.shape == (n,) and np.array_equal(g, formula(r, it))
+        assert np.array_equal(expected_sum(4, n, it), sum(formula(r, it) for r in range(4)))
+        assert np.array_equal(expected_sum(4, n, it, ranks=[1, 3]), formula(1, it) + formula(3, it))
+    assert grad(0, 0).shape == (0,) and grad(2, 3, 7).shape == (3,)
+
+
 def test_wait_all_reads_every_process_at_once(tmp_path):
     """A rank that writes more than a pipe holds must not block while an earlier rank is waited for:
     here the first process waits for the second to finish writing 256 KB to stderr (as ranks wait for

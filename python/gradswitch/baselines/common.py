@@ -12,23 +12,39 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+# The gradients repeat every 61 elements, so each is one period of 61 values tiled: building or
+# checking 16 MB takes a few ms, not the 0.2-0.4 s of evaluating the formula element by element
+# (which, between two allreduces, idled the link of a benchmark that times whole loops).
+_PERIOD = 61
+
+
+def _tiled(period: np.ndarray, n: int) -> np.ndarray:
+    return np.tile(period, -(-n // _PERIOD))[:n]
+
+
+def _grad_period(rank: int, it: int) -> np.ndarray:
+    j = np.arange(_PERIOD, dtype=np.int64)
+    return (((j * 7 + rank * 13 + it * 5) % _PERIOD) - 30).astype(np.float32)
+
 
 def grad(rank: int, n: int, it: int = 0) -> np.ndarray:
-    """Worker `rank`'s float32 gradient for iteration `it`: small integers, so any sum order is exact."""
-    idx = np.arange(n, dtype=np.int64)
-    return (((idx * 7 + rank * 13 + it * 5) % 61) - 30).astype(np.float32)
+    """Worker `rank`'s float32 gradient for iteration `it`: element i is ((7i + 13 rank + 5 it) mod 61)
+    - 30, small integers, so any sum order is exact."""
+    return _tiled(_grad_period(rank, it), n)
 
 
 def expected_sum(world: int, n: int, it: int = 0, ranks=None) -> np.ndarray:
-    out = np.zeros(n, dtype=np.float32)
+    period = np.zeros(_PERIOD, dtype=np.float32)
     for r in range(world) if ranks is None else ranks:
-        out += grad(r, n, it)
-    return out
+        period += _grad_period(r, it)
+    return _tiled(period, n)
 
 
 def check(result: np.ndarray, world: int, it: int) -> float:
     """Max abs error of `result` against the exact sum (0.0 when right)."""
     exp = expected_sum(world, result.size, it)
+    if np.array_equal(result, exp):  # one pass; the error is measured only when there is one
+        return 0.0
     return float(np.max(np.abs(result - exp))) if result.size else 0.0
 
 
