@@ -82,6 +82,8 @@ def test_wrong_sum_is_detected():
     assert check(s, 3, 1) == 0.0
     s[17] += 1
     assert check(s, 3, 1) == 1.0
+    s[5] = float("nan")  # a NaN must fail, also through the callers' max(max_err, err)
+    assert check(s, 3, 1) == float("inf") and max(0.0, check(s, 3, 1)) > 0
 
 
 def test_gradients_and_sums_are_the_formula():
