@@ -1,8 +1,10 @@
 // How many rounds a worker keeps in flight (docs/protocol.md section 4.2; the reasoning is in
 // docs/transport.md). A delay-based AIMD controller in the manner of Swift: the window grows by one
 // round per round trip (doubling while it starts) as long as the queue this rank's own packets
-// meet stays below a target, and shrinks in proportion to the excess when it does not. Two things
-// are particular to an allreduce:
+// meet stays below what it tolerates, and shrinks in proportion to the excess when it does not. As
+// in Swift, the tolerance is the target at large windows and grows as the window shrinks (to 3 x
+// the target at one round), so that ranks sharing a queue converge to equal windows even when
+// their estimates of the base round trip disagree. Three things are particular to an allreduce:
 //   - A round's round trip includes waiting for the slowest rank. Only rounds this rank completed
 //     (the RESULT's `completer`) measure its own path; the others say when the job went on, not
 //     how full the path is, and are not used as delay (a window that shrank because a peer is
@@ -17,7 +19,8 @@
 //     short while every second it keeps at most kDrainRounds in flight, the queue that the ranks built
 //     empties, and the round trips measured then are the path's. The drains are aligned to the wall
 //     clock, so the ranks of every job on hosts whose clocks agree drain at once without a word: one
-//     job's standing queue cannot hide behind another's drain.
+//     job's standing queue cannot hide behind another's drain. The drains bring the bases close,
+//     not equal: the tolerance that falls with the window keeps what is left from deciding shares.
 // Loss cuts the window only with a queue: random loss on a link that is not full (the testbed's,
 // a bad cable) is recovered by resending, not by sending slower. A cut for a loss that the peer
 // later proves spurious (DSACK) is undone. The window is at most the slot pool: the pool is a cap.
@@ -51,6 +54,10 @@ class WindowController {
   bool slow_start() const { return slow_start_; }
   int64_t base_rtt_ns() const;  // 0 before any own sample
   int64_t target_queue_ns() const { return target_ns_; }
+  // The queueing delay tolerated at the current window: the target, plus up to 2 x the target as
+  // the window falls from 256 rounds to 1 (Swift's flow scaling: a job with the smaller window
+  // grows, one with the larger backs off first, so jobs converge to equal windows).
+  int64_t tolerated_queue_ns() const;
 
   // A round's result arrived. `own_rtt_ns`: its round trip when this rank completed it and sent it
   // once, else -1. `window_limited`: the window, not the data, limited the rounds in flight (a

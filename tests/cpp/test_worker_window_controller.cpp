@@ -1,7 +1,9 @@
 // The worker's window controller alone (worker/window_controller.h, docs/protocol.md section 4.2)
-// on a hand-made clock: growth while the window is used, the cut on queueing delay, which round
-// trips count as delay, loss with and without a queue, the DSACK undo, the pool as a cap, and the
+// on a hand-made clock: growth while the window is used, the cut on queueing delay, the tolerance
+// that falls as the window grows (and shares a queue evenly between ranks whose bases disagree),
+// which round trips count as delay, loss with and without a queue, the DSACK undo, the pool as a cap, and the
 // drains on the wall clock that give a rank that started behind a standing queue the path's base.
+#include <algorithm>
 #include <cstdint>
 
 #include "harness.h"
@@ -63,21 +65,68 @@ TEST(window_cuts_in_proportion_to_queueing_delay_then_grows_by_one) {
   int64_t now = kMs;
   period(c, &now, kMs);  // base 1 ms, window 32
   CHECK_EQ(c.window(), 32u);
-  // 1 ms of queue (target 0.5 ms) in a 2 ms round trip: excess 0.25, cut by 0.8 * 0.25.
+  // At 32 rounds the tolerated queue is the target (0.5 ms) and 2 x 0.5 ms x (1/sqrt(32) - 1/16) /
+  // (1 - 1/16) more: 621.9 us.
+  CHECK_EQ(c.tolerated_queue_ns(), 621'895);
+  // 1 ms of queue in a 2 ms round trip: excess 0.378 ms / 2 ms, cut by 0.8 of it.
   period(c, &now, 2 * kMs);
-  CHECK_EQ(c.window(), 25u);  // 32 * 0.8
+  CHECK_EQ(c.window(), 27u);  // 32 * (1 - 0.8 * 0.189)
   CHECK(!c.slow_start());
   // A queue far above the target: at most halved per period.
   period(c, &now, 20 * kMs);
-  CHECK_EQ(c.window(), 12u);  // 25.6 * 0.5
+  CHECK_EQ(c.window(), 13u);  // 27.2 * 0.5
   // Back at the base: one round more per period, no more doubling.
   period(c, &now, kMs);
-  CHECK_EQ(c.window(), 13u);
-  period(c, &now, kMs);
   CHECK_EQ(c.window(), 14u);
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 15u);
   // A queue below the target is no reason to cut.
   period(c, &now, kMs + 400 * kUs);
-  CHECK_EQ(c.window(), 15u);
+  CHECK_EQ(c.window(), 16u);
+}
+
+TEST(window_tolerates_more_queue_the_smaller_it_is) {
+  // Swift's flow scaling: the target at 256 rounds and above, 3 x the target at one round.
+  WindowController big(1024, 500 * kUs, 512), pool(256, 500 * kUs, 256), small(256, 500 * kUs, 4);
+  WindowController one(256, 500 * kUs, 1);
+  CHECK_EQ(big.tolerated_queue_ns(), 500 * kUs);
+  CHECK_EQ(pool.tolerated_queue_ns(), 500 * kUs);
+  CHECK_EQ(small.tolerated_queue_ns(), 500 * kUs + 466'666);  // + 2 x 0.5 ms x (1/2 - 1/16) / (15/16)
+  CHECK_EQ(one.tolerated_queue_ns(), 1'500 * kUs);
+  // 0.8 ms of queue above a base of 1 ms: the window of 256 is cut, the window of 4 grows.
+  int64_t now = kMs, t = kMs;
+  period(pool, &now, kMs);
+  period(small, &t, kMs);
+  CHECK_EQ(small.window(), 8u);
+  period(pool, &now, 1'800 * kUs);
+  period(small, &t, 1'800 * kUs);
+  CHECK(pool.window() < 256u);
+  CHECK_EQ(small.window(), 16u);
+}
+
+TEST(window_ranks_whose_bases_disagree_still_share_a_queue_evenly) {
+  // Two ranks of two jobs at one bottleneck (a fluid model: 40 rounds per ms, a path of 200 us,
+  // so the round trip is the larger of 200 us and the rounds in flight / 40 per ms). Rank b took a
+  // round trip 50 us below the path's for its base (a lucky sample), so it sees 50 us more queue
+  // than there is (5% of the target). With one tolerance for every window b is cut whenever a is
+  // not, and a takes the link (47 rounds against 1 in this model); with the tolerance that grows as
+  // a window shrinks they end 32 and 25, within 1.6x (Jain's index of two rates 1.6x apart: 0.95).
+  WindowController a(256, kMs), b(256, kMs);
+  int64_t now = 2'100 * kMs;  // clear of the drains (the first 2 ms of every second)
+  constexpr int64_t kPath = 200 * kUs;
+  // Both measured the path empty at the start, b 50 us too low.
+  a.on_result(now, kPath, true, kMs);
+  b.on_result(now, kPath - 50 * kUs, true, kMs);
+  for (int i = 0; i < 850; ++i) {  // 850 periods of 1 ms, ending before the next drain
+    const double in_flight = a.window() + b.window();
+    const int64_t rtt = std::max<int64_t>(kPath, static_cast<int64_t>(in_flight / 40.0 * kMs));
+    int64_t t = now;
+    period(a, &t, rtt);
+    period(b, &now, rtt);
+  }
+  const double lo = std::min(a.window(), b.window()), hi = std::max(a.window(), b.window());
+  CHECK(hi / lo < 1.6);
+  CHECK(a.window() + b.window() > 40u);  // together far more than the 8 rounds that fill the path
 }
 
 TEST(window_uses_the_smallest_own_round_trip_of_a_period) {
@@ -135,7 +184,7 @@ TEST(window_dsack_long_after_the_cut_undoes_nothing) {
   WindowController c(256, 500 * kUs);
   int64_t now = kMs;
   period(c, &now, kMs);
-  c.on_result(now, 1600 * kUs, true, kMs);
+  c.on_result(now, 1700 * kUs, true, kMs);  // 0.7 ms of queue: more than tolerated at 32 rounds
   c.on_loss(now);
   CHECK_EQ(c.window(), 16u);
   c.on_spurious(now + 10 * kMs);  // more than 4 round trips later: the cut had another reason too
