@@ -93,17 +93,18 @@ int64_t WindowController::tolerated_queue_ns() const {
   return target_ns_ + static_cast<int64_t>(kScaleRange * scale * static_cast<double>(target_ns_));
 }
 
-void WindowController::end_period() {
+int64_t WindowController::excess_queue_ns() const {
   const int64_t base = base_rtt_ns();
-  if (period_min_rtt_ > 0 && base > 0) {
-    const int64_t queue = period_min_rtt_ - base;
-    const int64_t tolerated = tolerated_queue_ns();
-    if (queue > tolerated) {
-      const double excess = static_cast<double>(queue - tolerated) / static_cast<double>(period_min_rtt_);
-      cwnd_ = std::max(1.0, cwnd_ * std::max(1 - kBeta * excess, 1 - kMaxCut));
-      slow_start_ = false;
-      return;
-    }
+  if (period_min_rtt_ <= 0 || base <= 0) return 0;
+  return std::max<int64_t>(period_min_rtt_ - base - tolerated_queue_ns(), 0);
+}
+
+void WindowController::end_period() {
+  if (const int64_t excess = excess_queue_ns(); excess > 0) {
+    const double share = static_cast<double>(excess) / static_cast<double>(period_min_rtt_);
+    cwnd_ = std::max(1.0, cwnd_ * std::max(1 - kBeta * share, 1 - kMaxCut));
+    slow_start_ = false;
+    return;
   }
   if (!period_limited_) return;  // the data, not the window, limited this period
   cwnd_ = std::min<double>(cap_, slow_start_ ? cwnd_ * 2 : cwnd_ + kIncrease);
@@ -111,9 +112,7 @@ void WindowController::end_period() {
 
 void WindowController::on_loss(int64_t now) {
   // Only a loss with a standing queue is congestion; one cut per period.
-  const int64_t base = base_rtt_ns();
-  const bool queued = period_min_rtt_ > 0 && base > 0 && period_min_rtt_ - base > tolerated_queue_ns();
-  if (!queued || (cut_at_ >= 0 && now - cut_at_ < period_len_)) return;
+  if (excess_queue_ns() == 0 || (cut_at_ >= 0 && now - cut_at_ < period_len_)) return;
   before_cut_ = cwnd_;
   cut_at_ = now;
   cwnd_ = std::max(1.0, cwnd_ * (1 - kMaxCut));

@@ -69,6 +69,9 @@ class WindowController {
   void on_spurious(int64_t now);
 
  private:
+  // The queue this period's smallest own round trip met above what the window tolerates; 0 when
+  // it met no more, or nothing was measured yet. Both the delay cut and a loss's cut need one.
+  int64_t excess_queue_ns() const;
   void end_period();
   void start_period(int64_t now, int64_t srtt_ns);
   void note_base(int64_t rtt, int64_t now);

@@ -1,8 +1,9 @@
 // The worker's window controller alone (worker/window_controller.h, docs/protocol.md section 4.2)
 // on a hand-made clock: growth while the window is used, the cut on queueing delay, the tolerance
 // that falls as the window grows (and shares a queue evenly between ranks whose bases disagree),
-// which round trips count as delay, loss with and without a queue, the DSACK undo, the pool as a cap, and the
-// drains on the wall clock that give a rank that started behind a standing queue the path's base.
+// which round trips count as delay, loss with and without a queue, the DSACK undo, the pool as a
+// cap, and the drains on the wall clock that give a rank that started behind a standing queue the
+// path's base.
 #include <algorithm>
 #include <cstdint>
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -47,7 +48,7 @@ def check(result: np.ndarray, world: int, it: int) -> float:
     if np.array_equal(result, exp):  # one pass; the error is measured only when there is one
         return 0.0
     err = float(np.max(np.abs(result - exp)))
-    return err if err == err else float("inf")
+    return float("inf") if math.isnan(err) else err
 
 
 def emit(**kw) -> None:
