@@ -107,6 +107,10 @@ void WindowController::end_period() {
     return;
   }
   if (!period_limited_) return;  // the data, not the window, limited this period
+  // This rank completed none of the period's rounds: each waited for another rank, so the period
+  // says nothing of this rank's path, and more rounds would only wait at the switch (ranks ahead
+  // that grew to the pool lost DATA on a shared link: docs/transport.md). Hold the window.
+  if (period_min_rtt_ < 0) return;
   cwnd_ = std::min<double>(cap_, slow_start_ ? cwnd_ * 2 : cwnd_ + kIncrease);
 }
 

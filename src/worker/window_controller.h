@@ -8,7 +8,8 @@
 //   - A round's round trip includes waiting for the slowest rank. Only rounds this rank completed
 //     (the RESULT's `completer`) measure its own path; the others say when the job went on, not
 //     how full the path is, and are not used as delay (a window that shrank because a peer is
-//     slow would slow every rank down in turn).
+//     slow would slow every rank down in turn). Nor do they grow the window: a rank that completed
+//     none of a period's rounds holds it (its rounds only wait at the switch).
 //   - Host scheduling makes single samples noisy: the decision uses the smallest own round trip of
 //     each round-trip period (a standing queue persists through a period; a descheduled thread
 //     inflates some samples, not all), against the smallest seen over the last 10 to 20 s.

@@ -1,9 +1,9 @@
 // The worker's window controller alone (worker/window_controller.h, docs/protocol.md section 4.2)
 // on a hand-made clock: growth while the window is used, the cut on queueing delay, the tolerance
 // that falls as the window grows (and shares a queue evenly between ranks whose bases disagree),
-// which round trips count as delay, loss with and without a queue, the DSACK undo, the pool as a
-// cap, and the drains on the wall clock that give a rank that started behind a standing queue the
-// path's base.
+// which round trips count as delay (and a window that holds while none does), loss with and without
+// a queue, the DSACK undo, the pool as a cap, and the drains on the wall clock that give a rank that
+// started behind a standing queue the path's base.
 #include <algorithm>
 #include <cstdint>
 
@@ -143,13 +143,24 @@ TEST(window_uses_the_smallest_own_round_trip_of_a_period) {
   CHECK_EQ(c.window(), 64u);
 }
 
-TEST(window_ignores_round_trips_that_waited_for_other_ranks) {
+TEST(window_holds_while_every_round_waits_for_other_ranks) {
   WindowController c(256, 500 * kUs);
   int64_t now = kMs;
   period(c, &now, kMs);
   CHECK_EQ(c.window(), 32u);
-  // Results completed by another rank (own_rtt -1): no delay sample, the window keeps growing.
+  // Results completed by another rank (own_rtt -1), however long they took: no delay sample, so
+  // no cut, and no growth either: more rounds would only wait at the switch.
   period(c, &now, -1);
+  CHECK_EQ(c.window(), 32u);
+  for (int i = 0; i < 5; ++i) period(c, &now, -1);
+  CHECK_EQ(c.window(), 32u);
+  CHECK(c.slow_start());
+  // One round of its own in a period, at the base: the window grows again.
+  for (int i = 0; i < 4; ++i) {
+    c.on_result(now, -1, true, kMs);
+    now += kMs / 4;
+  }
+  c.on_result(now, kMs, true, kMs);
   CHECK_EQ(c.window(), 64u);
 }
 
