@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Jobs sharing the switch's link on the testbed (issue 17): J jobs of R ranks each, every rank on a
-worker machine of its own, one gradswitchd on the switch machine s0, whose link (--switch-rate) is the
-bottleneck (worker links run at --rate). Each job alone, then all of them at once.
+"""Jobs sharing the switch's link on the testbed (issue 17): J jobs of R ranks each (or of the sizes
+listed: --ranks 2,4), every rank on a worker machine of its own, one gradswitchd on the switch machine
+s0, whose link (--switch-rate) is the bottleneck (worker links run at --rate). Each job alone, then all
+of them at once.
 
-    python3 bench/testbed_fairness.py [--jobs 2] [--ranks 2] [--size 16M] [--iters 20]
+    python3 bench/testbed_fairness.py [--jobs 2] [--ranks 2|R0,R1,...] [--size 16M] [--iters 20]
         [--window adaptive|fixed|<rounds>] [--target-delay-us US] [--rounds 2] [--rate 10gbit]
         [--switch-rate 1gbit] [--stagger-s S] [--log-dir DIR]
         [--out FILE.json]
@@ -12,7 +13,10 @@ A job's goodput is tensor bytes per second: alone over its timed allreduces, sha
 in which every job was in its timed loop (an allreduce that straddles the window's edge counts for
 the fraction inside it). Printed per round: the goodputs, Jain's fairness index of the shared ones
 (1 = equal shares), their total against the mean of the jobs alone, and each job's resent packets (a
-fraction of those it sent). Every rank checks every sum.
+fraction of those it sent). Jobs of different sizes also get Jain's index of their shares of the
+switch's link (goodput x ranks: a job of N ranks sends and receives N copies of its tensor). Each
+rank sends one packet per round, so equal shares per rank (per flow) give equal goodputs, and equal
+shares per job give equal link shares. Every rank checks every sum.
 Needs root (network namespaces); run it under `flock /tmp/gradswitch-bench.lock`.
 """
 
@@ -43,11 +47,12 @@ def run_jobs(tb, sw, jobs: list[int], a, nbytes: int) -> dict[int, dict]:
     t0 = time.monotonic()
     for i, j in enumerate(jobs):
         time.sleep(max(0.0, t0 + i * a.stagger_s - time.monotonic()))
-        for r in range(a.ranks):
-            host = f"w{j * a.ranks + r}"
+        world = a.ranks[j]
+        for r in range(world):
+            host = f"w{sum(a.ranks[:j]) + r}"
             p = tb.python(
                 host, "gradswitch.baselines.gradswitch_sys", "worker",
-                "--switch", sw.address, "--job", f"fair{os.getpid()}-{j}", "--rank", r, "--world", a.ranks,
+                "--switch", sw.address, "--job", f"fair{os.getpid()}-{j}", "--rank", r, "--world", world,
                 "--nbytes", nbytes, "--iters", a.iters + 1, "--warmup", 1,
                 stdout=-1, stderr=-1, text=True, env=worker_env(a),
             )  # fmt: skip
@@ -120,7 +125,7 @@ def one_round(tb, sw, a, nbytes: int) -> dict:
         raise SystemExit("the jobs' timed loops did not overlap: raise --iters")
     shared = [goodput(recs[j], nbytes, window) for j in range(a.jobs)]
     gbps = lambda xs: [round(x * 8 / 1e9, 4) for x in xs]  # noqa: E731
-    return {
+    res = {
         "alone_gbps": gbps(alone),
         "shared_gbps": gbps(shared),
         "overlap_s": round(window[1] - window[0], 3),
@@ -129,12 +134,18 @@ def one_round(tb, sw, a, nbytes: int) -> dict:
         "resent_alone": [round(r["resent"], 5) for r in alone_recs],
         "resent_shared": [round(recs[j]["resent"], 5) for j in range(a.jobs)],
     }
+    if len(set(a.ranks)) > 1:
+        res["jain_link_shares"] = round(jain([g * n for g, n in zip(shared, a.ranks, strict=True)]), 4)
+    return res
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=2, help="jobs sharing the switch (default 2)")
-    p.add_argument("--ranks", type=int, default=2, help="ranks per job (default 2)")
+    p.add_argument(
+        "--ranks", default="2",
+        help="ranks per job: one number for every job, or one per job (2,4; sets --jobs) (default 2)",
+    )  # fmt: skip
     p.add_argument("--size", default="16M", help="tensor bytes (default 16M)")
     p.add_argument("--iters", type=int, default=20, help="timed allreduces per job (default 20)")
     p.add_argument(
@@ -161,7 +172,14 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run of the jobs (300)")
     p.add_argument("--out", default=None, help="append the result as one JSON line to this file")
     a = p.parse_args(argv)
-    if a.jobs < 1 or a.ranks < 1 or a.iters < 2 or a.stagger_s < 0:
+    try:
+        ranks = [int(x) for x in a.ranks.split(",")]
+    except ValueError:
+        p.error(f"--ranks {a.ranks!r}: a number, or numbers separated by commas")
+    if len(ranks) > 1:
+        a.jobs = len(ranks)
+    a.ranks = ranks * a.jobs if len(ranks) == 1 else ranks
+    if a.jobs < 1 or min(a.ranks) < 1 or a.iters < 2 or a.stagger_s < 0:
         p.error("--jobs, --ranks must be >= 1, --iters >= 2 and --stagger-s >= 0")
     nbytes = parse_size(a.size)
 
@@ -170,7 +188,7 @@ def main(argv=None) -> int:
 
     rounds = []
     name = f"fa{os.getpid() % 100000}"
-    topology = dict(workers=a.jobs * a.ranks, switches=1, rate=a.rate, switch_rate=a.switch_rate, name=name)
+    topology = dict(workers=sum(a.ranks), switches=1, rate=a.rate, switch_rate=a.switch_rate, name=name)
     with Testbed(**topology) as tb:
         with switch_daemon(tb, host="s0", slots=a.slots) as sw:
             for i in range(a.rounds):
@@ -178,7 +196,8 @@ def main(argv=None) -> int:
                 rounds.append(one_round(tb, sw, a, nbytes))
                 print(f"round {i + 1} ({time.time() - t0:.0f} s): {json.dumps(rounds[-1])}", file=sys.stderr)
     res = {
-        "jobs": a.jobs, "ranks": a.ranks, "size": a.size, "iters": a.iters, "window": a.window,
+        "jobs": a.jobs, "ranks": a.ranks[0] if len(set(a.ranks)) == 1 else a.ranks,
+        "size": a.size, "iters": a.iters, "window": a.window,
         "target_delay_us": a.target_delay_us,
         "rate": a.rate, "switch_rate": a.switch_rate, "slots": a.slots, "stagger_s": a.stagger_s,
         "rounds": rounds,
