@@ -38,6 +38,17 @@ def parse_size(text: str) -> int:
     return n // 4 * 4
 
 
+def rank_counts(text: str) -> list[int]:
+    """--ranks: one number for every job, or one per job ("2,4")."""
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number, or numbers separated by commas") from None
+    if min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every job needs at least 1 rank")
+    return counts
+
+
 def run_jobs(tb, sw, jobs: list[int], a, nbytes: int) -> dict[int, dict]:
     """Jobs `jobs` at once; per job, rank 0's record (every rank's sums were checked)."""
     from gradswitch.baselines.common import fail_text, parse_results, wait_all
@@ -143,7 +154,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=2, help="jobs sharing the switch (default 2)")
     p.add_argument(
-        "--ranks", default="2",
+        "--ranks", type=rank_counts, default=[2],
         help="ranks per job: one number for every job, or one per job (2,4; sets --jobs) (default 2)",
     )  # fmt: skip
     p.add_argument("--size", default="16M", help="tensor bytes (default 16M)")
@@ -172,15 +183,11 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run of the jobs (300)")
     p.add_argument("--out", default=None, help="append the result as one JSON line to this file")
     a = p.parse_args(argv)
-    try:
-        ranks = [int(x) for x in a.ranks.split(",")]
-    except ValueError:
-        p.error(f"--ranks {a.ranks!r}: a number, or numbers separated by commas")
-    if len(ranks) > 1:
-        a.jobs = len(ranks)
-    a.ranks = ranks * a.jobs if len(ranks) == 1 else ranks
-    if a.jobs < 1 or min(a.ranks) < 1 or a.iters < 2 or a.stagger_s < 0:
-        p.error("--jobs, --ranks must be >= 1, --iters >= 2 and --stagger-s >= 0")
+    if len(a.ranks) > 1:
+        a.jobs = len(a.ranks)
+    if a.jobs < 1 or a.iters < 2 or a.stagger_s < 0:
+        p.error("--jobs must be >= 1, --iters >= 2 and --stagger-s >= 0")
+    a.ranks = a.ranks * a.jobs if len(a.ranks) == 1 else a.ranks
     nbytes = parse_size(a.size)
 
     from gradswitch.baselines.gradswitch_sys import switch_daemon

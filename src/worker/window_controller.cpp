@@ -106,11 +106,11 @@ void WindowController::end_period() {
     slow_start_ = false;
     return;
   }
-  if (!period_limited_) return;  // the data, not the window, limited this period
-  // This rank completed none of the period's rounds: each waited for another rank, so the period
-  // says nothing of this rank's path, and more rounds would only wait at the switch (ranks ahead
-  // that grew to the pool lost DATA on a shared link: docs/transport.md). Hold the window.
-  if (period_min_rtt_ < 0) return;
+  // Grow only a window that limited the period (not the data) and whose own path the period
+  // measured: with no own round trip, every round waited for another rank, and more rounds would
+  // only wait at the switch (ranks ahead that kept growing lost DATA on a shared link:
+  // docs/transport.md). Hold the window.
+  if (!period_limited_ || period_min_rtt_ < 0) return;
   cwnd_ = std::min<double>(cap_, slow_start_ ? cwnd_ * 2 : cwnd_ + kIncrease);
 }
 
