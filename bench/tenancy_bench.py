@@ -73,7 +73,7 @@ def flood(host: str, port: int, stop: multiprocessing.Event) -> None:
             job_id, key = struct.unpack("<II", secrets.token_bytes(8))
             # magic, version, DATA, job_id, key, rank 0, slot 0, flags, float32, count 360 (wire.h)
             hdr = struct.pack(
-                ">HBBIIHHBBHIIbbH", 0x4753, 1, 1, job_id, key, 0, 0, 0, 2, 360, 0, 0, -128, 0, 0
+                ">HBBIIHHBBHIIbbH", 0x4753, 2, 1, job_id, key, 0, 0, 0, 2, 360, 0, 0, -128, 0, 0
             )
             try:
                 s.sendto(hdr + payload, (host, port))

@@ -26,7 +26,7 @@ def udp(payload: bytes, dport: int = 7701, length: int | None = None) -> bytes:
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     eth_ip = MAC_AGG + MAC_A + b"\x08\x00"
-    gs = struct.pack(">HBBIIHHBBHIIbbH", 0x4753, 1, 1, 0x100, 1, 0, 0, 0, 2, 2, 0, 0, -128, -128, 0)
+    gs = struct.pack(">HBBIIHHBBHIIbbH", 0x4753, 2, 1, 0x100, 1, 0, 0, 0, 2, 2, 0, 0, -128, -128, 0)
     arp = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, MAC_A, HOST, bytes(6), AGG)
     seeds = {
         "data": b"\x01" + eth_ip + ipv4(udp(gs + bytes(8))),

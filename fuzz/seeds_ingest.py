@@ -17,7 +17,7 @@ def packet(job, key, rank, slot, version, seq, offset, values, elem_type=1):
     header = struct.pack(
         ">HBBIIHHBBHIIbbH",
         0x4753,
-        1,
+        2,
         1,
         job,
         key,

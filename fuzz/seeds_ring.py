@@ -21,7 +21,7 @@ WIRES = {0: (2, "f", 4), 2: (1, "i", 4), 3: (4, "e", 2)}
 
 def packet(msg, rank, slot, flags, elem, count, offset, values, code, seq=0):
     header = struct.pack(
-        ">HBBIIHHBBHIIbbH", 0x4753, 1, msg, JOB, KEY, rank, slot, flags, elem, count, seq, offset, -128, 0, 0
+        ">HBBIIHHBBHIIbbH", 0x4753, 2, msg, JOB, KEY, rank, slot, flags, elem, count, seq, offset, -128, 0, 0
     )
     return header + struct.pack(f"<{count}{code}", *values)
 

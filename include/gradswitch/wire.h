@@ -1,5 +1,6 @@
 /*
- * gradswitch wire format, version 1.
+ * gradswitch wire format, version 2 (version 1 had no `window`: RESULT named its receiver in `rank`
+ * and the completer in bytes 30-31).
  *
  * The single definition of the bytes exchanged between workers and the switch.
  * docs/protocol.md is its specification; the two change together.
@@ -25,7 +26,7 @@ extern "C" {
 #endif
 
 #define GS_MAGIC 0x4753u /* "GS" */
-#define GS_VERSION 1u
+#define GS_VERSION 2u
 #define GS_HEADER_BYTES 32u
 
 /* IPv4 (20) + UDP (8) + gradswitch header (32). */
@@ -37,7 +38,8 @@ extern "C" {
 
 /* Largest world size: a slot's contributor bitmap is one 64-bit word. */
 #define GS_MAX_WORLD 64u
-/* `rank` of a result sent to every worker of the job. */
+/* `rank` naming no single rank: an ABORT or HELD for every worker, a leaf's RESULT that another
+ * rack completed. */
 #define GS_RANK_ALL 0xFFFFu
 /* `next_exp`/`scale_exp` meaning "no exponent" (all-zero block, or not fixed32). */
 #define GS_EXP_NONE (-128)
@@ -97,8 +99,10 @@ enum gs_abort_reason {
  *    3   1  type       gs_msg_type
  *    4   4  job_id     from the control plane
  *    8   4  key        per-job random key from the control plane
- *   12   2  rank       DATA: sender; RESULT: GS_RANK_ALL or the receiver; ABORT: rank at fault or GS_RANK_ALL
- *                       (HELD: GS_RANK_ALL, its body tells each receiver why it got it)
+ *   12   2  rank       DATA: sender; RESULT: the completer, the rank whose DATA completed the round
+ *                       (GS_RANK_ALL when a leaf's spine round was completed by another rack);
+ *                       ABORT: rank at fault or GS_RANK_ALL; HELD: GS_RANK_ALL (its body tells each
+ *                       receiver why it got it)
  *   14   2  slot       slot index within the job's pool
  *   16   1  flags      gs_flags
  *   17   1  elem_type  gs_elem_type
@@ -107,7 +111,9 @@ enum gs_abort_reason {
  *   24   4  offset     index of the first element of this chunk in the tensor
  *   28   1  next_exp   int8: fixed32 block exponent (DATA: sender's, RESULT: maximum); ABORT: reason
  *   29   1  scale_exp  int8: fixed32 exponent this payload was quantised with
- *   30   2  completer  RESULT: the rank whose DATA completed the round; other types: sent as 0, ignored
+ *   30   2  window     DATA: its sender's window (rounds in flight) when it first sent the round
+ *                       (0: none declared); RESULT: the window the completing DATA declared, which
+ *                       an adaptive worker adopts (docs/protocol.md 4.2); other types: sent as 0
  */
 struct gs_header {
   uint16_t magic;
@@ -124,7 +130,7 @@ struct gs_header {
   uint32_t offset;
   int8_t next_exp;
   int8_t scale_exp;
-  uint16_t completer;
+  uint16_t window;
 };
 
 GS_STATIC_ASSERT(sizeof(struct gs_header) == GS_HEADER_BYTES, "gradswitch header must be 32 bytes");
@@ -139,7 +145,7 @@ GS_STATIC_ASSERT(offsetof(struct gs_header, seq) == 20, "seq offset");
 GS_STATIC_ASSERT(offsetof(struct gs_header, offset) == 24, "offset offset");
 GS_STATIC_ASSERT(offsetof(struct gs_header, next_exp) == 28, "next_exp offset");
 GS_STATIC_ASSERT(offsetof(struct gs_header, scale_exp) == 29, "scale_exp offset");
-GS_STATIC_ASSERT(offsetof(struct gs_header, completer) == 30, "completer offset");
+GS_STATIC_ASSERT(offsetof(struct gs_header, window) == 30, "window offset");
 GS_STATIC_ASSERT(GS_DEFAULT_PAYLOAD_BYTES >= 1400, "default payload must carry at least 1400 bytes");
 /* float64 elements travel as the host's double: the in-memory and wire layouts must agree. */
 GS_STATIC_ASSERT(sizeof(double) == 8 && DBL_MANT_DIG == 53 && DBL_MAX_EXP == 1024,
@@ -219,7 +225,7 @@ static inline void gs_header_decode(const void* buf, struct gs_header* h) {
   h->count = gs_bswap16(h->count);
   h->seq = gs_bswap32(h->seq);
   h->offset = gs_bswap32(h->offset);
-  h->completer = gs_bswap16(h->completer);
+  h->window = gs_bswap16(h->window);
 }
 
 /* Encodes a host-order header into the 32 bytes at `buf`. */
@@ -233,7 +239,7 @@ static inline void gs_header_encode(const struct gs_header* h, void* buf) {
   n.count = gs_bswap16(n.count);
   n.seq = gs_bswap32(n.seq);
   n.offset = gs_bswap32(n.offset);
-  n.completer = gs_bswap16(n.completer);
+  n.window = gs_bswap16(n.window);
   memcpy(buf, &n, sizeof n);
 }
 

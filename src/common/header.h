@@ -3,7 +3,7 @@
 //   HeaderBuilder(GS_MSG_DATA, job_id, key).rank(r).slot(s).flags(v).elems(GS_ELEM_FLOAT32, n)
 //       .round(seq, offset).encode(buf);
 // What is not set stays "nothing": rank 0, slot 0, no flags, count 0, next_exp GS_EXP_NONE,
-// scale_exp 0, completer 0.
+// scale_exp 0, window 0.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ class HeaderBuilder {
     h_.scale_exp = scale_exp;
     return *this;
   }
-  HeaderBuilder& completer(uint16_t rank) { return h_.completer = rank, *this; }
+  HeaderBuilder& window(uint16_t rounds) { return h_.window = rounds, *this; }
   const gs_header& get() const { return h_; }
   operator gs_header() const { return h_; }  // NOLINT: a builder converts to what it builds
   void encode(void* buf) const { gs_header_encode(&h_, buf); }

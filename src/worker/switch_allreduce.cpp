@@ -28,16 +28,19 @@ int64_t now_ns() {
   return steady_now_ns();
 }
 
-// A chunk's DATA header; `flags` is the slot version, with GS_FLAG_LAST on the tensor's last chunk.
+// A chunk's DATA header; `flags` is the slot version, with GS_FLAG_LAST on the tensor's last chunk;
+// `window` the rounds this rank allows in flight, which the RESULT tells the others if this DATA
+// completes the round.
 gs_header data_header(const PathContext& ctx, unsigned slot, uint8_t flags, uint8_t elem, uint16_t count,
-                      uint32_t seq, uint32_t offset, int8_t next_exp, int8_t scale_exp) {
+                      uint32_t seq, uint32_t offset, int8_t next_exp, int8_t scale_exp, unsigned window) {
   return HeaderBuilder(GS_MSG_DATA, ctx.join->job_id, ctx.join->key)
       .rank(static_cast<uint16_t>(ctx.opt->rank))
       .slot(static_cast<uint16_t>(slot))
       .flags(flags)
       .elems(elem, count)
       .round(seq, offset)
-      .exps(next_exp, scale_exp);
+      .exps(next_exp, scale_exp)
+      .window(static_cast<uint16_t>(std::min(window, 0xFFFFu)));
 }
 
 // Rounds in flight without the adaptive controller: a numeric window below the pool, else the pool.
@@ -77,9 +80,10 @@ void SwitchAllreduce::prepare_bootstrap(unsigned slot, size_t c) {
   r.scale = GS_EXP_NONE;
   uint8_t v = window_.claim_version(slot);
   if (c + 1 == op.ch.chunks) v |= GS_FLAG_LAST;  // the exponent round of the last chunk
-  window_.seal(
-      slot,
-      data_header(ctx_, slot, v, GS_ELEM_FIXED32, 0, op.seq, op.ch.offset(c), (*op.exps)[c], GS_EXP_NONE), 0);
+  window_.seal(slot,
+               data_header(ctx_, slot, v, GS_ELEM_FIXED32, 0, op.seq, op.ch.offset(c), (*op.exps)[c],
+                           GS_EXP_NONE, declared_window()),
+               0);
   counter_add(ctx_.counters->bootstrap_rounds);
 }
 
@@ -101,9 +105,10 @@ void SwitchAllreduce::prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp) 
   size_t len = encode_chunk(op.ch, op.input(), c, scale, window_.payload(slot));
   uint8_t v = window_.claim_version(slot);
   if (c + 1 == op.ch.chunks) v |= GS_FLAG_LAST;  // lets the switch catch ranks whose lengths differ
-  window_.seal(
-      slot, data_header(ctx_, slot, v, op.ch.elem, op.ch.size(c), op.seq, op.ch.offset(c), next_exp, r.scale),
-      len);
+  window_.seal(slot,
+               data_header(ctx_, slot, v, op.ch.elem, op.ch.size(c), op.seq, op.ch.offset(c), next_exp,
+                           r.scale, declared_window()),
+               len);
 }
 
 bool SwitchAllreduce::start_slot(unsigned s, int64_t now) {
@@ -208,8 +213,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     }
     throw_aborted(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, front_op());
   }
-  if ((h.type != GS_MSG_RESULT && h.type != GS_MSG_HELD) ||
-      (h.rank != GS_RANK_ALL && h.rank != ctx_.opt->rank) || h.slot >= window_.slots()) {
+  if ((h.type != GS_MSG_RESULT && h.type != GS_MSG_HELD) || h.slot >= window_.slots()) {
     counter_add(k.ignored);
     return;
   }
@@ -252,9 +256,13 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     return;
   }
   if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
-  // Only a round this rank completed, sent once, measures this rank's own path (window_controller.h).
-  const bool own = t.tries == 0 && !(h.flags & GS_FLAG_UNICAST) && h.completer == ctx_.opt->rank;
-  cc_.on_result(now, own ? now - t.sent_ns : -1, window_limited_,
+  // Only a round this rank completed, sent once, measures this rank's own path (window_controller.h);
+  // one another rank's original DATA completed carries the window the job runs at (protocol.md §4.2).
+  // A resend's declared window is as old as the loss it recovered, which the job has moved on from.
+  const bool multicast = !(h.flags & GS_FLAG_UNICAST);
+  const bool completed_here = h.rank == ctx_.opt->rank;
+  if (multicast && !completed_here && !(h.flags & GS_FLAG_RETX)) cc_.adopt(h.window);
+  cc_.on_result(now, t.tries == 0 && multicast && completed_here ? now - t.sent_ns : -1, window_limited_,
                 static_cast<int64_t>(detector(slot).rtt().srtt_ns()));
   // A RACK resend the switch held, whose round a late rank's original completed (no RETX): results
   // come back out of this rank's send order by more than the reordering window. Completed by a

@@ -70,6 +70,8 @@ class SwitchAllreduce : public DataPath {
   // Whether chunk `g` (global number) can start now: admitted, its slot free and at it.
   bool startable(uint64_t g) const;
   unsigned window_now(int64_t now) const { return adaptive_ ? cc_.allowed(now) : fixed_window_; }
+  // The window this rank's DATA declares (protocol.md §4.2).
+  unsigned declared_window() const { return adaptive_ ? cc_.window() : fixed_window_; }
   // Chunks start through fill_window: the window may hold fewer rounds than the pool.
   bool windowed() const { return adaptive_ || fixed_window_ < window_.slots(); }
   void prepare_bootstrap(unsigned slot, size_t c);

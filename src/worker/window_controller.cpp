@@ -123,6 +123,14 @@ void WindowController::on_loss(int64_t now) {
   slow_start_ = false;
 }
 
+void WindowController::adopt(unsigned completer_window) {
+  if (completer_window == 0) return;
+  const double w = std::min<double>(completer_window, cap_);
+  if (w < cwnd_) slow_start_ = false;  // the completer was cut: the job's window left slow start
+  cwnd_ = w;
+  cut_at_ = -1;  // a cut of this rank's, now replaced, is not undone later
+}
+
 void WindowController::on_spurious(int64_t now) {
   if (cut_at_ < 0 || now - cut_at_ > 4 * period_len_) return;
   cwnd_ = std::max(cwnd_, before_cut_);

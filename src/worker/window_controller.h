@@ -4,12 +4,14 @@
 // meet stays below what it tolerates, and shrinks in proportion to the excess when it does not. As
 // in Swift, the tolerance is the target at large windows and grows as the window shrinks (to 3 x
 // the target at one round), so that ranks sharing a queue converge to equal windows even when
-// their estimates of the base round trip disagree. Three things are particular to an allreduce:
+// their estimates of the base round trip disagree. Four things are particular to an allreduce:
 //   - A round's round trip includes waiting for the slowest rank. Only rounds this rank completed
-//     (the RESULT's `completer`) measure its own path; the others say when the job went on, not
-//     how full the path is, and are not used as delay (a window that shrank because a peer is
+//     (the RESULT's `rank`, its completer) measure its own path; the others say when the job went on,
+//     not how full the path is, and are not used as delay (a window that shrank because a peer is
 //     slow would slow every rank down in turn). Nor do they grow the window: a rank that completed
 //     none of a period's rounds holds it (its rounds only wait at the switch).
+//   - A job's ranks run one window: a rank adopts the window that the DATA completing a round
+//     declared (adopt()), and allows in flight that window on a coarse grid (on_grid()).
 //   - Host scheduling makes single samples noisy: the decision uses the smallest own round trip of
 //     each round-trip period (a standing queue persists through a period; a descheduled thread
 //     inflates some samples, not all), against the smallest seen over the last 10 to 20 s.
@@ -45,8 +47,26 @@ class WindowController {
 
   // The congestion window: 1 .. cap.
   unsigned window() const;
-  // Rounds allowed in flight at `now`: the window, or at most kDrainRounds during a drain.
-  unsigned allowed(int64_t now) const { return draining(now) ? std::min(window(), kDrainRounds) : window(); }
+  // Rounds allowed in flight at `now`: the window on the grid, or at most kDrainRounds during a drain.
+  unsigned allowed(int64_t now) const {
+    return draining(now) ? std::min(window(), kDrainRounds) : on_grid(window());
+  }
+  // The largest number of rounds not above `w` on a grid of four steps per power of two (8, 10, 12,
+  // 14, 16, 20, ..., 64, 80, 96, 112, 128, 160, ...); below 8, `w`. The ranks of a job adopt each
+  // other's windows (adopt()), but each changes its own between two RESULTs, so they differ by a few
+  // rounds; on the grid they are the same number nearly always, and every rank answers the same
+  // RESULTs with the same rounds: the job's packets keep their trains (docs/transport.md).
+  static unsigned on_grid(unsigned w) {
+    if (w < 8) return w;
+    const unsigned step = (1u << (31 - __builtin_clz(w))) / 4;  // a quarter of the power of two below
+    return w / step * step;
+  }
+  // Another rank completed a round, its DATA declaring `completer_window` (0: none, ignored): this
+  // rank's window becomes that one. A job's ranks run one window, the one of the rank the rounds
+  // wait for, which only that rank's own round trips change: ranks whose windows differ, or change
+  // at different moments, break the job's packets into more, smaller trains, each a wake-up and a
+  // system call on every host, and a rank with more only runs ahead (docs/transport.md).
+  void adopt(unsigned completer_window);
   // Whether `now` is in a drain: the first drain_ns() of every kDrainEveryNs of the wall clock.
   bool draining(int64_t now) const;
   // How long a drain lasts: long enough for a queue at the target to empty and be measured empty.

@@ -45,7 +45,7 @@ TEST(header_builder_sets_the_common_fields_and_nothing_else) {
   CHECK(h.magic == GS_MAGIC && h.version == GS_VERSION && h.type == GS_MSG_DATA);
   CHECK(h.job_id == 0x01020304 && h.key == 0xA5A5A5A5);
   CHECK(h.rank == 0 && h.slot == 0 && h.flags == 0 && h.elem_type == 0 && h.count == 0 && h.seq == 0);
-  CHECK(h.offset == 0 && h.next_exp == GS_EXP_NONE && h.scale_exp == 0 && h.completer == 0);
+  CHECK(h.offset == 0 && h.next_exp == GS_EXP_NONE && h.scale_exp == 0 && h.window == 0);
   const gs_header b = HeaderBuilder(GS_MSG_RESULT, 1, 2)
                           .rank(GS_RANK_ALL)
                           .slot(9)

@@ -2,7 +2,9 @@
 // the packet (or drop) each one must produce. These tables are the executable form of the
 // switch algorithm in docs/protocol.md §3.
 #include <cstring>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/header.h"
@@ -69,6 +71,11 @@ struct Scenario {
   std::vector<Step<T>> steps;
 };
 
+// The window every DATA of a rank declares here: the RESULT must carry its completer's.
+uint16_t declared_window(uint16_t rank) {
+  return static_cast<uint16_t>(40 + rank);
+}
+
 template <typename T>
 std::vector<uint8_t> data_packet(uint32_t job_id, uint32_t key, const In<T>& in) {
   std::vector<uint8_t> p(GS_HEADER_BYTES + in.values.size() * sizeof(T));
@@ -78,6 +85,7 @@ std::vector<uint8_t> data_packet(uint32_t job_id, uint32_t key, const In<T>& in)
       .flags(in.version)
       .elems(elem_of<T>(), static_cast<uint16_t>(in.values.size()))
       .round(in.seq, in.offset)
+      .window(declared_window(in.rank))
       .encode(p.data());
   if (!in.values.empty())
     std::memcpy(p.data() + GS_HEADER_BYTES, in.values.data(), in.values.size() * sizeof(T));
@@ -109,6 +117,9 @@ void run(const Scenario<T>& sc) {
   }
   int step_no = 0;
   uint64_t now_ns = 0;
+  // The rank that completed each job's slot version's latest round (from its multicast RESULT): the
+  // shadow copy's unicast answers name it too.
+  std::map<std::tuple<int, unsigned, unsigned>, uint16_t> completer;
   for (const Step<T>& st : sc.steps) {
     ++step_no;
     const In<T>& in = st.in;
@@ -172,13 +183,17 @@ void run(const Scenario<T>& sc) {
     if (r.dest_rank != (multicast ? GS_RANK_ALL : in.rank)) fail("wrong destination");
     if (h.type != GS_MSG_RESULT || h.job_id != ids[in.job] || h.key != keys[in.job])
       fail("wrong type/job/key");
-    if (h.rank != (multicast ? GS_RANK_ALL : in.rank)) fail("wrong rank field");
     if ((h.flags & GS_FLAG_VERSION) != (in.version & GS_FLAG_VERSION)) fail("wrong version");
     if (bool(h.flags & GS_FLAG_UNICAST) == multicast) fail("wrong unicast flag");
-    // A RESULT names the DATA that completed it, and says whether it was a resend (RETX).
-    if (multicast &&
-        (h.completer != in.rank || bool(h.flags & GS_FLAG_RETX) != bool(in.version & GS_FLAG_RETX)))
-      fail("wrong completer or RETX flag");
+    // A RESULT names the rank whose DATA completed it and that DATA's window, and says whether it was
+    // a resend (RETX).
+    const auto round_key =
+        std::make_tuple(in.job, unsigned{in.slot}, static_cast<unsigned>(in.version & GS_FLAG_VERSION));
+    if (multicast) completer[round_key] = in.rank;
+    const auto known = completer.find(round_key);
+    if (known == completer.end() || h.rank != known->second || h.window != declared_window(known->second))
+      fail("wrong completer or window");
+    if (multicast && bool(h.flags & GS_FLAG_RETX) != bool(in.version & GS_FLAG_RETX)) fail("wrong RETX flag");
     if (!multicast && (h.flags & GS_FLAG_RETX)) fail("a UNICAST answer carries RETX");
     if (h.slot != in.slot || h.seq != in.seq || h.offset != in.offset) fail("wrong slot/seq/offset");
     if (h.elem_type != elem_of<T>()) fail("wrong element type");

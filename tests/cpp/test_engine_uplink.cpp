@@ -49,17 +49,18 @@ struct Leaf {
     std::string err;
     id = engine.create_job(spec, &err);
   }
+  // A member's DATA declares the window 30 + its rank.
   IngestResult data(uint16_t rank, uint8_t elem, const void* payload, uint16_t count, uint8_t flags = 0) {
-    return engine.ingest(0, packet(GS_MSG_DATA, id, key, rank, elem, payload, count, flags).data(),
-                         GS_HEADER_BYTES + size_t{count} * gs_elem_size(elem), 1,
-                         member_address(0b0110, rank));
+    auto p = packet(GS_MSG_DATA, id, key, rank, elem, payload, count, flags);
+    p[offsetof(gs_header, window) + 1] = static_cast<uint8_t>(30 + rank);
+    return engine.ingest(0, p.data(), p.size(), 1, member_address(0b0110, rank));
   }
   IngestResult from_spine(uint8_t type, uint8_t elem, const void* payload, uint16_t count,
                           Endpoint from = kSpinePort, uint32_t job = kSpineJob, int8_t next_exp = GS_EXP_NONE,
-                          uint16_t completer = 0) {
-    auto p = packet(type, job, kSpineKey, GS_RANK_ALL, elem, payload, count, 0, next_exp);
-    p[offsetof(gs_header, completer)] = static_cast<uint8_t>(completer >> 8);
-    p[offsetof(gs_header, completer) + 1] = static_cast<uint8_t>(completer);
+                          uint16_t completer = 0, uint16_t window = 0) {
+    auto p = packet(type, job, kSpineKey, completer, elem, payload, count, 0, next_exp);
+    p[offsetof(gs_header, window)] = static_cast<uint8_t>(window >> 8);
+    p[offsetof(gs_header, window) + 1] = static_cast<uint8_t>(window);
     return engine.ingest_uplink(0, p.data(), p.size(), from, 2);
   }
   static std::vector<uint8_t> packet(uint8_t type, uint32_t job, uint32_t key, uint16_t rank, uint8_t elem,
@@ -112,6 +113,7 @@ TEST(only_members_contribute_and_a_complete_rack_round_goes_up) {
   gs_header h = header_of(up);
   CHECK(h.job_id == kSpineJob && h.key == kSpineKey && h.rank == 1 && h.seq == 7 && h.offset == 32);
   CHECK(h.elem_type == GS_ELEM_INT32 && h.count == 3 && h.type == GS_MSG_DATA);
+  CHECK(h.window == 32);  // the window of the rack's completer (rank 2)
   int32_t partial[3];
   std::memcpy(partial, up.data + GS_HEADER_BYTES, 12);
   CHECK(partial[0] == 11 && partial[1] == 22 && partial[2] == 33);
@@ -139,17 +141,22 @@ TEST(only_members_contribute_and_a_complete_rack_round_goes_up) {
         DropReason::kBadSource);
   CHECK(ok.from_spine(GS_MSG_RESULT, GS_ELEM_INT32, total, 3, kSpinePort, kSpineJob + 0x100).reason ==
         DropReason::kUnknownJob);
-  IngestResult down = ok.from_spine(GS_MSG_RESULT, GS_ELEM_INT32, total, 3);
+  IngestResult down =
+      ok.from_spine(GS_MSG_RESULT, GS_ELEM_INT32, total, 3, kSpinePort, kSpineJob, GS_EXP_NONE,
+                    /*completer=*/0, /*window=*/24);
   CHECK(down.kind == IngestResult::kSend && down.type == GS_MSG_RESULT && down.world == 2 && down.slot == 0);
   h = header_of(down);
-  CHECK(h.job_id == ok.id && h.key == ok.key && h.rank == GS_RANK_ALL && h.count == 3);
-  CHECK(h.completer == GS_RANK_ALL);  // the spine names rack 0: another rack completed the round
+  CHECK(h.job_id == ok.id && h.key == ok.key && h.count == 3);
+  // The spine names rack 0: another rack completed the round, with the window its completer declared.
+  CHECK(h.rank == GS_RANK_ALL && h.window == 24);
   CHECK(std::memcmp(down.data + GS_HEADER_BYTES, total, 12) == 0);
   // A second answer (to the resend) finds nothing waiting.
   CHECK(ok.from_spine(GS_MSG_RESULT, GS_ELEM_INT32, total, 3).reason == DropReason::kUplinkStale);
   // The result is the shadow copy: a member that lost it gets it alone, at its own endpoint index.
   IngestResult shadow = ok.data(2, GS_ELEM_INT32, b, 3, GS_FLAG_RETX);
-  CHECK(shadow.kind == IngestResult::kSend && shadow.dest_rank == 1 && header_of(shadow).rank == 2);
+  CHECK(shadow.kind == IngestResult::kSend && shadow.dest_rank == 1 &&
+        header_of(shadow).rank == GS_RANK_ALL && header_of(shadow).window == 24 &&
+        header_of(shadow).flags == (GS_FLAG_UNICAST | GS_FLAG_DSACK));
   CHECK(std::memcmp(shadow.data + GS_HEADER_BYTES, total, 12) == 0);
   CounterValues c = ok.engine.total_counters();
   CHECK(c.sent_up == 1 && c.resent_up == 1 && c.completed == 1);
@@ -170,7 +177,7 @@ TEST(float16_sums_go_up_in_fp32_and_come_down_rounded_once) {
   IngestResult down = leaf.from_spine(GS_MSG_RESULT, GS_ELEM_FLOAT32, &total, 1, kSpinePort, kSpineJob,
                                       GS_EXP_NONE, /*completer=*/1);
   CHECK(down.kind == IngestResult::kSend && header_of(down).elem_type == GS_ELEM_FLOAT16 && down.len == 34);
-  CHECK(header_of(down).completer == 2);
+  CHECK(header_of(down).rank == 2 && header_of(down).window == 32);  // the rack's completer and its window
   uint16_t h;
   std::memcpy(&h, down.data + GS_HEADER_BYTES, 2);
   CHECK(f16_to_f32_scalar(h) == 2052.0f);  // 2051 rounded to nearest even in fp16 (spacing 2)

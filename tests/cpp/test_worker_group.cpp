@@ -151,10 +151,9 @@ class FakeSwitch {
     r.complete = true;
     gs_header rh = h;
     rh.type = GS_MSG_RESULT;
-    rh.rank = GS_RANK_ALL;
+    rh.rank = h.rank;  // the completer, whose window (h.window) the RESULT carries
     rh.flags = h.flags & GS_FLAG_VERSION;
     rh.next_exp = r.next_exp;
-    rh.completer = h.rank;
     r.result.assign(GS_HEADER_BYTES + r.count * es, 0);
     gs_header_encode(&rh, r.result.data());
     uint8_t* out = r.result.data() + GS_HEADER_BYTES;

@@ -2,8 +2,9 @@
 // on a hand-made clock: growth while the window is used, the cut on queueing delay, the tolerance
 // that falls as the window grows (and shares a queue evenly between ranks whose bases disagree),
 // which round trips count as delay (and a window that holds while none does), loss with and without
-// a queue, the DSACK undo, the pool as a cap, and the drains on the wall clock that give a rank that
-// started behind a standing queue the path's base.
+// a queue, the DSACK undo, the pool as a cap, the completer's window adopted, the grid of what is
+// allowed in flight, and the drains on the wall clock that give a rank that started behind a
+// standing queue the path's base.
 #include <algorithm>
 #include <cstdint>
 
@@ -209,6 +210,46 @@ TEST(window_never_below_one_round) {
   period(c, &now, kMs);
   for (int i = 0; i < 10; ++i) period(c, &now, 50 * kMs);
   CHECK_EQ(c.window(), 1u);
+}
+
+TEST(window_adopts_the_window_of_the_rank_that_completed_a_round) {
+  WindowController c(256, 500 * kUs);
+  int64_t now = kMs;
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 32u);
+  CHECK(c.slow_start());
+  c.adopt(0);  // no window declared: nothing changes
+  CHECK_EQ(c.window(), 32u);
+  c.adopt(40);  // a completer still in slow start, one round trip ahead
+  CHECK_EQ(c.window(), 40u);
+  CHECK(c.slow_start());
+  period(c, &now, kMs);  // this rank's own round trips grow what it adopted
+  CHECK_EQ(c.window(), 80u);
+  c.adopt(60);  // the completer was cut: the job's window left slow start
+  CHECK_EQ(c.window(), 60u);
+  CHECK(!c.slow_start());
+  c.adopt(1000);  // never past the pool
+  CHECK_EQ(c.window(), 256u);
+}
+
+TEST(window_allowed_in_flight_is_on_a_grid_of_four_steps_per_power_of_two) {
+  CHECK_EQ(WindowController::on_grid(1), 1u);
+  CHECK_EQ(WindowController::on_grid(7), 7u);
+  CHECK_EQ(WindowController::on_grid(9), 8u);
+  CHECK_EQ(WindowController::on_grid(15), 14u);
+  CHECK_EQ(WindowController::on_grid(70), 64u);
+  CHECK_EQ(WindowController::on_grid(75), 64u);
+  CHECK_EQ(WindowController::on_grid(80), 80u);
+  CHECK_EQ(WindowController::on_grid(255), 224u);
+  CHECK_EQ(WindowController::on_grid(65535), 57344u);
+  for (unsigned w = 1; w < 70000; ++w) {  // never above it, and less than a step (1/4 to 1/8) below
+    const unsigned g = WindowController::on_grid(w);
+    CHECK(g <= w && 5 * g + 5 > 4 * w);
+  }
+  WindowController c(256, 500 * kUs);
+  c.adopt(75);
+  CHECK_EQ(c.window(), 75u);            // declared as it is
+  CHECK_EQ(c.allowed(500 * kMs), 64u);  // not in a drain
 }
 
 TEST(window_drains_at_every_whole_second_of_the_wall_clock) {

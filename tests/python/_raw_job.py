@@ -30,6 +30,6 @@ def contribute(
 ) -> None:
     """One int32 element (7) from `rank` to `slot` (version 0) of allreduce `seq` (docs/protocol.md §2),
     sent to the data thread that owns the slot (slot % threads)."""
-    fields = (0x4753, 1, 1, job_id, key, rank, slot, 0, 1, 1, seq, 0, -128, 0, 0)
+    fields = (0x4753, 2, 1, job_id, key, rank, slot, 0, 1, 1, seq, 0, -128, 0, 0)
     header = struct.pack(">HBBIIHHBBHIIbbH", *fields)
     udp.sendto(header + struct.pack("<i", 7), ("127.0.0.1", d.data_port + slot % threads))

@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parents[2]
 PY = sys.executable
 
-GS_MAGIC, GS_VERSION = 0x4753, 1
+GS_MAGIC, GS_VERSION = 0x4753, 2
 DATA, RESULT, ABORT = 1, 2, 3
 WIRES = {"int32": 1, "float32": 2, "fixed32": 3, "float16": 4, "bfloat16": 5}
 HDR = struct.Struct(">HBBIIHHBBHIIbbH")  # wire.h gs_header, 32 bytes

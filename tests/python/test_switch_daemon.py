@@ -28,7 +28,7 @@ def daemon_path() -> Path:
 
 
 HEADER = struct.Struct(">HBBIIHHBBHIIbbH")
-MAGIC, VERSION = 0x4753, 1
+MAGIC, VERSION = 0x4753, 2
 MSG_DATA, MSG_RESULT, MSG_ABORT = 1, 2, 3
 MSG_HELD = 7  # a retransmission found its round open with the sender's contribution in it
 INT32 = 1

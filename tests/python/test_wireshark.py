@@ -57,7 +57,7 @@ FIELDS = [
     "gradswitch.abort_reason",
     "gradswitch.scale_exp",
     "gradswitch.reserved",
-    "gradswitch.completer",
+    "gradswitch.window",
     "gradswitch.contributors",
 ]
 
@@ -171,11 +171,11 @@ def test_every_field_of_written_packets(tmp_path):
         next_exp,
         scale,
         values=(),
-        reserved=0,
+        last16=0,
         trailing=b"",
     ):
         hdr = HEADER.pack(
-            0x4753, 1, mtype, job, key, rank, slot, flags, elem, count, seq, offset, next_exp, scale, reserved
+            0x4753, 2, mtype, job, key, rank, slot, flags, elem, count, seq, offset, next_exp, scale, last16
         )
         cases.append(
             (
@@ -192,18 +192,21 @@ def test_every_field_of_written_packets(tmp_path):
                     offset=offset,
                     next_exp=next_exp,
                     scale=scale,
-                    reserved=reserved,
+                    last16=last16,
                 ),
                 list(values),
                 hdr + encode(elem, values) + trailing,
             )
         )
 
-    add(1, 0x100, 0xA5A5A5A5, 0, 0, 0x00, 1, 4, 0, 0, -128, 0, [1, -2, 2**31 - 1, -(2**31)])
+    # bytes 30-31: DATA, the sender's window; RESULT, its completer's (rank) window; others 0
+    add(1, 0x100, 0xA5A5A5A5, 0, 0, 0x00, 1, 4, 0, 0, -128, 0, [1, -2, 2**31 - 1, -(2**31)], last16=64)
     add(1, 0x100, 0xA5A5A5A5, 1, 1, 0x01 | 0x02, 2, 3, 7, 360, -128, 0, [1.5, -0.25, 3e38])
-    add(2, 0x100, 0xA5A5A5A5, 0xFFFF, 2, 0x01, 3, 2, 0xFFFFFFFF, 720, 3, 26, [2**26, -3 * 2**24])
-    # a UNICAST+DSACK answer whose round rank 2 completed
-    add(2, 0x100, 0xA5A5A5A5, 1, 3, 0x24, 4, 3, 5, 16, -128, 0, [1.0, -2.5, 65504.0], reserved=2)
+    add(2, 0x100, 0xA5A5A5A5, 1, 2, 0x01, 3, 2, 0xFFFFFFFF, 720, 3, 26, [2**26, -3 * 2**24], last16=96)
+    # a UNICAST+DSACK answer whose round rank 2 completed, declaring a window of 65535
+    add(2, 0x100, 0xA5A5A5A5, 2, 3, 0x24, 4, 3, 5, 16, -128, 0, [1.0, -2.5, 65504.0], last16=0xFFFF)
+    # a leaf's RESULT whose round another rack completed
+    add(2, 0x100, 0xA5A5A5A5, 0xFFFF, 3, 0x00, 1, 1, 5, 16, -128, 0, [3], last16=12)
     # HELD with DSACK; its body: the round's contributors (ranks 0, 2 and 63)
     add(7, 0x100, 0xA5A5A5A5, 0xFFFF, 3, 0x21, 4, 0, 5, 16, -128, 0, trailing=struct.pack(">Q", 1 << 63 | 5))
     add(1, 0x200, 0x01020304, 63, 65535, 0x08 | 0x01, 5, 3, 9, 4294967295 - 3, -128, 0, [1.0, -0.5, 256.0])
@@ -214,16 +217,17 @@ def test_every_field_of_written_packets(tmp_path):
     add(1, 0x100, 0xA5A5A5A5, 0, 7, 0x08, 3, 0, 4, 100, -3, -128)  # fixed32 exponent round, count 0
     for reason in range(1, 7):  # ABORT: the reason travels in next_exp
         add(3, 0x100, 0xA5A5A5A5, 0xFFFF if reason % 2 else 1, 0, 0, 0, 0, 1, 0, reason, 0)
-    add(1, 0x100, 0xA5A5A5A5, 0, 0, 0xE0, 2, 2, 0, 0, -128, 0, [1.0, 2.0], reserved=0xBEEF)
+    add(1, 0x100, 0xA5A5A5A5, 0, 0, 0xE0, 2, 2, 0, 0, -128, 0, [1.0, 2.0], last16=0xBEEF)
+    add(6, 0x301, 7, 0, 0, 0x00, 0, 0, 3, 0, -128, 0, last16=0xBEEF)  # RING_DONE: reserved, not 0
     bad_len_index = len(cases)
     add(1, 0x100, 0xA5A5A5A5, 0, 0, 0, 2, 2, 0, 0, -128, 0, [1.0, 2.0], trailing=b"\x00\x00")
     datagrams = [c[2] for c in cases]
     # not gradswitch: wrong magic, wrong version, unknown type, too short, plain text
     others = [
-        b"GT\x01\x01" + bytes(28),
-        b"GS\x02\x01" + bytes(28),
-        b"GS\x01\x09" + bytes(28),
-        b"GS\x01\x01" + bytes(10),
+        b"GT\x02\x01" + bytes(28),
+        b"GS\x01\x01" + bytes(28),
+        b"GS\x02\x09" + bytes(28),
+        b"GS\x02\x01" + bytes(10),
         b"hello, not a gradswitch datagram at all......",
     ]
     pcap = tmp_path / "written.pcap"
@@ -236,7 +240,7 @@ def test_every_field_of_written_packets(tmp_path):
     assert [int(r["frame.number"]) for r in rows] == list(range(1, len(cases) + 1)), "heuristic"
     for i, ((want, values, _), row) in enumerate(zip(cases, rows, strict=True)):
         where = f"packet {i + 1}: {row}"
-        assert int(row["gradswitch.magic"], 16) == 0x4753 and row["gradswitch.version"] == "1", where
+        assert int(row["gradswitch.magic"], 16) == 0x4753 and row["gradswitch.version"] == "2", where
         assert int(row["gradswitch.type"]) == want["type"], where
         assert int(row["gradswitch.job_id"], 0) == want["job_id"], where
         assert int(row["gradswitch.key"], 16) == want["key"], where
@@ -251,12 +255,13 @@ def test_every_field_of_written_packets(tmp_path):
         assert int(row["gradswitch.seq"]) == want["seq"], where
         assert int(row["gradswitch.offset"]) == want["offset"], where
         assert int(row["gradswitch.scale_exp"]) == want["scale"], where
-        if want["type"] == 2:  # RESULT: bytes 30-31 are the completer
-            assert int(row["gradswitch.completer"]) == want["reserved"], where
+        if want["type"] in (1, 2):  # DATA, RESULT: bytes 30-31 are a window
+            assert int(row["gradswitch.window"]) == want["last16"], where
             assert row["gradswitch.reserved"] == "", where
         else:
-            assert int(row["gradswitch.reserved"], 16) == want["reserved"], where
-            assert bool(row["gradswitch.reserved_set"]) == (want["reserved"] != 0), where
+            assert row["gradswitch.window"] == "", where
+            assert int(row["gradswitch.reserved"], 16) == want["last16"], where
+            assert bool(row["gradswitch.reserved_set"]) == (want["last16"] != 0), where
         if want["type"] == 3:
             assert int(row["gradswitch.abort_reason"]) == want["next_exp"], where
             assert row["gradswitch.next_exp"] == "", where
@@ -331,8 +336,8 @@ def test_decodes_a_captured_testbed_allreduce(tmp_path):
     payload = 1500 - 60
     chunk = payload // 4
     # the run's allreduces: a 1-element barrier (even seq), then the gradient of iteration it (odd seq)
-    seen_data: dict[tuple[int, int, int], int] = {}
-    results = retx = unicast = 0
+    seen_data: dict[tuple[int, int, int], int] = {}  # (rank, seq, offset) -> the window its DATA declared
+    results = retx = unicast = windows_checked = 0
     for r in rows:
         mtype, seq = int(r["gradswitch.type"]), int(r["gradswitch.seq"])
         off, count = int(r["gradswitch.offset"]), int(r["gradswitch.count"])
@@ -356,17 +361,20 @@ def test_decodes_a_captured_testbed_allreduce(tmp_path):
             assert int(r["udp.dstport"]) == DATA_PORT + int(r["gradswitch.slot"]) % threads, r
             want = grad(rank, n, it)[off : off + count] if is_grad else np.zeros(1, np.float32)
             np.testing.assert_array_equal(values, want, err_msg=str(r))
-            seen_data[(rank, seq, off)] = 1
+            assert int(r["gradswitch.window"]) > 0, r
+            seen_data[(rank, seq, off)] = int(r["gradswitch.window"])
             retx += is_set(r["gradswitch.flags.retx"])
         else:
             assert mtype == 2 and r["ip.src"] == switch_ip, r
             want = expected_sum(2, n, it)[off : off + count] if is_grad else np.zeros(1, np.float32)
             np.testing.assert_array_equal(values, want, err_msg=str(r))
-            if is_set(r["gradswitch.flags.unicast"]):
-                unicast += 1
-                assert ip_rank[r["ip.dst"]] == int(r["gradswitch.rank"]), r
-            else:
-                assert int(r["gradswitch.rank"]) == 0xFFFF, r
+            unicast += is_set(r["gradswitch.flags.unicast"])
+            # the rank whose DATA completed the round, and the window that DATA declared
+            completer = int(r["gradswitch.rank"])
+            assert completer in ip_rank.values(), r
+            if (completer, seq, off) in seen_data:
+                assert int(r["gradswitch.window"]) == seen_data[(completer, seq, off)], r
+                windows_checked += 1
             results += 1
     grad_chunks = math.ceil(n / chunk)
     for rank in range(2):
@@ -375,6 +383,7 @@ def test_decodes_a_captured_testbed_allreduce(tmp_path):
             assert not missing, f"rank {rank} iteration {it}: chunks {missing} never captured"
     assert retx > 0, "no DATA packet decoded with the RETX flag, though workers retransmitted"
     assert results >= iters * (grad_chunks + 1) * 2, "a result per round and rank"
+    assert windows_checked >= results // 2, "most RESULTs' completer DATA were captured"
 
 
 def wire_enum(prefix: str) -> dict[str, int]:
@@ -390,16 +399,16 @@ def test_dissector_knows_every_value_of_wire_h(tmp_path):
     assert types and elems and len(flags) >= 5 and len(reasons) >= 5
     packets, expect = [], []
     for name, value in types.items():
-        packets.append(HEADER.pack(0x4753, 1, value, 1, 2, 0, 0, 0, 2, 0, 0, 0, -128, 0, 0))
+        packets.append(HEADER.pack(0x4753, 2, value, 1, 2, 0, 0, 0, 2, 0, 0, 0, -128, 0, 0))
         expect.append(name)
     for name, value in elems.items():
-        packets.append(HEADER.pack(0x4753, 1, 1, 1, 2, 0, 0, 0, value, 0, 0, 0, -128, 0, 0))
+        packets.append(HEADER.pack(0x4753, 2, 1, 1, 2, 0, 0, 0, value, 0, 0, 0, -128, 0, 0))
         expect.append(f" {name.lower()}")
     for name, value in reasons.items():
-        packets.append(HEADER.pack(0x4753, 1, 3, 1, 2, 0, 0, 0, 0, 0, 0, 0, value, 0, 0))
+        packets.append(HEADER.pack(0x4753, 2, 3, 1, 2, 0, 0, 0, 0, 0, 0, 0, value, 0, 0))
         expect.append(f"reason {name.lower()}")
     every_flag = sum(flags.values())
-    packets.append(HEADER.pack(0x4753, 1, 1, 1, 2, 0, 0, every_flag, 2, 0, 0, 0, -128, 0, 0))
+    packets.append(HEADER.pack(0x4753, 2, 1, 1, 2, 0, 0, every_flag, 2, 0, 0, 0, -128, 0, 0))
     pcap = tmp_path / "enums.pcap"
     write_pcap(pcap, packets)
     flag_fields = [f"gradswitch.flags.{n.lower()}" for n in flags]

@@ -17,7 +17,7 @@
 local bit32 = bit32
 
 local GS_MAGIC = 0x4753
-local GS_VERSION = 1
+local GS_VERSION = 2
 local GS_HEADER_BYTES = 32
 local GS_HELD_BODY_BYTES = 8  -- HELD: the round's contributors
 local GS_RANK_ALL = 0xFFFF
@@ -87,8 +87,8 @@ local f = {
   abort_reason = ProtoField.uint8("gradswitch.abort_reason", "Abort reason", base.DEC, abort_reasons),
   scale_exp = ProtoField.int8("gradswitch.scale_exp", "Scale exponent", base.DEC),
   reserved = ProtoField.uint16("gradswitch.reserved", "Reserved", base.HEX),
-  completer = ProtoField.uint16("gradswitch.completer", "Completer (the rank whose DATA completed the round)",
-    base.DEC),
+  window = ProtoField.uint16("gradswitch.window",
+    "Window (DATA: rounds its sender allows in flight; RESULT: the completer's)", base.DEC),
   payload = ProtoField.bytes("gradswitch.payload", "Payload"),
   contributors = ProtoField.uint64("gradswitch.contributors",
     "Contributors (HELD: the ranks the round holds; a receiver not among them resends)", base.HEX),
@@ -234,7 +234,8 @@ local function dissect(tvb, pinfo, tree)
   if not msg_types[mtype] then type_item:add_proto_expert_info(e.mtype) end
   root:add(f.job_id, tvb(4, 4))
   root:add(f.key, tvb(8, 4))
-  root:add(f.rank, tvb(12, 2))
+  local rank_item = root:add(f.rank, tvb(12, 2))
+  if mtype == 2 then rank_item:append_text(" (the completer: its DATA completed the round)") end
   root:add(f.slot, tvb(14, 2))
   local fl = root:add(f.flags, tvb(16, 1))
   local names = flags_text(flags)
@@ -259,8 +260,8 @@ local function dissect(tvb, pinfo, tree)
   end
   local scale_item = root:add(f.scale_exp, tvb(29, 1))
   if scale_exp == GS_EXP_NONE then scale_item:append_text(" (none)") end
-  if mtype == 2 then
-    root:add(f.completer, tvb(30, 2))
+  if mtype == 1 or mtype == 2 then
+    root:add(f.window, tvb(30, 2))
   else
     local reserved_item = root:add(f.reserved, tvb(30, 2))
     if tvb(30, 2):uint() ~= 0 then reserved_item:add_proto_expert_info(e.reserved) end
@@ -294,7 +295,7 @@ function gs.dissector(tvb, pinfo, tree)
   return dissect(tvb, pinfo, tree)
 end
 
--- The heuristic: magic "GS", version 1, a known message type.
+-- The heuristic: magic "GS", version 2, a known message type.
 local function heuristic(tvb, pinfo, tree)
   if tvb:len() < GS_HEADER_BYTES then return false end
   if tvb(0, 2):uint() ~= GS_MAGIC or tvb(2, 1):uint() ~= GS_VERSION then return false end

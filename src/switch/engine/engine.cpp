@@ -463,8 +463,6 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     counter_add(js->counters.retx_answered);
     counter_add(ts.totals.retx_answered);
     uint8_t* out = sv.result;
-    const uint16_t rank_be = gs_bswap16(h.rank);
-    std::memcpy(out + offsetof(gs_header, rank), &rank_be, 2);
     // DSACK: a complete round holds every contribution, the sender's included.
     out[offsetof(gs_header, flags)] = static_cast<uint8_t>(version | GS_FLAG_UNICAST | GS_FLAG_DSACK);
     r.kind = IngestResult::kSend;
@@ -588,6 +586,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     return r;
   }
   sv.completer = h.rank;
+  sv.completer_window = h.window;
   sv.completed_by_resend = h.flags & GS_FLAG_RETX;
   if (spec.uplink) return send_up(thread, *job, h.slot, version, r);
 
@@ -652,13 +651,13 @@ IngestResult Engine::publish_result(unsigned thread, Job& job, uint16_t slot, ui
   SlotVersion& sv = job.slots[slot].version[version];
   const uint32_t seq = sv.seq.load(std::memory_order_relaxed);
   HeaderBuilder(GS_MSG_RESULT, job.id, job.spec.key)
-      .rank(GS_RANK_ALL)
+      .rank(sv.completer)
       .slot(slot)
       .flags(static_cast<uint8_t>(version | (sv.completed_by_resend ? GS_FLAG_RETX : 0)))
       .elems(sv.elem_type, sv.count)
       .round(seq, sv.offset.load(std::memory_order_relaxed))
       .exps(sv.next_exp, sv.scale_exp)
-      .completer(sv.completer)
+      .window(sv.completer_window)
       .encode(sv.result);
   sv.state.store(RoundState::kComplete, std::memory_order_relaxed);
   counter_add(job.per_thread[thread].counters.completed);

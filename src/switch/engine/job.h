@@ -41,9 +41,11 @@ struct SlotVersion {
   int8_t scale_exp = 0;
   int8_t next_exp = GS_EXP_NONE;
   bool last = false;  // the round's first contribution carried GS_FLAG_LAST
-  // The rank whose contribution completed the round (RESULT's `completer`); GS_RANK_ALL on a leaf
-  // when the spine's round was completed by another rack.
+  // The rank whose contribution completed the round (RESULT's `rank`); GS_RANK_ALL on a leaf when the
+  // spine's round was completed by another rack. And the window that contribution declared, which
+  // the RESULT carries to every rank (docs/protocol.md §4.2: a job's ranks run one window).
   uint16_t completer = 0;
+  uint16_t completer_window = 0;
   // That contribution was a resend (DATA with RETX): RESULT then carries RETX, which tells the workers
   // that waited for it that a loss held the round, not a late rank (docs/protocol.md §2, §4.1).
   bool completed_by_resend = false;
