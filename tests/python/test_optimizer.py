@@ -22,7 +22,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _ranks import in_threads
-from test_switch_daemon import HEADER, MAGIC, MSG_DATA, MSG_HELD, MSG_RESULT, Daemon, parse_ok, udp_socket
+from test_switch_daemon import (
+    HEADER,
+    MAGIC,
+    MSG_DATA,
+    MSG_HELD,
+    MSG_RESULT,
+    VERSION,
+    Daemon,
+    parse_ok,
+    udp_socket,
+)
 
 FLOAT32, FLAG_RETX = 2, 2
 CHUNK = 360
@@ -177,7 +187,7 @@ class Ranks:
                 return (
                     HEADER.pack(
                         MAGIC,
-                        1,
+                        VERSION,
                         MSG_DATA,
                         self.job_id,
                         self.key,

@@ -12,7 +12,17 @@ import time
 
 import numpy as np
 import pytest
-from test_switch_daemon import HEADER, MAGIC, MSG_DATA, MSG_RESULT, Daemon, parse_ok, udp_socket, wait_for
+from test_switch_daemon import (
+    HEADER,
+    MAGIC,
+    MSG_DATA,
+    MSG_RESULT,
+    VERSION,
+    Daemon,
+    parse_ok,
+    udp_socket,
+    wait_for,
+)
 
 FLOAT32 = 2
 FLAG_RETX, FLAG_UNICAST, FLAG_DSACK = 2, 4, 0x20
@@ -32,7 +42,7 @@ def f32_packet(job_id, key, rank, slot, version, values, seq, offset, flags=0):
     values = np.asarray(values, dtype="<f4")
     h = HEADER.pack(
         MAGIC,
-        1,
+        VERSION,
         MSG_DATA,
         job_id,
         key,
