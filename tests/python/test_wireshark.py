@@ -337,7 +337,7 @@ def test_decodes_a_captured_testbed_allreduce(tmp_path):
     chunk = payload // 4
     # the run's allreduces: a 1-element barrier (even seq), then the gradient of iteration it (odd seq)
     seen_data: dict[tuple[int, int, int], int] = {}  # (rank, seq, offset) -> the window its DATA declared
-    results = retx = unicast = windows_checked = 0
+    results = retx = windows_checked = 0
     for r in rows:
         mtype, seq = int(r["gradswitch.type"]), int(r["gradswitch.seq"])
         off, count = int(r["gradswitch.offset"]), int(r["gradswitch.count"])
@@ -368,7 +368,6 @@ def test_decodes_a_captured_testbed_allreduce(tmp_path):
             assert mtype == 2 and r["ip.src"] == switch_ip, r
             want = expected_sum(2, n, it)[off : off + count] if is_grad else np.zeros(1, np.float32)
             np.testing.assert_array_equal(values, want, err_msg=str(r))
-            unicast += is_set(r["gradswitch.flags.unicast"])
             # the rank whose DATA completed the round, and the window that DATA declared
             completer = int(r["gradswitch.rank"])
             assert completer in ip_rank.values(), r
