@@ -40,7 +40,7 @@ gs_header data_header(const PathContext& ctx, unsigned slot, uint8_t flags, uint
       .elems(elem, count)
       .round(seq, offset)
       .exps(next_exp, scale_exp)
-      .window(static_cast<uint16_t>(std::min(window, 0xFFFFu)));
+      .window(static_cast<uint16_t>(window));  // at most the pool: JoinInfo::slots is 16 bits
 }
 
 // Rounds in flight without the adaptive controller: a numeric window below the pool, else the pool.
