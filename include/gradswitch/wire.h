@@ -112,8 +112,9 @@ enum gs_abort_reason {
  *   28   1  next_exp   int8: fixed32 block exponent (DATA: sender's, RESULT: maximum); ABORT: reason
  *   29   1  scale_exp  int8: fixed32 exponent this payload was quantised with
  *   30   2  window     DATA: its sender's window (rounds in flight) when it first sent the round
- *                       (0: none declared); RESULT: the window the completing DATA declared, which
- *                       an adaptive worker adopts (docs/protocol.md 4.2); other types: sent as 0
+ *                       (0: none declared); RESULT: the smallest window the round's DATA declared
+ *                       (gs_smaller_window), which an adaptive worker runs at (docs/protocol.md
+ *                       4.2); other types: sent as 0
  */
 struct gs_header {
   uint16_t magic;
@@ -197,6 +198,13 @@ static inline const char* gs_elem_name(uint8_t elem_type) {
     default:
       return "unknown";
   }
+}
+
+/* The smaller of two declared windows, where 0 declares none: what a RESULT's `window` is over the
+ * round's DATA (on a spine, over the racks' DATA, each the smallest of its rack's). */
+static inline uint16_t gs_smaller_window(uint16_t a, uint16_t b) {
+  if (a == 0) return b;
+  return b != 0 && b < a ? b : a;
 }
 
 /* HELD's body: the open round's contributors, bit r for rank r, a big-endian 64-bit integer. A

@@ -257,11 +257,12 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   }
   if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
   // Only a round this rank completed, sent once, measures this rank's own path (window_controller.h);
-  // one another rank's original DATA completed carries the window the job runs at (protocol.md §4.2).
-  // A resend's declared window is as old as the loss it recovered, which the job has moved on from.
+  // one that original DATA completed carries the window the job runs at (protocol.md §4.2). A round a
+  // resend completed may carry a window as old as the loss it recovered, which the job has moved on
+  // from; a unicast answer one as old as its shadow copy.
   const bool multicast = !(h.flags & GS_FLAG_UNICAST);
+  if (multicast && !(h.flags & GS_FLAG_RETX)) cc_.run_at(h.window);
   const bool completed_here = h.rank == ctx_.opt->rank;
-  if (multicast && !completed_here && !(h.flags & GS_FLAG_RETX)) cc_.adopt(h.window);
   cc_.on_result(now, t.tries == 0 && multicast && completed_here ? now - t.sent_ns : -1, window_limited_,
                 static_cast<int64_t>(detector(slot).rtt().srtt_ns()));
   // A RACK resend the switch held, whose round a late rank's original completed (no RETX): results
@@ -285,7 +286,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   if (schedule_.finish(slot, f)) {
     if (op.times && adaptive_) {  // the window as the allreduce ends, for its log line and timeline
-      op.times->window_rounds = cc_.window();
+      op.times->window_rounds = cc_.job_window();
       op.times->base_rtt_ns = cc_.base_rtt_ns();
     }
     finished->push_back(whole);

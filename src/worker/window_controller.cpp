@@ -106,12 +106,18 @@ void WindowController::end_period() {
     slow_start_ = false;
     return;
   }
-  // Grow only a window that limited the period (not the data) and whose own path the period
-  // measured: with no own round trip, every round waited for another rank, and more rounds would
-  // only wait at the switch (ranks ahead that kept growing lost DATA on a shared link:
-  // docs/transport.md). Hold the window.
-  if (!period_limited_ || period_min_rtt_ < 0) return;
-  cwnd_ = std::min<double>(cap_, slow_start_ ? cwnd_ * 2 : cwnd_ + kIncrease);
+  // Grow only a window that limited the period (not the data). A rank that measured no round trip
+  // of its own grows too: it runs the job's window, which the rank that completes the rounds keeps
+  // at or below its own, and run_at() keeps this one within two rounds of the job's (a rank that held
+  // instead could keep the job's window low for good, its rounds never the last to arrive).
+  // In slow start the window doubles once the job's has caught up with it: doubling again before
+  // the others' DATA declared the last doubling would leave the job's window a doubling behind, and
+  // run_at() take that for a cut.
+  if (!period_limited_) return;
+  if (!slow_start_)
+    cwnd_ = std::min<double>(cap_, cwnd_ + kIncrease);
+  else if (job_ == 0 || job_ >= window())
+    cwnd_ = std::min<double>(cap_, cwnd_ * 2);
 }
 
 void WindowController::on_loss(int64_t now) {
@@ -123,12 +129,16 @@ void WindowController::on_loss(int64_t now) {
   slow_start_ = false;
 }
 
-void WindowController::adopt(unsigned completer_window) {
-  if (completer_window == 0) return;
-  const double w = std::min<double>(completer_window, cap_);
-  if (w < cwnd_) slow_start_ = false;  // the completer was cut: the job's window left slow start
-  cwnd_ = w;
-  cut_at_ = -1;  // a cut of this rank's, now replaced, is not undone later
+void WindowController::run_at(unsigned job_window) {
+  if (job_window == 0) return;
+  job_ = std::min(job_window, cap_);
+  // The job's window lags this rank's by a round trip: a window declared before this rank's latest
+  // steps (two growths, or a doubling in slow start) is not a cut. Lower by more, another rank cut.
+  const double step_above = slow_start_ ? job_ : 2 * kIncrease;
+  if (cwnd_ > job_ + step_above) {
+    cwnd_ = job_ + step_above;
+    slow_start_ = false;  // another rank's window left slow start: the job's did
+  }
 }
 
 void WindowController::on_spurious(int64_t now) {

@@ -8,10 +8,15 @@
 //   - A round's round trip includes waiting for the slowest rank. Only rounds this rank completed
 //     (the RESULT's `rank`, its completer) measure its own path; the others say when the job went on,
 //     not how full the path is, and are not used as delay (a window that shrank because a peer is
-//     slow would slow every rank down in turn). Nor do they grow the window: a rank that completed
-//     none of a period's rounds holds it (its rounds only wait at the switch).
-//   - A job's ranks run one window: a rank adopts the window that the DATA completing a round
-//     declared (adopt()), and allows in flight that window on a coarse grid (on_grid()).
+//     slow would slow every rank down in turn).
+//   - A job's ranks run one window, the smallest of theirs: every DATA declares its sender's window,
+//     the RESULT carries the smallest its round's DATA declared (the switch takes it), and every rank
+//     allows in flight that window on a coarse grid (on_grid()). Each rank's own window changes only
+//     by its own decisions, so that no rank's growth is undone by a window a peer declared before it
+//     learned of it; it stays within two steps of the job's (run_at()), so that a cut anywhere is a cut
+//     of every rank's within a round trip. A rank whose window is above the job's grows it without
+//     harm (it runs the job's): the rank whose path is fullest, which completes the rounds and
+//     measures the queue, decides.
 //   - Host scheduling makes single samples noisy: the decision uses the smallest own round trip of
 //     each round-trip period (a standing queue persists through a period; a descheduled thread
 //     inflates some samples, not all), against the smallest seen over the last 10 to 20 s.
@@ -45,28 +50,31 @@ class WindowController {
   WindowController(unsigned cap, int64_t target_queue_ns, unsigned initial = kInitialRounds,
                    int64_t wall_minus_steady_ns = 0);
 
-  // The congestion window: 1 .. cap.
+  // This rank's congestion window, which its DATA declare: 1 .. cap.
   unsigned window() const;
-  // Rounds allowed in flight at `now`: the window on the grid, or at most kDrainRounds during a drain.
+  // The job's window: the smallest of this rank's and the latest a RESULT carried.
+  unsigned job_window() const { return job_ ? std::min(window(), job_) : window(); }
+  // Rounds allowed in flight at `now`: the job's window on the grid, or at most kDrainRounds during
+  // a drain.
   unsigned allowed(int64_t now) const {
-    return draining(now) ? std::min(window(), kDrainRounds) : on_grid(window());
+    return draining(now) ? std::min(job_window(), kDrainRounds) : on_grid(job_window());
   }
   // The largest number of rounds not above `w` on a grid of four steps per power of two (8, 10, 12,
-  // 14, 16, 20, ..., 64, 80, 96, 112, 128, 160, ...); below 8, `w`. The ranks of a job adopt each
-  // other's windows (adopt()), but each changes its own between two RESULTs, so they differ by a few
-  // rounds; on the grid they are the same number nearly always, and every rank answers the same
-  // RESULTs with the same rounds: the job's packets keep their trains (docs/transport.md).
+  // 14, 16, 20, ..., 64, 80, 96, 112, 128, 160, ...); below 8, `w`. Every rank of a job reads the same
+  // RESULTs, but a rank's own window may be the smallest for a while after it changed it; on the grid
+  // the ranks allow the same number nearly always, and every rank answers the same RESULTs with the
+  // same rounds: the job's packets keep their trains (docs/transport.md).
   static unsigned on_grid(unsigned w) {
     if (w < 8) return w;
     const unsigned step = (1u << (31 - __builtin_clz(w))) / 4;  // a quarter of the power of two below
     return w / step * step;
   }
-  // Another rank completed a round, its DATA declaring `completer_window` (0: none, ignored): this
-  // rank's window becomes that one. A job's ranks run one window, the one of the rank the rounds
-  // wait for, which only that rank's own round trips change: ranks whose windows differ, or change
-  // at different moments, break the job's packets into more, smaller trains, each a wake-up and a
-  // system call on every host, and a rank with more only runs ahead (docs/transport.md).
-  void adopt(unsigned completer_window);
+  // A RESULT carried `job_window`, the smallest window its round's DATA declared (0: none, ignored):
+  // the job runs at it, and this rank's own window comes down to within two steps of it (twice it
+  // in slow start): ranks whose windows differ, or change at different moments, break the job's packets
+  // into more, smaller trains, each a wake-up and a system call on every host, and a rank with more
+  // only runs ahead (docs/transport.md).
+  void run_at(unsigned job_window);
   // Whether `now` is in a drain: the first drain_ns() of every kDrainEveryNs of the wall clock.
   bool draining(int64_t now) const;
   // How long a drain lasts: long enough for a queue at the target to empty and be measured empty.
@@ -98,6 +106,7 @@ class WindowController {
   void note_base(int64_t rtt, int64_t now);
 
   unsigned cap_;
+  unsigned job_ = 0;  // the latest RESULT's window, 0 before any
   int64_t target_ns_;
   int64_t wall_offset_ns_;
   double cwnd_;

@@ -49,10 +49,10 @@ struct Leaf {
     std::string err;
     id = engine.create_job(spec, &err);
   }
-  // A member's DATA declares the window 30 + its rank.
+  // A member's DATA declares the window 34 - its rank.
   IngestResult data(uint16_t rank, uint8_t elem, const void* payload, uint16_t count, uint8_t flags = 0) {
     auto p = packet(GS_MSG_DATA, id, key, rank, elem, payload, count, flags);
-    p[offsetof(gs_header, window) + 1] = static_cast<uint8_t>(30 + rank);
+    p[offsetof(gs_header, window) + 1] = static_cast<uint8_t>(34 - rank);
     return engine.ingest(0, p.data(), p.size(), 1, member_address(0b0110, rank));
   }
   IngestResult from_spine(uint8_t type, uint8_t elem, const void* payload, uint16_t count,
@@ -113,7 +113,7 @@ TEST(only_members_contribute_and_a_complete_rack_round_goes_up) {
   gs_header h = header_of(up);
   CHECK(h.job_id == kSpineJob && h.key == kSpineKey && h.rank == 1 && h.seq == 7 && h.offset == 32);
   CHECK(h.elem_type == GS_ELEM_INT32 && h.count == 3 && h.type == GS_MSG_DATA);
-  CHECK(h.window == 32);  // the window of the rack's completer (rank 2)
+  CHECK(h.window == 32);  // the smallest the rack's DATA declared (rank 2's; rank 1's was 33)
   int32_t partial[3];
   std::memcpy(partial, up.data + GS_HEADER_BYTES, 12);
   CHECK(partial[0] == 11 && partial[1] == 22 && partial[2] == 33);
@@ -147,7 +147,8 @@ TEST(only_members_contribute_and_a_complete_rack_round_goes_up) {
   CHECK(down.kind == IngestResult::kSend && down.type == GS_MSG_RESULT && down.world == 2 && down.slot == 0);
   h = header_of(down);
   CHECK(h.job_id == ok.id && h.key == ok.key && h.count == 3);
-  // The spine names rack 0: another rack completed the round, with the window its completer declared.
+  // The spine names rack 0: another rack completed the round. The window is the spine's: the
+  // smallest over every rack's.
   CHECK(h.rank == GS_RANK_ALL && h.window == 24);
   CHECK(std::memcmp(down.data + GS_HEADER_BYTES, total, 12) == 0);
   // A second answer (to the resend) finds nothing waiting.
@@ -175,9 +176,10 @@ TEST(float16_sums_go_up_in_fp32_and_come_down_rounded_once) {
   const float total = 2051.0f;  // + the other rack's 2
   // This rack (spine rank 1) completed the spine's round, and in the rack rank 2 completed it.
   IngestResult down = leaf.from_spine(GS_MSG_RESULT, GS_ELEM_FLOAT32, &total, 1, kSpinePort, kSpineJob,
-                                      GS_EXP_NONE, /*completer=*/1);
+                                      GS_EXP_NONE, /*completer=*/1, /*window=*/20);
   CHECK(down.kind == IngestResult::kSend && header_of(down).elem_type == GS_ELEM_FLOAT16 && down.len == 34);
-  CHECK(header_of(down).rank == 2 && header_of(down).window == 32);  // the rack's completer and its window
+  // The rack's completer; the spine's window (another rack declared less than this rack's 32).
+  CHECK(header_of(down).rank == 2 && header_of(down).window == 20);
   uint16_t h;
   std::memcpy(&h, down.data + GS_HEADER_BYTES, 2);
   CHECK(f16_to_f32_scalar(h) == 2052.0f);  // 2051 rounded to nearest even in fp16 (spacing 2)

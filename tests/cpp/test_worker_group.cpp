@@ -144,6 +144,7 @@ class FakeSwitch {
     }
     r.seen |= 1ull << h.rank;
     if (h.next_exp > r.next_exp) r.next_exp = h.next_exp;
+    r.min_window = gs_smaller_window(r.min_window, h.window);
     if (static_cast<unsigned>(__builtin_popcountll(r.seen)) != world_) {
       if (h.flags & GS_FLAG_RETX) send_held(h, r.seen, false);
       return;
@@ -151,7 +152,8 @@ class FakeSwitch {
     r.complete = true;
     gs_header rh = h;
     rh.type = GS_MSG_RESULT;
-    rh.rank = h.rank;  // the completer, whose window (h.window) the RESULT carries
+    rh.rank = h.rank;  // the completer
+    rh.window = r.min_window;
     rh.flags = h.flags & GS_FLAG_VERSION;
     rh.next_exp = r.next_exp;
     r.result.assign(GS_HEADER_BYTES + r.count * es, 0);
@@ -218,6 +220,7 @@ class FakeSwitch {
     uint16_t count = 0;
     uint8_t elem = 0;
     int8_t scale = 0, next_exp = GS_EXP_NONE;
+    uint16_t min_window = 0;  // the smallest window the round's DATA declared
     uint64_t seen = 0;
     std::vector<float> acc_f;
     std::vector<int32_t> acc_i;

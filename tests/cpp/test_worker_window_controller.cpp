@@ -1,8 +1,8 @@
 // The worker's window controller alone (worker/window_controller.h, docs/protocol.md section 4.2)
 // on a hand-made clock: growth while the window is used, the cut on queueing delay, the tolerance
 // that falls as the window grows (and shares a queue evenly between ranks whose bases disagree),
-// which round trips count as delay (and a window that holds while none does), loss with and without
-// a queue, the DSACK undo, the pool as a cap, the completer's window adopted, the grid of what is
+// which round trips count as delay (and a window that grows while none does), loss with and without
+// a queue, the DSACK undo, the pool as a cap, the job's window (the smallest declared), the grid of what is
 // allowed in flight, and the drains on the wall clock that give a rank that started behind a
 // standing queue the path's base.
 #include <algorithm>
@@ -144,25 +144,20 @@ TEST(window_uses_the_smallest_own_round_trip_of_a_period) {
   CHECK_EQ(c.window(), 64u);
 }
 
-TEST(window_holds_while_every_round_waits_for_other_ranks) {
+TEST(window_grows_while_used_even_when_every_round_waits_for_other_ranks) {
   WindowController c(256, 500 * kUs);
   int64_t now = kMs;
   period(c, &now, kMs);
   CHECK_EQ(c.window(), 32u);
-  // Results completed by another rank (own_rtt -1), however long they took: no delay sample, so
-  // no cut, and no growth either: more rounds would only wait at the switch.
+  // Results completed by another rank (own_rtt -1), however long they took: no delay sample, so no
+  // cut; the window still grows: the job runs the smallest of its ranks' windows (run_at()), which
+  // the rank that completes the rounds, measuring the queue, keeps down.
   period(c, &now, -1);
-  CHECK_EQ(c.window(), 32u);
-  for (int i = 0; i < 5; ++i) period(c, &now, -1);
-  CHECK_EQ(c.window(), 32u);
-  CHECK(c.slow_start());
-  // One round of its own in a period, at the base: the window grows again.
-  for (int i = 0; i < 4; ++i) {
-    c.on_result(now, -1, true, kMs);
-    now += kMs / 4;
-  }
-  c.on_result(now, kMs, true, kMs);
   CHECK_EQ(c.window(), 64u);
+  CHECK(c.slow_start());
+  // Nor does a round trip that waited for another rank count as delay: no cut.
+  period(c, &now, -1);
+  CHECK_EQ(c.window(), 128u);
 }
 
 TEST(window_loss_without_a_queue_is_not_congestion) {
@@ -212,24 +207,38 @@ TEST(window_never_below_one_round) {
   CHECK_EQ(c.window(), 1u);
 }
 
-TEST(window_adopts_the_window_of_the_rank_that_completed_a_round) {
+TEST(window_the_job_runs_the_smallest_window_its_ranks_declared) {
   WindowController c(256, 500 * kUs);
   int64_t now = kMs;
   period(c, &now, kMs);
   CHECK_EQ(c.window(), 32u);
-  CHECK(c.slow_start());
-  c.adopt(0);  // no window declared: nothing changes
+  c.run_at(0);  // no window declared: nothing changes
+  CHECK_EQ(c.job_window(), 32u);
+  c.run_at(40);  // the others' windows are larger: the job runs this rank's
   CHECK_EQ(c.window(), 32u);
-  c.adopt(40);  // a completer still in slow start, one round trip ahead
-  CHECK_EQ(c.window(), 40u);
+  CHECK_EQ(c.job_window(), 32u);
+  c.run_at(16);  // declared a doubling ago: the job's window lags this rank's, which is no cut
+  CHECK_EQ(c.window(), 32u);
+  CHECK_EQ(c.job_window(), 16u);  // but the job runs it until every rank's DATA declare more
+  CHECK_EQ(c.allowed(500 * kMs), 16u);
   CHECK(c.slow_start());
-  period(c, &now, kMs);  // this rank's own round trips grow what it adopted
-  CHECK_EQ(c.window(), 80u);
-  c.adopt(60);  // the completer was cut: the job's window left slow start
-  CHECK_EQ(c.window(), 60u);
+  period(c, &now, kMs);  // slow start doubles only once the job's window has caught up
+  CHECK_EQ(c.window(), 32u);
+  c.run_at(32);
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 64u);
+  c.run_at(20);  // lower by more than a doubling: another rank was cut, and the job left slow start
+  CHECK_EQ(c.window(), 40u);
   CHECK(!c.slow_start());
-  c.adopt(1000);  // never past the pool
-  CHECK_EQ(c.window(), 256u);
+  c.run_at(39);  // out of slow start this rank stays within two rounds of the job's window
+  CHECK_EQ(c.window(), 40u);
+  c.run_at(30);
+  CHECK_EQ(c.window(), 32u);
+  CHECK_EQ(c.job_window(), 30u);
+  period(c, &now, kMs);  // its own growth is kept, whatever the others declared before they saw it
+  CHECK_EQ(c.window(), 33u);
+  c.run_at(1000);  // never past the pool
+  CHECK_EQ(c.job_window(), 33u);
 }
 
 TEST(window_allowed_in_flight_is_on_a_grid_of_four_steps_per_power_of_two) {
@@ -246,10 +255,11 @@ TEST(window_allowed_in_flight_is_on_a_grid_of_four_steps_per_power_of_two) {
     const unsigned g = WindowController::on_grid(w);
     CHECK(g <= w && 5 * g + 5 > 4 * w);
   }
-  WindowController c(256, 500 * kUs);
-  c.adopt(75);
-  CHECK_EQ(c.window(), 75u);            // declared as it is
-  CHECK_EQ(c.allowed(500 * kMs), 64u);  // not in a drain
+  WindowController c(256, 500 * kUs, 80);
+  c.run_at(75);
+  CHECK_EQ(c.window(), 80u);            // declared as it is
+  CHECK_EQ(c.job_window(), 75u);        // run as the job's
+  CHECK_EQ(c.allowed(500 * kMs), 64u);  // on the grid (not in a drain)
 }
 
 TEST(window_drains_at_every_whole_second_of_the_wall_clock) {

@@ -545,6 +545,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
         break;
     }
     if (h.next_exp > sv.next_exp) sv.next_exp = h.next_exp;
+    sv.min_window = gs_smaller_window(sv.min_window, h.window);
     sv.seen.store(sv.seen.load(std::memory_order_relaxed) | bit, std::memory_order_relaxed);
     ++sv.arrived;
   } else {
@@ -558,6 +559,7 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     sv.elem_type = h.elem_type;
     sv.scale_exp = h.scale_exp;
     sv.next_exp = h.next_exp;
+    sv.min_window = h.window;
     sv.last = ends_tensor;
     sv.arrived = 1;
     sv.seen.store(bit, std::memory_order_relaxed);
@@ -586,7 +588,6 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     return r;
   }
   sv.completer = h.rank;
-  sv.completer_window = h.window;
   sv.completed_by_resend = h.flags & GS_FLAG_RETX;
   if (spec.uplink) return send_up(thread, *job, h.slot, version, r);
 
@@ -657,7 +658,7 @@ IngestResult Engine::publish_result(unsigned thread, Job& job, uint16_t slot, ui
       .elems(sv.elem_type, sv.count)
       .round(seq, sv.offset.load(std::memory_order_relaxed))
       .exps(sv.next_exp, sv.scale_exp)
-      .window(sv.completer_window)
+      .window(sv.min_window)
       .encode(sv.result);
   sv.state.store(RoundState::kComplete, std::memory_order_relaxed);
   counter_add(job.per_thread[thread].counters.completed);

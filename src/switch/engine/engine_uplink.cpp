@@ -41,7 +41,7 @@ IngestResult Engine::send_up(unsigned thread, Job& job, uint16_t slot, uint8_t v
       .elems(uplink_elem_type(sv.elem_type), sv.count)
       .round(sv.seq.load(std::memory_order_relaxed), sv.offset.load(std::memory_order_relaxed))
       .exps(sv.next_exp, sv.scale_exp)  // the rack's maximum: the spine takes the maximum over the racks
-      .window(sv.completer_window)      // the rack's: if it completes the spine's round, every rack adopts it
+      .window(sv.min_window)            // the rack's smallest: the spine takes the smallest over the racks
       .encode(uplink_packet(sv));
   sv.state.store(RoundState::kUplink, std::memory_order_relaxed);
   counter_add(job.per_thread[thread].counters.sent_up);
@@ -179,11 +179,11 @@ IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_
   else
     std::memcpy(out, payload, payload_len);
   sv.next_exp = h.next_exp;  // the maximum over every rack
+  sv.min_window = h.window;  // the smallest over every rack
   // The rack's last contribution completed the round only if the rack completed the spine's; else
-  // the spine's RESULT says whether a resend (of another rack) completed it, and with which window.
+  // the spine's RESULT says whether a resend (of another rack) completed it.
   if (h.rank != up.rank) {
     sv.completer = GS_RANK_ALL;
-    sv.completer_window = h.window;
     sv.completed_by_resend = h.flags & GS_FLAG_RETX;
   }
   return publish_result(thread, *job, h.slot, version, r, now_ns);

@@ -42,10 +42,12 @@ struct SlotVersion {
   int8_t next_exp = GS_EXP_NONE;
   bool last = false;  // the round's first contribution carried GS_FLAG_LAST
   // The rank whose contribution completed the round (RESULT's `rank`); GS_RANK_ALL on a leaf when the
-  // spine's round was completed by another rack. And the window that contribution declared, which
-  // the RESULT carries to every rank (docs/protocol.md §4.2: a job's ranks run one window).
+  // spine's round was completed by another rack.
   uint16_t completer = 0;
-  uint16_t completer_window = 0;
+  // The smallest window the round's contributions declared (0: none did), which the RESULT carries
+  // to every rank: a job's ranks run the smallest of their windows (docs/protocol.md §4.2). On a leaf,
+  // once the spine answers, the spine's: the smallest of every rack's.
+  uint16_t min_window = 0;
   // That contribution was a resend (DATA with RETX): RESULT then carries RETX, which tells the workers
   // that waited for it that a loss held the round, not a late rank (docs/protocol.md §2, §4.1).
   bool completed_by_resend = false;
