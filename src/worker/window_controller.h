@@ -13,10 +13,10 @@
 //     the RESULT carries the smallest its round's DATA declared (the switch takes it), and every rank
 //     allows in flight that window on a coarse grid (on_grid()). Each rank's own window changes only
 //     by its own decisions, so that no rank's growth is undone by a window a peer declared before it
-//     learned of it; it stays within two steps of the job's (run_at()), so that a cut anywhere is a cut
-//     of every rank's within a round trip. A rank whose window is above the job's grows it without
-//     harm (it runs the job's): the rank whose path is fullest, which completes the rounds and
-//     measures the queue, decides.
+//     learned of it; it stays within two rounds of the job's (a doubling in slow start: run_at()), so
+//     that a cut anywhere is a cut of every rank's within a round trip. A rank whose window is above the
+//     job's grows it without harm (it runs the job's): the rank whose path is fullest, which completes the
+//     rounds and measures the queue, decides.
 //   - Host scheduling makes single samples noisy: the decision uses the smallest own round trip of
 //     each round-trip period (a standing queue persists through a period; a descheduled thread
 //     inflates some samples, not all), against the smallest seen over the last 10 to 20 s.
