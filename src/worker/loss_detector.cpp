@@ -106,9 +106,14 @@ bool LossDetector::held(RoundTimer& t, int64_t now) {
   return true;
 }
 
+int64_t LossDetector::ask_gap_ns() const {
+  const int64_t learned = floor_ns_ > rto_min_ ? floor_ns_ : 0;
+  return std::max({rtt_.min_ns() + reorder_window_ns(), kAskedGapNs, learned});
+}
+
 bool LossDetector::asked(RoundTimer& t, int64_t now) {
-  const int64_t crossed = std::max(rtt_.min_ns() + reorder_window_ns(), kAskedGapNs);
-  if (!t.busy || now - t.last_tx_ns < crossed) return false;
+  decay_floor(now);
+  if (!t.busy || now - t.last_tx_ns < ask_gap_ns()) return false;
   last_answer_ns_ = now;
   t.held = false;
   mark_resent(t, now, RetxCause::kAsked);
@@ -118,7 +123,9 @@ bool LossDetector::asked(RoundTimer& t, int64_t now) {
 void LossDetector::spurious(RetxCause cause, int64_t rtt_ns, int64_t wait_ns, int64_t now) {
   if (cause == RetxCause::kRack) reordered(now);
   if (rtt_ns > 0) rtt_.sample(rtt_ns);
-  if (wait_ns > 0 && (cause == RetxCause::kTimeout || cause == RetxCause::kProbe)) raise_floor(wait_ns, now);
+  if (wait_ns > 0 &&
+      (cause == RetxCause::kTimeout || cause == RetxCause::kProbe || cause == RetxCause::kAsked))
+    raise_floor(wait_ns, now);
 }
 
 void LossDetector::reordered(int64_t now) {

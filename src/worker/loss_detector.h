@@ -62,7 +62,7 @@ class LossDetector {
 
   const RttEstimator& rtt() const { return rtt_; }
   int64_t rto_min_ns() const { return rto_min_; }
-  // The timer's learned floor (>= rto_min): raised by timeouts proven spurious, halved after
+  // The timer's learned floor (>= rto_min): raised by timeouts and requests proven spurious, halved after
   // every 2 s without one.
   int64_t rto_floor_ns() const { return floor_ns_; }
   // RACK's reordering window: mult x max(min_rtt / 4, 0.5 ms), at most max(srtt, that base).
@@ -90,20 +90,26 @@ class LossDetector {
   // will complete the round); its RESULT tells which. The timer's floor never learns from it.
   bool held(RoundTimer& t, int64_t now);
   // The peer says the round lacks this sender's data: it is resent now (the caller sends it) unless
-  // it was sent more recently than RACK waits for an answer (min_rtt + the reordering window, at least
-  // 100 us): the request may have crossed that packet. Not srtt: in an allreduce it holds the waits
-  // for the slowest rank (100 ms and more where a peer's window is small), and a rank asked for a
-  // stuck round must not wait that long between tries. (The switch asks only for rounds open 20 ms.)
+  // it was sent within ask_gap_ns(): the request may have crossed that packet. Not srtt: in an
+  // allreduce it holds the waits for the slowest rank (100 ms and more where a peer's window is
+  // small), and a rank asked for a stuck round must not wait that long between tries. (The switch
+  // asks only for rounds open 20 ms.)
   // Returns whether to send.
   bool asked(RoundTimer& t, int64_t now);
+  // How recently sent a round must be for a request to resend it to be taken as crossing it: RACK's
+  // wait for an answer (min_rtt + the reordering window, at least 100 us), or the timer's floor once
+  // a stall raised it. On a path whose answers to this rank come late (a stalled host or link) the
+  // requests come as late, after the DATA they ask for went out.
+  int64_t ask_gap_ns() const;
   // A round resent by RACK turned out to have been only late, or to have waited for a late rank:
   // the reordering window widens (RFC 8985 6.2: one step per round trip, at most 32 steps).
   void reordered(int64_t now);
   // A delivered round's retransmission turned out spurious after the fact: the original answer
   // arrived after the answer to the retransmission, or the retransmission was answered from the
   // peer's copy (DSACK) after the original answer had arrived. `rtt_ns` (0: none) is an RTT sample;
-  // after a timeout or probe, `wait_ns` (0: none), the resend's own round trip, raises the timer's
-  // floor to 1.25x it: the path or the peer stalled for that long.
+  // after a timeout, probe or request, `wait_ns` (0: none), the resend's own round trip, raises the
+  // timer's floor to 1.25x it: the path or the peer stalled for that long (a request proven stale
+  // came that late).
   void spurious(RetxCause cause, int64_t rtt_ns, int64_t wait_ns, int64_t now);
 
   // Decides which busy rounds of `timers` to resend at `now`. A round is resent when a round sent

@@ -66,6 +66,7 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
             LossDetector(static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9),
                          static_cast<int64_t>(ctx.opt->rto_max_s * 1e9))),
       last_(2 * size_t{ctx.join->slots}),
+      proofs_due_(kProofsDue),
       drops_(ctx.opt->drop_rate, ctx.opt->seed, ctx.opt->rank),
       in_(1024) {
   out_.reserve(ctx.join->slots + 64);
@@ -307,7 +308,12 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
 void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t,
                                          int64_t now) {
   DeliveredRound& d = last_[2 * slot + (h.flags & GS_FLAG_VERSION)];
+  if (d.valid && d.retransmitted) {
+    proofs_due_[proofs_due_next_] = d;
+    proofs_due_next_ = (proofs_due_next_ + 1) % proofs_due_.size();
+  }
   d.valid = true;
+  d.slot = slot;
   d.retransmitted = t.tries > 0;
   d.multicast_seen = !(h.flags & GS_FLAG_UNICAST);
   d.completed_by_resend = d.multicast_seen && (h.flags & GS_FLAG_RETX);
@@ -321,15 +327,26 @@ void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, cons
   d.delivered_ns = now;
 }
 
+SwitchAllreduce::DeliveredRound* SwitchAllreduce::delivered_round(const gs_header& h) {
+  const auto answers = [&](const DeliveredRound& d) {
+    return d.valid && d.retransmitted && d.slot == h.slot && d.version == (h.flags & GS_FLAG_VERSION) &&
+           d.seq == h.seq && d.offset == h.offset;
+  };
+  DeliveredRound& last = last_[2 * h.slot + (h.flags & GS_FLAG_VERSION)];
+  if (answers(last)) return &last;
+  for (DeliveredRound& d : proofs_due_)
+    if (answers(d)) return &d;
+  return nullptr;
+}
+
 // Each answer that proves one resend of a delivered round unneeded counts once: a HELD; a
 // UNICAST+DSACK once the round's own RESULT is known to have arrived; and that RESULT arriving
 // after the UNICAST answer that delivered the round (the original result was late, not lost).
 // A UNICAST answer before the round's own RESULT was seen proves nothing: the RESULT may be lost.
 void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
-  DeliveredRound& d = last_[2 * h.slot + (h.flags & GS_FLAG_VERSION)];
-  if (!d.valid || !d.retransmitted || d.version != (h.flags & GS_FLAG_VERSION) || d.seq != h.seq ||
-      d.offset != h.offset)
-    return;
+  DeliveredRound* found = delivered_round(h);
+  if (!found) return;
+  DeliveredRound& d = *found;
   // What the answers measure. When a late original completed the round (its RESULT without RETX),
   // the original's round trip is how long this path, or the ranks it waited for, took: an RTT sample.
   // When a resend completed it, the round waited for another rank's loss recovery: no sample.

@@ -48,7 +48,8 @@ class SwitchAllreduce : public DataPath {
  private:
   using Flight = StreamSchedule::Flight;
   // The round a slot version delivered last, kept until that slot version delivers again (two
-  // rounds later): an answer that arrives for it afterwards tells whether its resend was needed.
+  // rounds later; a resent one then in proofs_due_): an answer that arrives for it afterwards tells
+  // whether its resend was needed.
   struct DeliveredRound {
     bool valid = false;
     bool retransmitted = false;
@@ -57,6 +58,7 @@ class SwitchAllreduce : public DataPath {
     bool completed_by_resend = false;  // its RESULT says a resend completed it (RETX): a loss held it
     uint8_t version = 0;
     RetxCause cause = RetxCause::kNone;
+    unsigned slot = 0;
     uint32_t seq = 0, offset = 0;
     int64_t sent_ns = 0, resent_ns = 0, delivered_ns = 0;  // first send, latest send, its answer
   };
@@ -87,6 +89,9 @@ class SwitchAllreduce : public DataPath {
   void remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t, int64_t now);
   // A HELD, or an answer for the round a slot version delivered before: proof of a spurious resend?
   void late_answer(const gs_header& h, int64_t now);
+  // The delivered round `h` answers, in last_ or, once its slot version delivered again, among the
+  // resent rounds kept in proofs_due_; nullptr when neither holds it.
+  DeliveredRound* delivered_round(const gs_header& h);
   LossDetector& detector(unsigned slot) { return loss_[slot % loss_.size()]; }
   // Sends the slot's round again, its detector having marked the resend (counted by its cause).
   void resend(unsigned slot, int64_t now);
@@ -117,7 +122,13 @@ class SwitchAllreduce : public DataPath {
   bool window_limited_ = false;       // the last fill stopped at the window
   std::vector<LossDetector> loss_;    // per switch thread: slot s is served by thread s % threads
   std::vector<DeliveredRound> last_;  // per slot and version: [2 * slot + version]
-  LossInjector drops_;                // the drop_rate test hook, seeded from (seed, rank)
+  // Resent rounds whose slot version delivered again before every proof of their resends could
+  // arrive (a stalled path's answers come after a fast allreduce reused each slot): the latest
+  // kProofsDue, oldest overwritten first. Without them such resends stayed unproven and untaught.
+  static constexpr size_t kProofsDue = 64;
+  std::vector<DeliveredRound> proofs_due_;
+  size_t proofs_due_next_ = 0;
+  LossInjector drops_;  // the drop_rate test hook, seeded from (seed, rank)
   std::vector<OutPacket> out_;
   std::vector<unsigned> resend_;
   std::vector<InPacket> in_;

@@ -636,17 +636,19 @@ class DelayingTransport : public FakeTransport {
 // first stall fools the timer (it only knew fast rounds); the switch's DSACK answers prove those
 // resends spurious, the timer learns the stall, and the next stalls cause no resend. Before the
 // fix (Karn's rule kept exactly the stalled rounds out of the estimate) every stall cost resends.
-// The window is the whole pool, as when the test was written: it is about the timer, and with the
-// adaptive window it failed about 1 run in 25 on a quiet machine (later stalls resent again; not
-// understood yet: docs/transport.md, Limits). Either window fails it often under heavy CPU load.
-TEST(a_stall_that_fooled_the_timer_once_does_not_fool_it_again) {
+// With the adaptive window rank 1 is a round ahead by the stall and its probes make the switch ask
+// rank 0 for rounds it sent 20 ms before the request came: until such requests taught the floor
+// too (and were taken as crossing the DATA within it), every later stall cost 20-70 resends.
+// Under heavy CPU load (two busy loops on 2 cores) a stall can exceed what the first one taught.
+static void stall_fools_the_timer_once(const char* window) {
+  std::fprintf(stderr, "  window %s\n", window);
   FakeSwitch sw(2, 8, 1440);
   DelayingTransport* slow = nullptr;
   auto g = make_groups(
       sw, 2, "float32",
-      [](Options& o) {
+      [&](Options& o) {
         o.rto_max_s = 0.5;
-        o.window = "fixed";
+        o.window = window;
       },
       [&](unsigned r) -> std::unique_ptr<Transport> {
         if (r != 0) return nullptr;
@@ -669,17 +671,29 @@ TEST(a_stall_that_fooled_the_timer_once_does_not_fool_it_again) {
     }
     resent.push_back(g[0]->stats().retransmissions - before);
   }
+  // The last stall's late answers (the proofs of its resends) come up to 30 ms after its end: the
+  // fast allreduces run that long, receiving them as they come.
   slow->delay_ns = 0;
-  CHECK(all_ok(run_all(g, fast, DType::kFloat32)));
+  const auto settled = std::chrono::steady_clock::now() + std::chrono::milliseconds(70);
+  do CHECK(all_ok(run_all(g, fast, DType::kFloat32)));
+  while (std::chrono::steady_clock::now() < settled);
   const Stats st = g[0]->stats();
   std::fprintf(stderr, "  resends per stall: %llu %llu %llu %llu; spurious %llu of %llu\n",
                (unsigned long long)resent[0], (unsigned long long)resent[1], (unsigned long long)resent[2],
                (unsigned long long)resent[3], (unsigned long long)st.spurious_retransmissions,
                (unsigned long long)st.retransmissions);
-  CHECK(resent[0] >= 1);                                     // the first stall fooled the timer
-  CHECK(resent[1] + resent[2] + resent[3] <= 1);             // later ones did not (one real hiccup allowed)
-  CHECK(st.spurious_retransmissions == st.retransmissions);  // nothing was lost: every resend proven so
+  CHECK(resent[0] >= 1);                          // the first stall fooled the timer
+  CHECK(resent[1] + resent[2] + resent[3] <= 1);  // later ones did not (one real hiccup allowed)
+  // Nothing was lost: every resend in a stall was proven spurious. (Under CPU load the fast
+  // allreduces resend too, and a resend that reaches the switch after it reused the round's slot
+  // cannot be proven: only the stalls' resends are counted on.)
+  CHECK(st.spurious_retransmissions >= resent[0] + resent[1] + resent[2] + resent[3]);
   CHECK(small[0][0] == 2.0f && small[1][8 * 360 - 1] == 2.0f);
+}
+
+TEST(a_stall_that_fooled_the_timer_once_does_not_fool_it_again) {
+  stall_fools_the_timer_once("adaptive");
+  stall_fools_the_timer_once("fixed");
 }
 
 TEST(timeout_names_seq_and_is_sticky) {

@@ -339,6 +339,30 @@ TEST(loss_asked_resends_unless_just_sent) {
   CHECK(!d.asked(t[0], 3 * kMs));  // delivered: nothing to resend
 }
 
+// Results to this rank come 30 ms late (a stalled path): the switch's request for a round, sent
+// before this rank's DATA reached it, comes 20 ms after that DATA went. Resent, and the resend proven
+// spurious (DSACK, its round trip 30 ms): the timer's floor learns the stall, and requests for rounds
+// sent within it are taken as crossing them from then on, until the floor decays.
+TEST(loss_a_stale_request_teaches_the_floor_and_the_request_gap) {
+  LossDetector d(4 * kMs, 200 * kMs);
+  RoundTimer t;
+  d.launch(t, 0);
+  CHECK(d.ask_gap_ns() == 500'000);  // RACK's wait: the reordering window's base
+  CHECK(d.asked(t, 20 * kMs));
+  d.delivered(t, 30 * kMs);
+  d.spurious(RetxCause::kAsked, 0, 30 * kMs, 50 * kMs);
+  CHECK_EQ(d.rto_floor_ns(), 8 * kMs);  // at most a doubling per lesson, as for a timeout
+  CHECK_EQ(d.ask_gap_ns(), 8 * kMs);
+  for (int i = 0; i < 3; ++i) d.spurious(RetxCause::kAsked, 0, 30 * kMs, 50 * kMs);
+  CHECK_EQ(d.ask_gap_ns(), 30 * kMs + 30 * kMs / 4);
+  d.launch(t, 100 * kMs);
+  CHECK(!d.asked(t, 120 * kMs));  // the same stall again: the request crossed the DATA
+  CHECK(d.asked(t, 140 * kMs));   // older than the stall: the round needs the resend
+  // The floor halves after 2 s without a lesson, and the gap with it.
+  d.launch(t, 2'100 * kMs);
+  CHECK_EQ(d.ask_gap_ns(), (30 * kMs + 30 * kMs / 4) / 2);
+}
+
 TEST(loss_rack_waits_for_reorder_window) {
   LossDetector d(100 * kMs, 1000 * kMs);
   std::vector<RoundTimer> t(2);
