@@ -329,11 +329,13 @@ void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, cons
 
 SwitchAllreduce::DeliveredRound* SwitchAllreduce::delivered_round(const gs_header& h) {
   const auto answers = [&](const DeliveredRound& d) {
-    return d.valid && d.retransmitted && d.slot == h.slot && d.version == (h.flags & GS_FLAG_VERSION) &&
-           d.seq == h.seq && d.offset == h.offset;
+    return d.valid && d.slot == h.slot && d.version == (h.flags & GS_FLAG_VERSION) && d.seq == h.seq &&
+           d.offset == h.offset;
   };
+  // The slot version's latest round (a network duplicate of its RESULT, the common case) needs no
+  // search: proofs_due_ holds only older rounds, each of them resent.
   DeliveredRound& last = last_[2 * h.slot + (h.flags & GS_FLAG_VERSION)];
-  if (answers(last)) return &last;
+  if (answers(last)) return last.retransmitted ? &last : nullptr;
   for (DeliveredRound& d : proofs_due_)
     if (answers(d)) return &d;
   return nullptr;

@@ -123,8 +123,9 @@ class SwitchAllreduce : public DataPath {
   std::vector<LossDetector> loss_;    // per switch thread: slot s is served by thread s % threads
   std::vector<DeliveredRound> last_;  // per slot and version: [2 * slot + version]
   // Resent rounds whose slot version delivered again before every proof of their resends could
-  // arrive (a stalled path's answers come after a fast allreduce reused each slot): the latest
-  // kProofsDue, oldest overwritten first. Without them such resends stayed unproven and untaught.
+  // arrive (a resend sent late in its round's life, on a request that came late, is answered after
+  // later rounds of its slot came back): the latest kProofsDue, oldest overwritten first. Without
+  // them such resends stayed unproven and untaught.
   static constexpr size_t kProofsDue = 64;
   std::vector<DeliveredRound> proofs_due_;
   size_t proofs_due_next_ = 0;
