@@ -282,6 +282,9 @@ NB_MODULE(_core, m) {
              d["retx_asked"] = s.retx_asked;
              d["spurious_retransmissions"] = s.spurious_retransmissions;
              d["held_answers"] = s.held_answers;
+             d["window_delay_cuts"] = s.window_delay_cuts;
+             d["window_loss_cuts"] = s.window_loss_cuts;
+             d["window_undos"] = s.window_undos;
              d["injected_drops"] = s.injected_drops;
              d["ignored"] = s.ignored;
              d["unicast_results"] = s.unicast_results;

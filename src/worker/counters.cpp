@@ -18,6 +18,9 @@ Stats Counters::snapshot() const {
   s.retx_asked = r(retx_asked);
   s.spurious_retransmissions = r(spurious_retransmissions);
   s.held_answers = r(held_answers);
+  s.window_delay_cuts = r(window_delay_cuts);
+  s.window_loss_cuts = r(window_loss_cuts);
+  s.window_undos = r(window_undos);
   s.injected_drops = r(injected_drops);
   s.ignored = r(ignored);
   s.unicast_results = r(unicast_results);

@@ -18,6 +18,9 @@ struct Stats {
   uint64_t retx_asked = 0;                //   the switch said the round lacks this rank (HELD's body)
   uint64_t spurious_retransmissions = 0;  // resends proven unneeded (DSACK, HELD, a late original result)
   uint64_t held_answers = 0;              // HELD answers: the switch held the resent contribution
+  uint64_t window_delay_cuts = 0;         // adaptive window (protocol.md §4.2): cuts for queueing delay,
+  uint64_t window_loss_cuts = 0;          //   halvings for a loss behind a queue,
+  uint64_t window_undos = 0;              //   and loss cuts undone (the resend proven spurious)
   uint64_t injected_drops = 0;            // DATA packets dropped by the drop_rate hook
   uint64_t ignored = 0;           // received datagrams matching no outstanding round (late duplicates, ...)
   uint64_t unicast_results = 0;   // results answering a retransmission
@@ -30,8 +33,9 @@ struct Stats {
 struct Counters {
   std::atomic<uint64_t> allreduces{0}, packets_sent{0}, bytes_sent{0}, packets_received{0}, bytes_received{0},
       retransmissions{0}, retx_rack{0}, retx_timeout{0}, retx_probe{0}, retx_asked{0},
-      spurious_retransmissions{0}, held_answers{0}, injected_drops{0}, ignored{0}, unicast_results{0},
-      bootstrap_rounds{0}, ring_allreduces{0}, fallbacks{0}, fallback_held{0};
+      spurious_retransmissions{0}, held_answers{0}, window_delay_cuts{0}, window_loss_cuts{0},
+      window_undos{0}, injected_drops{0}, ignored{0}, unicast_results{0}, bootstrap_rounds{0},
+      ring_allreduces{0}, fallbacks{0}, fallback_held{0};
 
   Stats snapshot() const;
 };

@@ -238,8 +238,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     if (!current) {
       late_answer(h, now);
     } else if (t.tries > 0) {  // each HELD answers one resend that found the contribution there
-      counter_add(k.spurious_retransmissions);
-      if (t.cause != RetxCause::kProbe) cc_.on_spurious(now);
+      spurious_resend(t.cause, t.last_tx_ns, now);
       detector(slot).held(t, now);
     }
     return;
@@ -264,8 +263,9 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   const bool multicast = !(h.flags & GS_FLAG_UNICAST);
   if (multicast && !(h.flags & GS_FLAG_RETX)) cc_.run_at(h.window);
   const bool completed_here = h.rank == ctx_.opt->rank;
-  cc_.on_result(now, t.tries == 0 && multicast && completed_here ? now - t.sent_ns : -1, window_limited_,
-                static_cast<int64_t>(detector(slot).rtt().srtt_ns()));
+  const int64_t own_rtt = t.tries == 0 && multicast && completed_here ? now - t.sent_ns : -1;
+  const auto srtt = static_cast<int64_t>(detector(slot).rtt().srtt_ns());
+  if (cc_.on_result(now, own_rtt, window_limited_, srtt) && adaptive_) counter_add(k.window_delay_cuts);
   // A RACK resend the switch held, whose round a late rank's original completed (no RETX): results
   // come back out of this rank's send order by more than the reordering window. Completed by a
   // resend, the round waited for another rank's loss: nothing to widen for.
@@ -374,12 +374,18 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
     return;
   }
   if (d.completed_by_resend) sample = 0;
-  counter_add(ctx_.counters->spurious_retransmissions);
-  if (d.cause != RetxCause::kProbe) cc_.on_spurious(now);
+  spurious_resend(d.cause, d.resent_ns, now);
   // Taught once; a RACK resend that raced another rank's recovery says nothing of reordering either.
   if (d.taught || (d.completed_by_resend && d.cause == RetxCause::kRack)) return;
   d.taught = true;
   detector(h.slot).spurious(d.cause, sample, wait, now);
+}
+
+// A resend was proven unneeded: counted, and a window cut its loss made is undone (a probe made none).
+void SwitchAllreduce::spurious_resend(RetxCause cause, int64_t resent_ns, int64_t now) {
+  counter_add(ctx_.counters->spurious_retransmissions);
+  if (cause != RetxCause::kProbe && cc_.on_spurious(now, resent_ns) && adaptive_)
+    counter_add(ctx_.counters->window_undos);
 }
 
 void SwitchAllreduce::resend(unsigned slot, int64_t now) {
@@ -391,7 +397,8 @@ void SwitchAllreduce::resend(unsigned slot, int64_t now) {
               : cause == RetxCause::kTimeout ? k.retx_timeout
               : cause == RetxCause::kAsked   ? k.retx_asked
                                              : k.retx_probe);
-  if (cause != RetxCause::kProbe) cc_.on_loss(now);  // evidence of loss; a probe is none
+  if (cause != RetxCause::kProbe && cc_.on_loss(now) && adaptive_)  // evidence of loss; a probe is none
+    counter_add(k.window_loss_cuts);
   if (AllreduceTimes* t = flight_[slot]->op->times) t->retransmit(now, slot, window_.round(slot).chunk);
   send(slot);
 }

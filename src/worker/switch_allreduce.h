@@ -93,6 +93,8 @@ class SwitchAllreduce : public DataPath {
   // resent rounds kept in proofs_due_; nullptr when neither holds it.
   DeliveredRound* delivered_round(const gs_header& h);
   LossDetector& detector(unsigned slot) { return loss_[slot % loss_.size()]; }
+  // A resend of `cause`, sent at `resent_ns`, proven unneeded: counted, and told to the window (undo).
+  void spurious_resend(RetxCause cause, int64_t resent_ns, int64_t now);
   // Sends the slot's round again, its detector having marked the resend (counted by its cause).
   void resend(unsigned slot, int64_t now);
   // Loss detection after the socket was drained; returns the next timer deadline.

@@ -29,9 +29,11 @@
 //     clock, so the ranks of every job on hosts whose clocks agree drain at once without a word: one
 //     job's standing queue cannot hide behind another's drain. The drains bring the bases close,
 //     not equal: the tolerance that falls with the window keeps what is left from deciding shares.
-// Loss cuts the window only with a queue: random loss on a link that is not full (the testbed's,
-// a bad cable) is recovered by resending, not by sending slower. A cut for a loss that the peer
-// later proves spurious (DSACK) is undone. The window is at most the slot pool: the pool is a cap.
+// Loss cuts the window only behind a queue that the delay rule is not holding (more than a target
+// above what it tolerates: a burst, a job that joined): random loss on a link that is not full (the
+// testbed's, a bad cable) is recovered by resending, not by sending slower, also while the delay rule
+// holds a queue at its tolerance. A cut is undone when the peer proves every resend since it
+// spurious (DSACK). The window is at most the slot pool: the pool is a cap.
 #pragma once
 
 #include <algorithm>
@@ -91,17 +93,26 @@ class WindowController {
   // A round's result arrived. `own_rtt_ns`: its round trip when this rank completed it and sent it
   // once, else -1. `window_limited`: the window, not the data, limited the rounds in flight (a
   // window is only grown when it was used). `srtt_ns`: the smoothed round trip (the period).
-  void on_result(int64_t now, int64_t own_rtt_ns, bool window_limited, int64_t srtt_ns);
-  // A round was resent on evidence of loss (RACK or a timer with a later round answered).
-  void on_loss(int64_t now);
-  // A resend was proven spurious: a cut it caused is undone.
-  void on_spurious(int64_t now);
+  // Returns whether it ended a period with a cut for queueing delay (the worker counts them).
+  bool on_result(int64_t now, int64_t own_rtt_ns, bool window_limited, int64_t srtt_ns);
+  // A round was resent at `now` on evidence of loss (RACK, a timer with a later round answered, or
+  // the peer's request): the window halves, once per period, when this period's queue is more than
+  // the target above the tolerance. Returns whether it did.
+  bool on_loss(int64_t now);
+  // A resend sent at `resent_ns` on evidence of loss was proven spurious. A cut is undone when every
+  // resend since it (the one that made it included) was, within 4 periods of it, as Linux undoes a
+  // recovery on DSACK: one spurious resend does not undo a cut that a real loss also made (at 1% loss
+  // more than half the resends are spurious, the other ranks' resends of a round one rank lost).
+  // Returns whether it undid one.
+  bool on_spurious(int64_t now, int64_t resent_ns);
 
  private:
   // The queue this period's smallest own round trip met above what the window tolerates; 0 when
   // it met no more, or nothing was measured yet. Both the delay cut and a loss's cut need one.
   int64_t excess_queue_ns() const;
-  void end_period();
+  bool end_period();  // whether it cut for delay
+  // Whether a loss cut may still be undone (within 4 periods of it); forgets one that may not.
+  bool undo_open(int64_t now);
   void start_period(int64_t now, int64_t srtt_ns);
   void note_base(int64_t rtt, int64_t now);
 
@@ -118,9 +129,11 @@ class WindowController {
   bool period_drained_ = false;  // the period overlapped a drain: its round trips are no queue signal
   // Windowed minimum of own round trips: the minimum of the current and the previous 10 s.
   int64_t base_cur_ = -1, base_prev_ = -1, base_epoch_ = 0;
-  // Undo: the window before the latest loss cut, and when it was cut.
+  // Undo: the window before the latest loss cut, when it was cut (-1: none to undo), and how many
+  // resends since then are not proven spurious yet.
   double before_cut_ = 0;
   int64_t cut_at_ = -1;
+  unsigned unproven_since_cut_ = 0;
 };
 
 }  // namespace gradswitch::worker

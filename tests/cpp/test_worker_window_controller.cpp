@@ -2,9 +2,9 @@
 // on a hand-made clock: growth while the window is used, the cut on queueing delay, the tolerance
 // that falls as the window grows (and shares a queue evenly between ranks whose bases disagree),
 // which round trips count as delay (and a window that grows while none does), loss with and without
-// a queue, the DSACK undo, the pool as a cap, the job's window (the smallest declared), the grid of what is
-// allowed in flight, and the drains on the wall clock that give a rank that started behind a
-// standing queue the path's base.
+// a queue beyond the one the delay rule holds, the DSACK undo, the pool as a cap, the job's window (the
+// smallest declared), the grid of what is allowed in flight, and the drains on the wall clock that give a
+// rank that started behind a standing queue the path's base.
 #include <algorithm>
 #include <cstdint>
 
@@ -27,6 +27,17 @@ void period(WindowController& c, int64_t* now, int64_t own_rtt, bool limited = t
     *now += rtt / 4;
   }
   c.on_result(*now, own_rtt, limited, rtt);
+}
+
+// A window of 64 rounds (two periods of slow start from 16, base 1 ms, target 0.5 ms: it tolerates
+// 0.57 ms of queue), then a result of this period that met `queue` of it. Returns the time.
+int64_t at_64_rounds_with_queue(WindowController& c, int64_t queue) {
+  int64_t now = kMs;
+  period(c, &now, kMs);
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 64u);
+  c.on_result(now, kMs + queue, true, kMs);
+  return now;
 }
 
 }  // namespace
@@ -170,32 +181,52 @@ TEST(window_loss_without_a_queue_is_not_congestion) {
   CHECK(c.slow_start());
 }
 
+TEST(window_loss_at_the_queue_the_delay_rule_holds_is_not_congestion) {
+  WindowController c(256, 500 * kUs);
+  const int64_t now = at_64_rounds_with_queue(c, 600 * kUs);  // above the tolerance, by less than the target
+  c.on_loss(now);
+  CHECK_EQ(c.window(), 64u);  // random loss: resent, not a halving
+  c.on_result(now + kMs, 1600 * kUs, true, kMs);
+  CHECK_EQ(c.window(), 62u);  // the period ends: the delay rule's cut, 0.8 x 0.03 ms / 1.6 ms
+  CHECK(!c.slow_start());
+}
+
 TEST(window_loss_with_a_queue_halves_once_and_dsack_undoes_it) {
   WindowController c(256, 500 * kUs);
-  int64_t now = kMs;
-  period(c, &now, kMs);
-  period(c, &now, kMs);  // window 64
-  CHECK_EQ(c.window(), 64u);
-  c.on_result(now, 1600 * kUs, true, kMs);  // 0.6 ms of queue in this period
+  const int64_t now = at_64_rounds_with_queue(c, 1200 * kUs);  // more than a target above the tolerance
   c.on_loss(now);
   CHECK_EQ(c.window(), 32u);
   c.on_loss(now + 100 * kUs);  // the same period: one cut
   CHECK_EQ(c.window(), 32u);
   CHECK(!c.slow_start());
-  c.on_spurious(now + 200 * kUs);  // the resend was not needed: the cut is undone
+  CHECK(!c.on_spurious(now + 150 * kUs, now - 50 * kUs));  // a resend from before the cut: nothing
+  CHECK(!c.on_spurious(now + 200 * kUs, now));  // the cutting resend was not needed, the other may be
+  CHECK_EQ(c.window(), 32u);
+  CHECK(c.on_spurious(now + 250 * kUs, now + 100 * kUs));  // neither was: the cut is undone
   CHECK_EQ(c.window(), 64u);
-  c.on_spurious(now + 300 * kUs);  // nothing more to undo
+  CHECK(!c.on_spurious(now + 300 * kUs, now + 100 * kUs));  // nothing more to undo
   CHECK_EQ(c.window(), 64u);
+}
+
+TEST(window_a_cut_that_a_real_loss_also_made_stays) {
+  WindowController c(256, 500 * kUs);
+  const int64_t now = at_64_rounds_with_queue(c, 1200 * kUs);
+  CHECK(c.on_loss(now));
+  c.on_loss(now + 100 * kUs);  // another rank's round, say, which the switch holds
+  c.on_loss(now + 200 * kUs);  // a round this rank lost: never proven spurious
+  CHECK(!c.on_spurious(now + 300 * kUs, now));
+  CHECK(!c.on_spurious(now + 400 * kUs, now + 100 * kUs));
+  CHECK_EQ(c.window(), 32u);
 }
 
 TEST(window_dsack_long_after_the_cut_undoes_nothing) {
   WindowController c(256, 500 * kUs);
   int64_t now = kMs;
   period(c, &now, kMs);
-  c.on_result(now, 1700 * kUs, true, kMs);  // 0.7 ms of queue: more than tolerated at 32 rounds
+  c.on_result(now, 2200 * kUs, true, kMs);  // 1.2 ms of queue: 0.62 ms tolerated at 32 rounds, + 0.5
   c.on_loss(now);
   CHECK_EQ(c.window(), 16u);
-  c.on_spurious(now + 10 * kMs);  // more than 4 round trips later: the cut had another reason too
+  c.on_spurious(now + 10 * kMs, now);  // more than 4 round trips later: the cut had another reason too
   CHECK_EQ(c.window(), 16u);
 }
 

@@ -81,6 +81,9 @@ def test_each_rank_file_holds_its_allreduces(traced):
         retx = events(doc, "retransmit", "n")
         assert len(retx) == sum(min(32, e["args"]["retransmissions"]) for e in ar)
         assert stats[r]["retransmissions"] > 0, "the injected loss caused no retransmission"
+        # the adaptive window's decisions are counted; an undo needs a loss cut before it
+        assert {"window_delay_cuts", "window_loss_cuts", "window_undos"} <= stats[r].keys(), stats[r]
+        assert stats[r]["window_undos"] <= stats[r]["window_loss_cuts"], stats[r]
         # the phases of an allreduce (its async id) lie inside it, on its lane; so do its retransmissions
         assert len({e["id"] for e in ar}) == len(ar)
         for e in ar[:-1]:
