@@ -347,11 +347,20 @@ def test_ctrl_c_interrupts_wait_and_abort_close_is_quick(start_switch):
         t.join(30)
     assert set(groups) == {0, 1}
     x = np.ones(1000, dtype=np.float32)
+    # Python's own handler, as in a terminal: a process started in the background by a
+    # non-interactive shell (`cmd &`) inherits SIGINT ignored, and Python then installs none (the
+    # wait ran to the group's 30 s timeout when CI was started that way)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    handle = groups[0].allreduce_async(x)  # rank 1 never contributes
     timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
     t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        groups[0].allreduce(x)  # rank 1 never contributes
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            timer.start()
+            handle.wait()
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - t0 < 3
     t0 = time.monotonic()
     groups[0].close(abort=True)
