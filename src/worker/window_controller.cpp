@@ -157,7 +157,8 @@ void WindowController::run_at(unsigned job_window) {
 
 bool WindowController::on_spurious(int64_t now, int64_t resent_ns) {
   if (!undo_open(now) || resent_ns < cut_at_) return false;  // no cut, or a resend from before it
-  if (unproven_since_cut_ > 0 && --unproven_since_cut_ > 0) return false;
+  // At least 1 while a cut is open (its own resend): the last proof undoes it.
+  if (--unproven_since_cut_ > 0) return false;
   cwnd_ = std::max(cwnd_, before_cut_);
   cut_at_ = -1;
   return true;
