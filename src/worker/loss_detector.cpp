@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace gradswitch::worker {
 
@@ -47,8 +48,30 @@ int64_t RttEstimator::initial_rto(int64_t rto_min_ns, int64_t rto_max_ns) const 
   return std::clamp(r, std::min(rto_min_ns, rto_max_ns), rto_max_ns);
 }
 
-LossDetector::LossDetector(int64_t rto_min_ns, int64_t rto_max_ns)
-    : rto_min_(rto_min_ns), rto_max_(std::max(rto_max_ns, rto_min_ns)), floor_ns_(rto_min_ns) {}
+TimerFloor::TimerFloor(int64_t rto_min_ns, int64_t rto_max_ns)
+    : rto_min_(rto_min_ns), rto_max_(std::max(rto_max_ns, rto_min_ns)), ns_(rto_min_ns) {}
+
+void TimerFloor::raise(int64_t wait_ns, int64_t now) {
+  // At most a doubling per lesson: a stall that recurs raises the floor within a few resends, one
+  // outlier (this host descheduled the worker while the answer waited in its socket) does not put
+  // it at rto_max for seconds (seen at 10% loss on the testbed: 11 ms to 200 ms in one answer, and
+  // every round of that rank's waiting 200 ms per try while the others held theirs for it).
+  const int64_t want = std::min(std::clamp(wait_ns + wait_ns / 4, rto_min_, rto_max_), 2 * ns_);
+  if (want > ns_) ns_ = want;
+  raised_ns_ = now;
+}
+
+void TimerFloor::decay(int64_t now) {
+  if (ns_ > rto_min_ && now - raised_ns_ >= kFloorHalfLifeNs) {
+    ns_ = std::max(rto_min_, ns_ / 2);
+    raised_ns_ = now;
+  }
+}
+
+LossDetector::LossDetector(int64_t rto_min_ns, int64_t rto_max_ns, std::shared_ptr<TimerFloor> floor)
+    : rto_min_(rto_min_ns),
+      rto_max_(std::max(rto_max_ns, rto_min_ns)),
+      floor_(floor ? std::move(floor) : std::make_shared<TimerFloor>(rto_min_ns, rto_max_ns)) {}
 
 int64_t LossDetector::reorder_window_ns() const {
   const int64_t base = std::max<int64_t>(rtt_.min_ns() / 4, kReorderBaseNs);
@@ -63,7 +86,7 @@ void LossDetector::begin() {
 }
 
 void LossDetector::launch(RoundTimer& t, int64_t now) {
-  decay_floor(now);
+  floor_->decay(now);
   t.busy = true;
   t.held = false;
   t.cause = RetxCause::kNone;
@@ -71,7 +94,7 @@ void LossDetector::launch(RoundTimer& t, int64_t now) {
   t.sent_ns = now;
   t.last_tx_ns = now;
   t.sent_order = t.last_tx_order = ++transmissions_;
-  t.rto_ns = rtt_.initial_rto(floor_ns_, rto_max_);
+  t.rto_ns = rtt_.initial_rto(floor_->ns(), rto_max_);
   t.deadline_ns = now + t.rto_ns;
 }
 
@@ -107,12 +130,12 @@ bool LossDetector::held(RoundTimer& t, int64_t now) {
 }
 
 int64_t LossDetector::ask_gap_ns() const {
-  const int64_t learned = floor_ns_ > rto_min_ ? floor_ns_ : 0;
+  const int64_t learned = floor_->learned() ? floor_->ns() : 0;
   return std::max({rtt_.min_ns() + reorder_window_ns(), kAskedGapNs, learned});
 }
 
 bool LossDetector::asked(RoundTimer& t, int64_t now) {
-  decay_floor(now);
+  floor_->decay(now);
   if (!t.busy || now - t.last_tx_ns < ask_gap_ns()) return false;
   last_answer_ns_ = now;
   t.held = false;
@@ -125,7 +148,7 @@ void LossDetector::spurious(RetxCause cause, int64_t rtt_ns, int64_t wait_ns, in
   if (rtt_ns > 0) rtt_.sample(rtt_ns);
   if (wait_ns > 0 &&
       (cause == RetxCause::kTimeout || cause == RetxCause::kProbe || cause == RetxCause::kAsked))
-    raise_floor(wait_ns, now);
+    floor_->raise(wait_ns, now);
 }
 
 void LossDetector::reordered(int64_t now) {
@@ -133,23 +156,6 @@ void LossDetector::reordered(int64_t now) {
   if (now - reo_raised_ns_ >= static_cast<int64_t>(rtt_.srtt_ns())) {
     reo_mult_ = std::min(reo_mult_ + 1, kMaxReorderMult);
     reo_raised_ns_ = now;
-  }
-}
-
-void LossDetector::raise_floor(int64_t rtt_ns, int64_t now) {
-  // At most a doubling per lesson: a stall that recurs raises the floor within a few resends, one
-  // outlier (this host descheduled the worker while the answer waited in its socket) does not put
-  // it at rto_max for seconds (seen at 10% loss on the testbed: 11 ms to 200 ms in one answer, and
-  // every round of that rank's waiting 200 ms per try while the others held theirs for it).
-  const int64_t want = std::min(std::clamp(rtt_ns + rtt_ns / 4, rto_min_, rto_max_), 2 * floor_ns_);
-  if (want > floor_ns_) floor_ns_ = want;
-  floor_raised_ns_ = now;
-}
-
-void LossDetector::decay_floor(int64_t now) {
-  if (floor_ns_ > rto_min_ && now - floor_raised_ns_ >= kFloorHalfLifeNs) {
-    floor_ns_ = std::max(rto_min_, floor_ns_ / 2);
-    floor_raised_ns_ = now;
   }
 }
 
@@ -174,13 +180,13 @@ void LossDetector::back_off(RoundTimer& t, int64_t now) const {
 int64_t LossDetector::next_rto(const RoundTimer& t, int64_t now) const {
   int64_t rto = std::min(t.rto_ns * 2, rto_max_);
   if (last_answer_ns_ > 0 && now - last_answer_ns_ < rto_max_)
-    rto = std::min(rto, kAliveBackoff * rtt_.initial_rto(floor_ns_, rto_max_));
+    rto = std::min(rto, kAliveBackoff * rtt_.initial_rto(floor_->ns(), rto_max_));
   return rto;
 }
 
 int64_t LossDetector::scan(RoundTimer* timers, size_t n, int64_t now, std::vector<unsigned>* resend,
                            size_t first, size_t stride) {
-  decay_floor(now);
+  floor_->decay(now);
   const int64_t reorder_ns = reorder_window_ns();
   const int64_t srtt = static_cast<int64_t>(rtt_.srtt_ns());
   // One probe: the expired round whose latest transmission is oldest (in a batch: sent first),

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace gradswitch::worker {
@@ -27,6 +28,26 @@ class RttEstimator {
  private:
   double srtt_ns_ = 0, rttvar_ns_ = 0;
   int64_t min_ns_ = 0;
+};
+
+// The timer's floor learned from stalls: a resend proven spurious after a timeout, probe or request
+// raises it to 1.25x the resend's own round trip (at most a doubling per lesson); it halves after
+// every 2 s without a lesson. What stalls is a host (this one, or the switch's, descheduling the
+// thread that answers) or the path, not one detector's share of the rounds: the switch path's
+// detectors (one per switch thread) share one floor, so a stall that fooled one of them does not
+// fool the others next time.
+class TimerFloor {
+ public:
+  TimerFloor(int64_t rto_min_ns, int64_t rto_max_ns);
+  int64_t ns() const { return ns_; }
+  bool learned() const { return ns_ > rto_min_; }
+  void raise(int64_t wait_ns, int64_t now);
+  void decay(int64_t now);
+
+ private:
+  int64_t rto_min_, rto_max_;
+  int64_t ns_;
+  int64_t raised_ns_ = 0;
 };
 
 // Why a round's latest retransmission was sent.
@@ -58,13 +79,14 @@ class LossDetector {
   // while the peer answers, a round's timer doubles only once (its losses are bad luck, not a dead
   // path: at 10% loss a round that needs five tries is common in an allreduce of 10,000 rounds, and
   // exponential backoff made its wait the allreduce's tail).
-  LossDetector(int64_t rto_min_ns, int64_t rto_max_ns);
+  // `floor`: a floor shared with other detectors of the same path (nullptr: a floor of its own).
+  LossDetector(int64_t rto_min_ns, int64_t rto_max_ns, std::shared_ptr<TimerFloor> floor = nullptr);
 
   const RttEstimator& rtt() const { return rtt_; }
   int64_t rto_min_ns() const { return rto_min_; }
   // The timer's learned floor (>= rto_min): raised by timeouts and requests proven spurious, halved after
-  // every 2 s without one.
-  int64_t rto_floor_ns() const { return floor_ns_; }
+  // every 2 s without one (TimerFloor).
+  int64_t rto_floor_ns() const { return floor_->ns(); }
   // RACK's reordering window: mult x max(min_rtt / 4, 0.5 ms), at most max(srtt, that base).
   int64_t reorder_window_ns() const;
   unsigned reorder_mult() const { return reo_mult_; }
@@ -108,8 +130,8 @@ class LossDetector {
   // arrived after the answer to the retransmission, or the retransmission was answered from the
   // peer's copy (DSACK) after the original answer had arrived. `rtt_ns` (0: none) is an RTT sample;
   // after a timeout, probe or request, `wait_ns` (0: none), the resend's own round trip, raises the
-  // timer's floor to 1.25x it: the path or the peer stalled for that long (a request proven stale
-  // came that late).
+  // timer's floor to 1.25x it (at most a doubling per lesson): the path or the peer stalled for that
+  // long (a request proven stale came that late).
   void spurious(RetxCause cause, int64_t rtt_ns, int64_t wait_ns, int64_t now);
 
   // Decides which busy rounds of `timers` to resend at `now`. A round is resent when a round sent
@@ -138,8 +160,6 @@ class LossDetector {
   // The round's next timer after an expiry: twice the last, at most rto_max; while answers flow
   // (one arrived within rto_max), at most kAliveBackoff x the base timer.
   int64_t next_rto(const RoundTimer& t, int64_t now) const;
-  void raise_floor(int64_t rtt_ns, int64_t now);
-  void decay_floor(int64_t now);
 
   int64_t rto_min_, rto_max_;
   RttEstimator rtt_;
@@ -160,8 +180,7 @@ class LossDetector {
   unsigned rack_losses_since_spurious_ = 0;
   int64_t reo_raised_ns_ = 0;
   // Timer floor learned from spurious timeouts (scheduling stalls of the peer or of this host).
-  int64_t floor_ns_;
-  int64_t floor_raised_ns_ = 0;
+  std::shared_ptr<TimerFloor> floor_;
 };
 
 }  // namespace gradswitch::worker

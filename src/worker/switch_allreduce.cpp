@@ -6,6 +6,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -49,6 +50,14 @@ unsigned fixed_window(const std::string& window, unsigned pool) {
   return n && n < pool ? n : pool;
 }
 
+// The detector every switch thread's copy starts from: the copies share one timer floor (a stall
+// of this host or the switch's fools one of them once, not each in turn).
+LossDetector path_detector(const Options& opt) {
+  const auto rto_min = static_cast<int64_t>(opt.rto_initial_s * 1e9);
+  const auto rto_max = static_cast<int64_t>(opt.rto_max_s * 1e9);
+  return LossDetector(rto_min, rto_max, std::make_shared<TimerFloor>(rto_min, rto_max));
+}
+
 }  // namespace
 
 SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
@@ -62,9 +71,7 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       fixed_window_(fixed_window(ctx.opt->window, ctx.join->slots)),
       cc_(ctx.join->slots, static_cast<int64_t>(ctx.opt->target_delay_s * 1e9),
           WindowController::kInitialRounds, wall_minus_steady_ns()),
-      loss_(std::max<unsigned>(ctx.join->threads, 1),
-            LossDetector(static_cast<int64_t>(ctx.opt->rto_initial_s * 1e9),
-                         static_cast<int64_t>(ctx.opt->rto_max_s * 1e9))),
+      loss_(std::max<unsigned>(ctx.join->threads, 1), path_detector(*ctx.opt)),
       last_(2 * size_t{ctx.join->slots}),
       proofs_due_(kProofsDue),
       drops_(ctx.opt->drop_rate, ctx.opt->seed, ctx.opt->rank),

@@ -121,8 +121,9 @@ class SwitchAllreduce : public DataPath {
   // whose sum this rank does not hold.
   uint64_t scan_ = 0, oldest_ = 0;
   std::vector<uint64_t> passed_;
-  bool window_limited_ = false;       // the last fill stopped at the window
-  std::vector<LossDetector> loss_;    // per switch thread: slot s is served by thread s % threads
+  bool window_limited_ = false;  // the last fill stopped at the window
+  std::vector<LossDetector>
+      loss_;  // per switch thread (slot s is served by thread s % threads); one timer floor
   std::vector<DeliveredRound> last_;  // per slot and version: [2 * slot + version]
   // Resent rounds whose slot version delivered again before every proof of their resends could
   // arrive (a resend sent late in its round's life, on a request that came late, is answered after

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -593,6 +594,28 @@ TEST(loss_a_late_original_answer_teaches_the_timer) {
   // Two seconds without another spurious probe halve it.
   d.launch(t, 31 * kMs + 2'000 * kMs);
   CHECK_EQ(d.rto_floor_ns(), (27 * kMs + 27 * kMs / 4) / 2);
+}
+
+// The switch path keeps a detector per switch thread; a stall of this host (or of the switch's)
+// delays every thread's answers. Seen under CPU load: one thread's detector learned the 30 ms stall,
+// the other's first lessons came late in the stall (17 ms) and its next stall cost resends again.
+// Detectors of one path share the floor; a detector of its own keeps its own.
+TEST(loss_detectors_sharing_a_floor_learn_a_stall_together) {
+  auto floor = std::make_shared<TimerFloor>(4 * kMs, 200 * kMs);
+  LossDetector a(4 * kMs, 200 * kMs, floor), b(4 * kMs, 200 * kMs, floor), alone(4 * kMs, 200 * kMs);
+  a.spurious(RetxCause::kProbe, 0, 27 * kMs, 31 * kMs);
+  alone.spurious(RetxCause::kProbe, 0, 27 * kMs, 31 * kMs);
+  b.spurious(RetxCause::kTimeout, 0, 27 * kMs, 32 * kMs);  // each lesson at most doubles the shared floor
+  CHECK_EQ(a.rto_floor_ns(), 16 * kMs);
+  CHECK_EQ(b.rto_floor_ns(), 16 * kMs);
+  CHECK_EQ(alone.rto_floor_ns(), 8 * kMs);
+  RoundTimer t;
+  b.launch(t, 33 * kMs);
+  CHECK_EQ(t.rto_ns, 16 * kMs);  // no RTT sample yet: the timer starts at the floor
+  CHECK(b.ask_gap_ns() >= 16 * kMs);
+  // Two seconds without a lesson halve it for both.
+  a.launch(t, 32 * kMs + 2'000 * kMs);
+  CHECK_EQ(b.rto_floor_ns(), 8 * kMs);
 }
 
 TEST(loss_spurious_rack_widens_the_reordering_window) {
