@@ -80,6 +80,7 @@ class LossDetector {
   // path: at 10% loss a round that needs five tries is common in an allreduce of 10,000 rounds, and
   // exponential backoff made its wait the allreduce's tail).
   // `floor`: a floor shared with other detectors of the same path (nullptr: a floor of its own).
+  // A copy shares its original's floor.
   LossDetector(int64_t rto_min_ns, int64_t rto_max_ns, std::shared_ptr<TimerFloor> floor = nullptr);
 
   const RttEstimator& rtt() const { return rtt_; }
@@ -179,7 +180,8 @@ class LossDetector {
   unsigned reo_mult_ = 1;
   unsigned rack_losses_since_spurious_ = 0;
   int64_t reo_raised_ns_ = 0;
-  // Timer floor learned from spurious timeouts (scheduling stalls of the peer or of this host).
+  // Timer floor learned from spurious timeouts (scheduling stalls of the peer or of this host);
+  // shared with the detectors given the same one, and with this one's copies.
   std::shared_ptr<TimerFloor> floor_;
 };
 
