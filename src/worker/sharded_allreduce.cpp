@@ -117,7 +117,10 @@ void ShardedAllreduce::step(std::vector<AllreduceOp*>* finished) {
     int64_t wait = std::numeric_limits<int64_t>::max();
     for (auto& s : shards_) {
       std::exception_ptr lost = s->path->take(s->in.data(), s->in.size(), now, &part_finished_);
-      if (s->path->idle() && !lost) continue;  // nothing of it in flight: no timers to keep
+      if (s->path->idle() && !lost) {  // nothing of it in flight: no timers to keep
+        s->path->send_queued();
+        continue;
+      }
       wait = std::min(wait, s->path->service(now, got == 0, lost, /*own_transport=*/false, &part_finished_));
     }
     wait_ns_ = wait == std::numeric_limits<int64_t>::max() ? 0 : wait;

@@ -190,7 +190,7 @@ void SwitchAllreduce::launch(unsigned slot, int64_t now) {
   send(slot);
 }
 
-void SwitchAllreduce::flush() {
+void SwitchAllreduce::send_queued() {
   if (out_.empty()) return;
   uint64_t bytes = 0;
   for (auto& p : out_) bytes += p.len;
@@ -440,7 +440,7 @@ void SwitchAllreduce::admit(AllreduceOp* op) {
     std::mt19937_64 g(ctx_.opt->shuffle_seed * 0x9E3779B97F4A7C15ull + op->seq);
     std::shuffle(out_.begin() + static_cast<std::ptrdiff_t>(queued), out_.end(), g);
   }
-  flush();
+  send_queued();
 }
 
 bool SwitchAllreduce::owns(const uint8_t* p, uint32_t len) const {
@@ -466,8 +466,7 @@ std::exception_ptr SwitchAllreduce::take(const InPacket* in, size_t n, int64_t n
       if (!lost) lost = std::current_exception();
     }
   }
-  flush();
-  return lost;
+  return lost;  // the rounds they started or resent go with service()'s resends, in one send
 }
 
 size_t SwitchAllreduce::receive_batch(int64_t wait_ns) {
@@ -483,7 +482,9 @@ void SwitchAllreduce::step(std::vector<AllreduceOp*>* finished) {
   check_cancel();
   // Receive first and judge timers only once the socket is drained (or every rto_min while
   // results keep streaming): a worker that was descheduled for a while finds its results
-  // queued, not lost, and must not retransmit the whole window.
+  // queued, not lost, and must not retransmit the whole window. The rounds the results start and
+  // the timers' resends leave in one send: where the host's CPU bounds the rate, time follows
+  // system calls and wake-ups more than packets (BENCHMARKS.md §10, session 17).
   const size_t got = receive_batch(wait_ns_);
   const int64_t now = now_ns();
   std::exception_ptr lost = take(in_.data(), got, now, finished);
@@ -507,16 +508,19 @@ int64_t SwitchAllreduce::service(int64_t now, bool quiet, std::exception_ptr los
     }
   }
   if (lost) {
+    out_.clear();  // nothing new goes to a switch that is going: settle_rounds asks for every round out
     if (own_transport) settle_rounds(now, finished);
-    out_.clear();  // nothing more goes to a switch that is gone
     std::rethrow_exception(lost);
   }
-  if (schedule_.empty()) return 0;
-  if (tx.more_pending() && now - last_timer_check_ < loss_[0].rto_min_ns())
-    return 0;  // more datagrams are probably queued
+  // Timers wait while more datagrams are probably queued (at most rto_min): they may answer them.
+  const bool drain_first = tx.more_pending() && now - last_timer_check_ < loss_[0].rto_min_ns();
+  if (schedule_.empty() || drain_first) {
+    send_queued();
+    return 0;
+  }
   last_timer_check_ = now;
   int64_t next_deadline = std::min(check_timers(now), last_progress_ns_ + timeout_ns);
-  flush();
+  send_queued();
   if (now - last_progress_ns_ >= timeout_ns) fail_timeout();
   return std::max<int64_t>(next_deadline - now, 0);
 }
@@ -547,7 +551,7 @@ void SwitchAllreduce::settle_rounds(int64_t now, std::vector<AllreduceOp*>* fini
         send(s);
         ++asked;
       }
-      flush();
+      send_queued();
       if (asked == 0) break;  // every round out is answered: this rank holds what the switch summed
       next_ask = now + retry_ns;
     }
@@ -556,6 +560,7 @@ void SwitchAllreduce::settle_rounds(int64_t now, std::vector<AllreduceOp*>* fini
     if (got == 0) continue;
     last_heard = now;
     take(in_.data(), got, now, finished);
+    send_queued();
   }
 }
 

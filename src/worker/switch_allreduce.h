@@ -35,15 +35,18 @@ class SwitchAllreduce : public DataPath {
   // For a caller that shares the transport with other switches (sharding, sharded_allreduce.h)
   // and receives for all of them: whether a datagram is this switch's job's; handles datagrams of
   // this job, returning a SwitchLostError met on the way (an ABORT for the switch's shutdown)
-  // instead of throwing it, so that the results behind it are taken too; then looks at that error,
-  // the control connection, the timers and the timeout (`quiet`: nothing was received), throws or
-  // returns how long the caller may wait. step() is these on its own transport (which service()
-  // then drains of the results still on their way from a switch that went).
+  // instead of throwing it, so that the results behind it are taken too, and queuing the rounds
+  // they start; then looks at that error, the control connection, the timers and the timeout
+  // (`quiet`: nothing was received), sends what is queued, throws or returns how long the caller
+  // may wait. step() is these on its own transport (which service() then drains of the results
+  // still on their way from a switch that went). A caller that skips service() for an idle path
+  // sends its queue with send_queued().
   bool owns(const uint8_t* p, uint32_t len) const;
   void check_cancel() const;
   std::exception_ptr take(const InPacket* in, size_t n, int64_t now, std::vector<AllreduceOp*>* finished);
   int64_t service(int64_t now, bool quiet, std::exception_ptr lost, bool own_transport,
                   std::vector<AllreduceOp*>* finished);
+  void send_queued();
 
  private:
   using Flight = StreamSchedule::Flight;
@@ -80,7 +83,6 @@ class SwitchAllreduce : public DataPath {
   void prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp);
   void launch(unsigned slot, int64_t now);
   void send(unsigned slot);
-  void flush();
   // Receives into in_ (counted); returns how many datagrams.
   size_t receive_batch(int64_t wait_ns);
   // Handles one received datagram.
