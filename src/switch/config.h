@@ -45,6 +45,7 @@ struct SwitchConfig {
   double drop_rate = 0.0;                  // injected loss of received data packets (tests)
   uint64_t seed = 1;                       // seed of the injected loss
   unsigned batch = 32;                     // datagrams per recvmmsg/sendmmsg
+  unsigned hold_us = 100;                  // udp: results may wait for the next burst's (result_hold.h)
   unsigned stats_interval_s = 0;           // periodic stats log line; 0 = off
   std::string log_level = "info";          // error | warn | info | debug
   std::string log_format = "text";         // text | json (one object per line)
@@ -384,6 +385,10 @@ inline const std::vector<OptionSpec>& switch_options() {
          }},
         uint_option("seed", "N", "seed of the injected loss", &SwitchConfig::seed, 0, UINT64_MAX),
         uint_option("batch", "N", "datagrams per recvmmsg/sendmmsg burst", &SwitchConfig::batch, 1, 1024),
+        uint_option("hold-us", "US",
+                    "udp backend: the results of a burst that leaves a round open wait up to this long to "
+                    "leave with the next bursts' (fewer writes and wake-ups; 0 = send after every burst)",
+                    &SwitchConfig::hold_us, 0, 1000000),
         uint_option("stats-interval", "SECONDS", "log a stats line this often (0 = never)",
                     &SwitchConfig::stats_interval_s, 0, 86400),
         choice_option("log-level", "LEVEL", "error|warn|info|debug", &SwitchConfig::log_level,

@@ -1,6 +1,6 @@
 // ResultBatch (src/switch/io/udp/result_batch.h): a burst's datagrams grouped by destination, each
 // destination's in the order added, and the sendmmsg messages built from them (GSO trains or one
-// datagram per message), without sockets.
+// datagram per message), without sockets; and ResultHold (result_hold.h), whether they wait.
 #include <arpa/inet.h>
 
 #include <string>
@@ -9,6 +9,7 @@
 #include "gradswitch/wire.h"
 #include "harness.h"
 #include "switch/io/udp/result_batch.h"
+#include "switch/io/udp/result_hold.h"
 
 using gradswitch::Endpoint;
 using gradswitch::IngestResult;
@@ -192,3 +193,66 @@ TEST(a_full_batch_refuses_and_takes_again_after_clear) {
 }
 
 GS_TEST_MAIN()
+
+// ResultHold (src/switch/io/udp/result_hold.h): whether a burst's results wait for the next burst's.
+namespace {
+
+using gradswitch::ResultHold;
+
+IngestResult answer(IngestResult::Kind kind, uint16_t slot, uint32_t job = 7) {
+  IngestResult r;
+  r.kind = kind;
+  r.job_id = job;
+  r.slot = slot;
+  return r;
+}
+
+// One burst: the engine's answers `rs`, then the decision at `now` with `datagrams` queued.
+bool burst(ResultHold& h, std::initializer_list<IngestResult> rs, uint64_t now, size_t datagrams) {
+  for (const IngestResult& r : rs) h.saw(r);
+  return h.wait(now, datagrams);
+}
+
+constexpr auto kAbsorbed = IngestResult::kAbsorbed;
+constexpr auto kSend = IngestResult::kSend;
+constexpr auto kDropped = IngestResult::kDropped;
+
+}  // namespace
+
+TEST(results_wait_while_the_burst_leaves_a_round_open) {
+  ResultHold h(100'000);
+  // Slot 1 completes, slot 2 takes a contribution and stays open: more DATA is on its way.
+  CHECK(burst(h, {answer(kSend, 1), answer(kAbsorbed, 2)}, 1'000'000, 1));
+  CHECK(h.waiting());
+  CHECK_EQ(h.deadline(), uint64_t{1'100'000});
+  // The next burst within the hold leaves a round open too: they still wait, from the first burst on.
+  CHECK(burst(h, {answer(kSend, 2), answer(kAbsorbed, 3)}, 1'050'000, 2));
+  CHECK_EQ(h.deadline(), uint64_t{1'100'000});
+  // Past the hold they go, however open.
+  CHECK(!burst(h, {answer(kSend, 3), answer(kAbsorbed, 4)}, 1'100'000, 3));
+  h.sent();
+  CHECK(!h.waiting());
+}
+
+TEST(results_go_at_once_when_nothing_is_left_open) {
+  ResultHold h(1'000'000'000);
+  // The burst's latest contribution completed its round later in the burst (a small allreduce).
+  CHECK(!burst(h, {answer(kAbsorbed, 5), answer(kSend, 5)}, 10, 1));
+  h.sent();
+  // Results and nothing absorbed (answers to resends, a round completed by its last rank).
+  CHECK(!burst(h, {answer(kSend, 6), answer(kSend, 7)}, 20, 2));
+  h.sent();
+  // Open in another job's slot of the same number: still open.
+  CHECK(burst(h, {answer(kAbsorbed, 8, 7), answer(kSend, 8, 9)}, 30, 1));
+  // Then a burst that leaves nothing open sends what waited too.
+  CHECK(!burst(h, {answer(kDropped, 8), answer(kSend, 8, 7)}, 40, 2));
+}
+
+TEST(results_go_at_once_when_enough_wait_or_without_a_hold) {
+  ResultHold h(1'000'000'000);
+  CHECK(!burst(h, {answer(kAbsorbed, 1)}, 10, ResultHold::kEnough));
+  CHECK(!burst(h, {answer(kAbsorbed, 1)}, 20, 0));  // nothing to wait with
+  ResultHold off(0);
+  CHECK(!burst(off, {answer(kAbsorbed, 1)}, 10, 1));
+  CHECK(!off.waiting());
+}

@@ -48,6 +48,7 @@ ALL_OPTIONS = [
     "drop-rate",
     "seed",
     "batch",
+    "hold-us",
     "stats-interval",
     "log-level",
     "backend",
@@ -652,6 +653,58 @@ def test_many_results_in_flight_arrive_intact(daemon):
     assert stats["completed"] == slots and stats["pkts_out"] == 3 * slots
     print("udp.gso_writes", stats["udp.gso_writes"])
     job.close()
+
+
+def test_results_wait_only_while_a_round_is_left_open(tmp_path):
+    """--hold-us: a burst's results wait for the next bursts' only while the burst leaves a round open,
+    and never longer than the hold (src/switch/io/udp/result_hold.h)."""
+    hold_s = 0.3
+    d = Daemon(tmp_path, "--hold-us", str(int(hold_s * 1e6)), threads=1)
+    try:
+        job = Job(d, "held", world=2)
+        dst = ("127.0.0.1", d.data_port)
+        for s in job.udp:
+            s.settimeout(5)
+        # Nothing left open: rank 0's contribution waits alone, rank 1's completes the round.
+        for seq in range(3):
+            job.udp[0].sendto(data_packet(job.job_id, job.key, 0, 0, [1], seq=seq), dst)
+            time.sleep(0.02)
+            t0 = time.monotonic()
+            job.udp[1].sendto(data_packet(job.job_id, job.key, 1, 0, [2], seq=seq), dst)
+            for s in job.udp:
+                h = HEADER.unpack(s.recv(65536)[:32])
+                assert h[2] == MSG_RESULT and h[10] == seq, h
+            took = time.monotonic() - t0
+            assert took < hold_s / 2, f"a round that left nothing open waited {took:.3f} s"
+        # Slot 1 completes in the burst that opens slot 2 (when both land in one burst, which the
+        # sends' order makes likely): slot 1's result waits for the hold, then goes, nothing lost.
+        held_before, waited = d.stats()["udp.held_bursts"], []
+        for seq in range(3, 23):
+            job.udp[0].sendto(data_packet(job.job_id, job.key, 0, 1, [1], seq=seq), dst)
+            time.sleep(0.02)
+            t0 = time.monotonic()
+            job.udp[1].sendto(data_packet(job.job_id, job.key, 1, 1, [2], seq=seq), dst)
+            job.udp[1].sendto(data_packet(job.job_id, job.key, 1, 2, [5], seq=seq), dst)
+            for s in job.udp:
+                h = HEADER.unpack(s.recv(65536)[:32])
+                assert h[2] == MSG_RESULT and h[6] == 1 and h[10] == seq, h
+            took = time.monotonic() - t0
+            held_now = d.stats()["udp.held_bursts"]
+            if held_now > held_before:
+                waited.append(took)
+                held_before = held_now
+            # slot 2 completes: nothing left open, its result goes at once
+            job.udp[0].sendto(data_packet(job.job_id, job.key, 0, 2, [3], seq=seq), dst)
+            for s in job.udp:
+                h = HEADER.unpack(s.recv(65536)[:32])
+                assert h[2] == MSG_RESULT and h[6] == 2 and h[10] == seq, h
+            if len(waited) >= 3:
+                break
+        assert waited, "no burst held its results in 20 tries"
+        assert all(hold_s * 0.9 <= w < hold_s + 1.0 for w in waited), waited
+        job.close()
+    finally:
+        assert d.stop() == 0
 
 
 def test_idle_job_is_aborted(tmp_path):

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import shlex
 import sys
 
 from .._args import bounded
@@ -41,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="gradswitch only: the daemon's slot pool per job (default: the daemon's, 256)",
     )
+    p.add_argument(
+        "--daemon-args",
+        default="",
+        help="gradswitch only: more gradswitchd options, e.g. '--hold-us 0' (see gradswitchd --help)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON line per result")
 
 
@@ -56,7 +62,11 @@ def run_args(a) -> int:
         rc = 0
         try:
             for s in systems:
-                kw = {"slots": a.slots} if s == "gradswitch" and a.slots else {}
+                kw = {}
+                if s == "gradswitch" and a.slots:
+                    kw["slots"] = a.slots
+                if s == "gradswitch" and a.daemon_args:
+                    kw["daemon_args"] = shlex.split(a.daemon_args)
                 r = run(s, tb, a.nbytes, a.iters, a.workers, a.warmup, **kw)
                 print(json.dumps(r.as_dict()) if a.json else r.summary(), flush=True)
                 rc |= 0 if r.ok else 2

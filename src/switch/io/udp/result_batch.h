@@ -32,6 +32,7 @@ class ResultBatch {
   // when the batch is full: send what it holds, clear(), and add it again.
   bool add(const IngestResult& r, bool gso);
   bool empty() const { return groups_.empty(); }
+  size_t datagrams() const { return entries_.size(); }  // added since clear(), however many destinations
 
   // Builds the messages of everything added: per group and destination one GSO write (with `gso`
   // and more than one datagram) or one message per datagram, and hands them to

@@ -18,6 +18,7 @@
 
 #include "common/rng.h"
 #include "switch/io/udp/result_batch.h"
+#include "switch/io/udp/result_hold.h"
 #include "switch/uplink/uplink_timers.h"
 
 #ifndef UDP_SEGMENT
@@ -73,10 +74,12 @@ class UdpBackend final : public Backend {
     std::vector<sockaddr_in> rx_addr;  // sources: DATA counts only from its rank's address, a leaf takes
                                        // RESULT/ABORT only from its spine (the engine checks both)
     std::vector<uint8_t> rx_ctrl;
-    ResultBatch out;  // what the current burst sends
+    ResultBatch out;  // what the current burst sends (and earlier bursts', while `hold` says they wait)
+    ResultHold hold{0};
     UplinkTimers uplink{kUplinkRtoMinNs, kUplinkRtoMaxNs};
     // Read by the control thread (stats()); written by this thread only.
-    std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0};
+    std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0},
+        held_bursts{0};
     std::atomic<uint64_t> rx_datagrams{0};
     // The thread's CPU clock while it runs (-1 before and after), its CPU time once it ended.
     std::atomic<clockid_t> cpu_clock{-1};
@@ -144,6 +147,7 @@ bool UdpBackend::open(std::string* error) {
              ::setsockopt(t->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
     t->rx_size = t->gro ? kRxGroBytes : kRxPlainBytes;
     t->loss = LossInjector(config_.drop_rate, config_.seed, i);
+    t->hold = ResultHold(uint64_t{config_.hold_us} * 1000);
 
     t->rx_buf.resize(size_t(batch) * t->rx_size);
     t->rx_msgs.resize(batch);
@@ -161,7 +165,8 @@ std::string UdpBackend::describe() const {
   if (n > 1) ports += "-" + std::to_string(config_.data_port + n - 1);
   bool gro = !threads_.empty() && threads_[0]->gro;
   return "udp " + ports + " (" + std::to_string(n) + (n == 1 ? " thread" : " threads") + ", batch " +
-         std::to_string(config_.batch) + ", gso " + config_.udp_gso + ", gro " + (gro ? "on" : "off") + ")";
+         std::to_string(config_.batch) + ", gso " + config_.udp_gso + ", gro " + (gro ? "on" : "off") +
+         ", hold " + std::to_string(config_.hold_us) + " us)";
 }
 
 uint64_t UdpBackend::Thread::cpu_ns() const {
@@ -174,13 +179,14 @@ uint64_t UdpBackend::Thread::cpu_ns() const {
 
 std::vector<BackendStat> UdpBackend::stats() const {
   using Kind = BackendStat::Kind;
-  uint64_t inj = 0, err = 0, trunc = 0, gso = 0, gro = 0;
+  uint64_t inj = 0, err = 0, trunc = 0, gso = 0, gro = 0, held = 0;
   for (auto& t : threads_) {
     inj += t->injected_drops.load(std::memory_order_relaxed);
     err += t->send_errors.load(std::memory_order_relaxed);
     trunc += t->truncated.load(std::memory_order_relaxed);
     gso += t->gso_writes.load(std::memory_order_relaxed);
     gro += t->gro_trains.load(std::memory_order_relaxed);
+    held += t->held_bursts.load(std::memory_order_relaxed);
   }
   std::vector<BackendStat> out = {
       {"injected_drops", "Received datagrams dropped by --drop-rate before the engine", Kind::kCounter, inj},
@@ -190,6 +196,8 @@ std::vector<BackendStat> UdpBackend::stats() const {
        Kind::kCounter, trunc},
       {"gso_writes", "UDP_SEGMENT writes (each carries several results to one worker)", Kind::kCounter, gso},
       {"gro_trains", "Received GRO trains (several datagrams in one read)", Kind::kCounter, gro},
+      {"held_bursts", "Bursts whose results waited to leave with the next burst's (--hold-us)",
+       Kind::kCounter, held},
   };
   for (auto& t : threads_) {
     out.push_back({"rx_datagrams", "Datagrams this data thread handed to the engine or dropped",
@@ -226,6 +234,18 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       }
     }
     int n = ::recvmmsg(t.fd, t.rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
+    if (n <= 0 && t.hold.waiting()) {  // results wait for the next burst's until the hold ends
+      const uint64_t now = monotonic_ns();
+      if (now >= t.hold.deadline()) {
+        flush(t);
+        continue;
+      }
+      const uint64_t left = t.hold.deadline() - now;
+      const timespec ts{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
+      pollfd p{t.fd, POLLIN, 0};
+      ::ppoll(&p, 1, &ts, nullptr);
+      continue;
+    }
     if (n <= 0) {
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         GS_LOG_WARN("udp thread %u: recvmmsg(): %s", t.index, std::strerror(errno));
@@ -278,7 +298,10 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
     }
     engine_.end_burst(t.index);
     if (static_cast<int64_t>(now) >= t.uplink.next_deadline()) fire_uplink(t, now);
-    flush(t);
+    if (t.hold.wait(now, t.out.datagrams()))
+      counter_add(t.held_bursts);
+    else
+      flush(t);
   }
   flush(t);
   timespec ts;
@@ -299,6 +322,7 @@ void UdpBackend::ingest(Thread& t, const uint8_t* data, size_t len, const sockad
     if (r.kind == IngestResult::kSend && r.type == GS_MSG_DATA)  // a rack's round going up
       t.uplink.sent(r.job_id, r.slot, static_cast<int64_t>(now));
   }
+  t.hold.saw(r);
   if (r.kind == IngestResult::kSend) queue(t, r);
 }
 
@@ -328,6 +352,7 @@ void UdpBackend::queue(Thread& t, const IngestResult& r) {
 }
 
 void UdpBackend::flush(Thread& t) {
+  t.hold.sent();
   if (t.out.empty()) return;
   t.out.write(t.gso, [&](mmsghdr* msgs, size_t n) { send_msgs(t, msgs, n); });
   t.out.for_each_sent([&](uint32_t job_id, uint64_t pkts, uint64_t bytes) {
