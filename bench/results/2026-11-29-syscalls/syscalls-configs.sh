@@ -1,5 +1,6 @@
 #!/bin/bash
-# Syscalls, context switches and CPU per run, configurations x losses alternated (order reversed every other round).
+# Syscalls, context switches and CPU per run, configurations x losses alternated (order reversed every other
+# round). A configuration is name:build[:ENV=V,ENV2=V2[:args]] (args to gradswitch.baselines, commas for spaces).
 OUT=${OUT:?}; CONFIGS=${CONFIGS:?}; ROUNDS=${ROUNDS:-1 2 3 4}; ITERS=${ITERS:-5}; LOSSES=${LOSSES:-0.01 1e-06}
 cd /tmp || exit 1
 EV=syscalls:sys_enter_sendmmsg,syscalls:sys_enter_recvmmsg,syscalls:sys_enter_ppoll,raw_syscalls:sys_enter,context-switches
@@ -7,9 +8,10 @@ for round in $ROUNDS; do
 for loss in $LOSSES; do
   cfgs=$CONFIGS; [ $((round % 2)) = 0 ] && cfgs=$(echo $CONFIGS | tr ' ' '\n' | tac | tr '\n' ' ')
   for spec in $cfgs; do
-    IFS=: read -r name path envv <<< "$spec"
+    IFS=: read -r name path envv args <<< "$spec"
+    # shellcheck disable=SC2086
     env ${envv//,/ } PYTHONPATH=$path perf stat -a -x, -o /tmp/perfstat.txt -e $EV -- timeout 300 python3 -m gradswitch.baselines \
-      --system gradswitch -n 4 --nbytes 16M --iters $ITERS --rate 1gbit --loss $loss --json > /tmp/sc.out 2>&1
+      --system gradswitch -n 4 --nbytes 16M --iters $ITERS --rate 1gbit --loss $loss ${args//,/ } --json > /tmp/sc.out 2>&1
     python3 - "$loss" "$round" "$name" >> "$OUT" <<'PY'
 import json, sys
 loss, rnd, name = sys.argv[1], sys.argv[2], sys.argv[3]
