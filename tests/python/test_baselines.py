@@ -142,3 +142,19 @@ def test_cli_slots_reaches_the_switch_and_is_checked(tb, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         cli.main([*argv, "--slots", "0"])
     assert "a whole number of at least 1" in capsys.readouterr().err
+
+
+def test_cli_daemon_args_reach_the_switch_and_bad_ones_are_clear_errors(tb, capsys, monkeypatch):
+    import gradswitch.baselines.__main__ as cli
+
+    argv = ["--system", "gradswitch", "--testbed", tb.name, "-n", "2", "--nbytes", "64K", "--iters", "1"]
+    assert cli.main([*argv, "--daemon-args=--hold-us 0"]) == 0  # a real run, its switch not holding
+    assert cli.main([*argv, "--daemon-args=--hold-us"]) == 1
+    assert "gradswitchd" in capsys.readouterr().err  # the daemon refused it: its message, no traceback
+    assert cli.main([*argv, "--daemon-args='--hold-us 0"]) == 1
+    assert "--daemon-args" in capsys.readouterr().err
+    seen = []
+    monkeypatch.setattr(cli, "run", lambda *a, **kw: seen.append(kw) or pytest.fail("stop here"))
+    with pytest.raises(pytest.fail.Exception):
+        cli.main([*argv, "--daemon-args=--hold-us 0 --batch 8"])
+    assert seen == [{"daemon_args": ["--hold-us", "0", "--batch", "8"]}]

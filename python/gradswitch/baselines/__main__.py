@@ -6,6 +6,7 @@ import shlex
 import sys
 
 from .._args import bounded
+from ..daemon import SwitchError
 from ..testbed import Testbed, TestbedError
 from .runner import ALL_SYSTEMS, SYSTEMS, BaselineError, run
 
@@ -53,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_args(a) -> int:
     systems = [s.strip() for s in a.system.split(",") if s.strip()]
     try:
+        daemon_args = shlex.split(a.daemon_args)
+    except ValueError as e:
+        print(f"gradswitch baselines: error: --daemon-args {a.daemon_args!r}: {e}", file=sys.stderr)
+        return 1
+    try:
         if a.testbed:
             tb, owned = Testbed.attach(a.testbed), False
         else:
@@ -65,8 +71,8 @@ def run_args(a) -> int:
                 kw = {}
                 if s == "gradswitch" and a.slots:
                     kw["slots"] = a.slots
-                if s == "gradswitch" and a.daemon_args:
-                    kw["daemon_args"] = shlex.split(a.daemon_args)
+                if s == "gradswitch" and daemon_args:
+                    kw["daemon_args"] = daemon_args
                 r = run(s, tb, a.nbytes, a.iters, a.workers, a.warmup, **kw)
                 print(json.dumps(r.as_dict()) if a.json else r.summary(), flush=True)
                 rc |= 0 if r.ok else 2
@@ -74,7 +80,7 @@ def run_args(a) -> int:
             if owned:
                 tb.down()
         return rc
-    except (TestbedError, BaselineError) as e:
+    except (TestbedError, BaselineError, SwitchError) as e:
         print(f"gradswitch baselines: error: {e}", file=sys.stderr)
         return 1
 

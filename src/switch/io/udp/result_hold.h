@@ -29,7 +29,8 @@ class ResultHold {
 
   explicit ResultHold(uint64_t hold_ns) : hold_ns_(hold_ns) {}
 
-  // Every answer of the engine in a burst, in order.
+  // Every answer of the engine in a burst, in order. A network duplicate the engine absorbed counts as
+  // a contribution: at worst its burst's results wait one hold.
   void saw(const IngestResult& r) {
     if (r.kind == IngestResult::kAbsorbed) {
       open_ = true;
