@@ -8,9 +8,9 @@
 // came and the round still waits for others, so more DATA is on its way) may wait up to the hold
 // for the next bursts', until they are `kEnough` datagrams. A burst that leaves nothing open sends
 // at once, with whatever waited: a small allreduce, or the last round of a tensor, pays no wait.
-// On the testbed (4 workers, offloads off) a hold of 100 us took 0.95x the lossless time and 0.89x
-// the time at 1% loss, with 12-20% fewer system calls and 30-38% fewer context switches
-// (BENCHMARKS.md §10, session 17).
+// On the testbed (4 workers, offloads off) a hold of 100 us took 0.93-0.97x the lossless time and
+// 0.87-0.88x the time at 1% loss, with 12% and 20% fewer system calls, 28% and 35% fewer context
+// switches (BENCHMARKS.md §10, session 17).
 //
 // No sockets, no clock: the backend reports what the engine answered and the time; this decides.
 #pragma once
