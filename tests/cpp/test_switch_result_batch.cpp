@@ -192,8 +192,6 @@ TEST(a_full_batch_refuses_and_takes_again_after_clear) {
   CHECK(b.add(big.r, true));
 }
 
-GS_TEST_MAIN()
-
 // ResultHold (src/switch/io/udp/result_hold.h): whether a burst's results wait for the next burst's.
 namespace {
 
@@ -256,3 +254,5 @@ TEST(results_go_at_once_when_enough_wait_or_without_a_hold) {
   CHECK(!burst(off, {answer(kAbsorbed, 1)}, 10, 1));
   CHECK(!off.waiting());
 }
+
+GS_TEST_MAIN()

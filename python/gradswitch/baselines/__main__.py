@@ -69,10 +69,8 @@ def run_args(a) -> int:
         try:
             for s in systems:
                 kw = {}
-                if s == "gradswitch" and a.slots:
-                    kw["slots"] = a.slots
-                if s == "gradswitch" and daemon_args:
-                    kw["daemon_args"] = daemon_args
+                if s == "gradswitch":  # options of gradswitch's own switch; the other systems have none
+                    kw = {k: v for k, v in (("slots", a.slots), ("daemon_args", daemon_args)) if v}
                 r = run(s, tb, a.nbytes, a.iters, a.workers, a.warmup, **kw)
                 print(json.dumps(r.as_dict()) if a.json else r.summary(), flush=True)
                 rc |= 0 if r.ok else 2

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -234,32 +235,27 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       }
     }
     int n = ::recvmmsg(t.fd, t.rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
-    if (n <= 0 && t.hold.waiting()) {  // results wait for the next burst's until the hold ends
-      const uint64_t now = monotonic_ns();
-      if (now >= t.hold.deadline()) {
-        flush(t);
-        continue;
-      }
-      const uint64_t left = t.hold.deadline() - now;
-      const timespec ts{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
-      pollfd p{t.fd, POLLIN, 0};
-      ::ppoll(&p, 1, &ts, nullptr);
-      continue;
-    }
     if (n <= 0) {
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         GS_LOG_WARN("udp thread %u: recvmmsg(): %s", t.index, std::strerror(errno));
-      int wait_ms = kPollMs;
-      if (const int64_t due = t.uplink.next_deadline(); due != INT64_MAX) {
-        const int64_t now = static_cast<int64_t>(monotonic_ns());
-        if (due <= now) {
-          fire_uplink(t, static_cast<uint64_t>(now));
-          continue;
-        }
-        wait_ms = static_cast<int>(std::min<int64_t>(kPollMs, (due - now + 999'999) / 1'000'000));
+      // Idle: held results go once their hold ends, the uplink's timers fire when due; until the
+      // earlier of the two (or kPollMs, to see the stop flag), wait for a datagram.
+      const int64_t now = static_cast<int64_t>(monotonic_ns());
+      const int64_t held_until = t.hold.waiting() ? static_cast<int64_t>(t.hold.deadline()) : INT64_MAX;
+      if (held_until <= now) {
+        flush(t);
+        continue;
       }
+      const int64_t due = t.uplink.next_deadline();
+      if (due <= now) {
+        fire_uplink(t, static_cast<uint64_t>(now));
+        continue;
+      }
+      const int64_t wait_ns = std::min({int64_t{kPollMs} * 1'000'000, due - now, held_until - now});
+      const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
+                        static_cast<long>(wait_ns % 1'000'000'000)};
       pollfd p{t.fd, POLLIN, 0};
-      ::poll(&p, 1, wait_ms);
+      ::ppoll(&p, 1, &ts, nullptr);
       continue;
     }
     const uint64_t now = monotonic_ns();
