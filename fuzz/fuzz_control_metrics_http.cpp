@@ -1,7 +1,9 @@
 // libFuzzer target over the metrics endpoint's request handling (switch/metrics/http_server.h):
 // any bytes as an HTTP request. Checks: no crash, no sanitizer report, every answer is a complete
-// HTTP/1.1 response whose Content-Length matches its body, and only GET /metrics is a scrape.
+// HTTP/1.1 response whose Content-Length matches its body, only GET /metrics is a scrape, and a
+// refused scrape (no or a wrong bearer token) carries no metric.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "switch/metrics/http_server.h"
@@ -10,7 +12,10 @@ using namespace gradswitch::metrics;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string request(reinterpret_cast<const char*>(data), size);
-  HttpReply r = answer_http(request, [] { return std::string("gradswitch_up 1\n"); });
+  HttpReply r = answer_http(request, [](const std::string& bearer) -> std::optional<std::string> {
+    if (bearer != "t0ken") return std::nullopt;
+    return std::string("gradswitch_up 1\n");
+  });
   if (r.bytes.rfind("HTTP/1.1 ", 0) != 0) __builtin_trap();
   const size_t end = r.bytes.find("\r\n\r\n");
   if (end == std::string::npos) __builtin_trap();
@@ -21,5 +26,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool head = request.rfind("HEAD ", 0) == 0;
   if (body != length && !(head && body == 0)) __builtin_trap();  // HEAD: the headers of a GET
   if (r.scrape && request.rfind("GET /metrics", 0) != 0) __builtin_trap();
+  if (r.refused && (r.scrape || r.bytes.find("gradswitch_up") != std::string::npos)) __builtin_trap();
   return 0;
 }

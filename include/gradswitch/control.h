@@ -156,6 +156,8 @@ extern "C" {
 /* proof = HMAC-SHA-256(secret, label "\n" tenant "\n" nonce "\n" cnonce) in lower-case hex */
 #define GS_AUTH_CLIENT_LABEL "gradswitch-auth-v1 client"
 #define GS_AUTH_SWITCH_LABEL "gradswitch-auth-v1 switch"
+/* the bearer token of GET /metrics: HMAC-SHA-256(secret, label "\n" tenant) in lower-case hex */
+#define GS_METRICS_TOKEN_LABEL "gradswitch-metrics-v1"
 #define GS_TENANT_SEPARATOR "/" /* a tenant's job `name` is shown as "tenant/name" */
 
 /* ---- keys of the optimizer verbs ---- */

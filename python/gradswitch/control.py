@@ -41,6 +41,7 @@ KEY_TENANT, KEY_NONCE, KEY_CNONCE, KEY_PROOF, KEY_ROLE = "tenant", "nonce", "cno
 ROLE_TENANT, ROLE_OPERATOR = "tenant", "operator"
 AUTH_CLIENT_LABEL = "gradswitch-auth-v1 client"
 AUTH_SWITCH_LABEL = "gradswitch-auth-v1 switch"
+METRICS_TOKEN_LABEL = "gradswitch-metrics-v1"
 TENANT_SEPARATOR = "/"
 STATE_MAGIC = b"GSOPTST1"
 MAX_LINE = 4096
@@ -59,6 +60,13 @@ def proof(label: str, secret: str, tenant: str, nonce: str, cnonce: str) -> str:
     """HMAC-SHA-256(secret, "label\\ntenant\\nnonce\\ncnonce") in lower-case hex (docs/protocol.md §1.5)."""
     message = f"{label}\n{tenant}\n{nonce}\n{cnonce}".encode()
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def metrics_token(tenant: str, secret: str) -> str:
+    """The bearer token of the switch's GET /metrics for an auth-file entry (docs/observability.md):
+    HMAC-SHA-256(secret, "gradswitch-metrics-v1\\ntenant") in lower-case hex. It lets Prometheus read
+    what that entry may see, and proves nothing in AUTH: the secret itself stays off the network."""
+    return hmac.new(secret.encode(), f"{METRICS_TOKEN_LABEL}\n{tenant}".encode(), hashlib.sha256).hexdigest()
 
 
 def read_secret_file(path: str | os.PathLike) -> str:

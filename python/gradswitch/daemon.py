@@ -370,13 +370,15 @@ class Daemon:
             line += f" slot={slot} version={version or 0}"
         return parse_kv(self.request(line))
 
-    def metrics(self, timeout: float = 5.0) -> str:
-        """The body of GET /metrics (the daemon needs metrics_port)."""
+    def metrics(self, timeout: float = 5.0, token: str | None = None) -> str:
+        """The body of GET /metrics (the daemon needs metrics_port); `token`: the bearer token a switch
+        with --auth-file needs (gradswitch.control.metrics_token)."""
         if not self.metrics_port:
             raise SwitchError("this switch has no metrics endpoint (Daemon(metrics_port=0) starts one)")
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
         with connect(self.connect_host, self.metrics_port, timeout, self.netns) as s:
             s.settimeout(timeout)
-            s.sendall(f"GET /metrics HTTP/1.1\r\nHost: {self.connect_host}\r\n\r\n".encode())
+            s.sendall(f"GET /metrics HTTP/1.1\r\nHost: {self.connect_host}\r\n{auth}\r\n".encode())
             data = b""
             while chunk := s.recv(65536):
                 data += chunk
@@ -385,6 +387,6 @@ class Daemon:
             raise SwitchError(f"GET /metrics: {head.decode(errors='replace').splitlines()[:1]}")
         return body.decode()
 
-    def metric(self, name: str, **labels: str) -> float | None:
+    def metric(self, name: str, token: str | None = None, **labels: str) -> float | None:
         """The value of one series of the metrics (labels must match exactly); None when absent."""
-        return parse_metrics(self.metrics()).get((name, frozenset(labels.items())))
+        return parse_metrics(self.metrics(token=token)).get((name, frozenset(labels.items())))

@@ -5,10 +5,13 @@
                                                     counters, and a diagnosis in words
     gradswitch top [--switch host:port] [-i 1] [-n COUNT]   live per-job rates, refreshed (like top)
 
+    gradswitch metrics-token                         the bearer token of the switch's /metrics for
+                                                    $GRADSWITCH_TENANT (for Prometheus' credentials_file)
+
 JOB is a job's name or id (default: every job). The switch answers STATUS, STATS and JOBS
-(docs/protocol.md section 1.2). On a switch with tenants (--auth-file) only an operator sees every job
-(a tenant's connection sees only a job it joined): the operator's name comes from GRADSWITCH_TENANT,
-its secret from GRADSWITCH_SECRET or GRADSWITCH_SECRET_FILE.
+(docs/protocol.md section 1.2). On a switch with tenants (--auth-file) an operator sees every job and
+the switch's totals, a tenant its own jobs and their sums (docs/security.md): the name comes from
+GRADSWITCH_TENANT, the secret from GRADSWITCH_SECRET or GRADSWITCH_SECRET_FILE.
 """
 
 from __future__ import annotations
@@ -50,6 +53,16 @@ class Session:
 
     def close(self) -> None:
         self._conn.close()
+
+    @property
+    def scope(self) -> str:
+        """Whose jobs and counters the switch shows this session: "switch" (an operator's, or any
+        connection without --auth-file), else "tenant '<name>'" (its own only, docs/security.md)."""
+        if self._conn.role in (None, "operator"):
+            return "switch"
+        from gradswitch import control
+
+        return f"tenant {control.credentials()[0]!r}"
 
     def kv(self, line: str) -> dict[str, str]:
         from gradswitch import control
@@ -181,10 +194,11 @@ def drop_reasons(counters: dict[str, int]) -> list[str]:
     return ["  drops: " + ", ".join(f"{k} {v}" for k, v in sorted(drops.items()))] if drops else []
 
 
-def render_status(total: dict[str, int], jobs: list[Job]) -> str:
+def render_status(total: dict[str, int], jobs: list[Job], scope: str = "switch") -> str:
+    started = f", {total['jobs_started']} started" if "jobs_started" in total else ""
     lines = [
-        f"switch: {total.get('jobs', 0)} running job(s), {total.get('joining', 0)} joining, "
-        f"{total.get('jobs_started', 0)} started; packets in {total.get('pkts_in', 0)}, out "
+        f"{scope}: {total.get('jobs', 0)} running job(s), {total.get('joining', 0)} joining{started}; "
+        f"packets in {total.get('pkts_in', 0)}, out "
         f"{total.get('pkts_out', 0)}, rounds {total.get('completed', 0)}, retransmissions answered "
         f"{total.get('retx_answered', 0)}, drops {total.get('drops', 0)}"
     ]
@@ -233,6 +247,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         s = Session(args.switch, args.timeout)
         try:
+            scope = s.scope
             total = counters(s.kv("STATS"))
             jobs = []
             for j in select(list_jobs(s), args.job):
@@ -245,7 +260,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     except StatusError as e:
         print(f"gradswitch status: {e}", file=sys.stderr)
         return 1
-    print(render_status(total, jobs))
+    print(render_status(total, jobs, scope))
     return 0
 
 
@@ -265,7 +280,9 @@ def rates(before: dict[str, int], after: dict[str, int], seconds: float) -> dict
     return out
 
 
-def render_top(when: str, total: dict[str, float], per_job: list[tuple[Job, dict[str, float]]]) -> str:
+def render_top(
+    when: str, total: dict[str, float], per_job: list[tuple[Job, dict[str, float]]], scope: str = "switch"
+) -> str:
     head = f"{'job':24} {'id':>10} {'state':8} " + " ".join(f"{label:>11}" for _, label in RATE_KEYS)
     head += f" {'Gbit/s in':>9} {'stall s':>7}"
     lines = [f"gradswitch top  {when}", head]
@@ -277,7 +294,7 @@ def render_top(when: str, total: dict[str, float], per_job: list[tuple[Job, dict
             + f" {r['gbit_in']:9.3f} {stall:>7}"
         )
 
-    lines.append(row("(switch)", "-", "-", total, "-"))
+    lines.append(row("(switch)" if scope == "switch" else "(your jobs)", "-", "-", total, "-"))
     for j, r in per_job:
         age = int(j.status.get("oldest_age_ms", "0") or 0)
         lines.append(
@@ -311,7 +328,7 @@ def cmd_top(args: argparse.Namespace) -> int:
                     continue
             dt = now - prev_t
             per_job = [(j, rates(prev_jobs.get(j.job_id, j.stats), j.stats, dt)) for j in jobs]
-            frame = render_top(time.strftime("%H:%M:%S"), rates(prev_total, total, dt), per_job)
+            frame = render_top(time.strftime("%H:%M:%S"), rates(prev_total, total, dt), per_job, s.scope)
             print(("\x1b[H\x1b[2J" if tty else "") + frame + ("" if tty else "\n"), flush=True)
             prev_total, prev_t = total, now
             prev_jobs = {j.job_id: j.stats for j in jobs}
@@ -323,6 +340,28 @@ def cmd_top(args: argparse.Namespace) -> int:
         pass
     finally:
         s.close()
+    return 0
+
+
+# ------------------------------------------------------------------------------------ metrics-token
+def cmd_metrics_token(args: argparse.Namespace) -> int:
+    """Prints the /metrics bearer token of $GRADSWITCH_TENANT (its secret from the environment, never
+    an argument): what Prometheus' `authorization: {credentials_file: ...}` holds."""
+    from gradswitch import control
+
+    try:
+        creds = control.credentials()
+    except ValueError as e:
+        print(f"gradswitch metrics-token: {e}", file=sys.stderr)
+        return 1
+    if creds is None:
+        print(
+            f"gradswitch metrics-token: set ${control.ENV_TENANT} and ${control.ENV_SECRET_FILE} (or "
+            f"${control.ENV_SECRET}) to the auth-file entry whose token you want",
+            file=sys.stderr,
+        )
+        return 1
+    print(control.metrics_token(*creds))
     return 0
 
 
@@ -352,3 +391,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                 help="refreshes before exiting (default: until Ctrl-C)",
             )
         p.set_defaults(func=func)
+    p = sub.add_parser(
+        "metrics-token",
+        help="the bearer token of the switch's /metrics for $GRADSWITCH_TENANT (Prometheus credentials_file)",
+        description=cmd_metrics_token.__doc__,
+    )
+    p.set_defaults(func=cmd_metrics_token)

@@ -50,7 +50,7 @@ struct SwitchConfig {
   std::string log_level = "info";          // error | warn | info | debug
   std::string log_format = "text";         // text | json (one object per line)
   uint16_t metrics_port = 0;               // HTTP GET /metrics (Prometheus); 0 = off
-  std::string metrics_host = "127.0.0.1";  // where it listens (every job is visible there)
+  std::string metrics_host = "127.0.0.1";  // where it listens (with --auth-file: bearer tokens)
   std::string backend = "udp";             // udp | dpdk
   uint64_t max_memory = 1ull << 30;        // bytes of slot memory for all jobs together
   std::string udp_gso = "on";              // on | off: UDP_SEGMENT for results sent to one worker
@@ -399,7 +399,10 @@ inline const std::vector<OptionSpec>& switch_options() {
                     "serve Prometheus metrics on http://METRICS-HOST:PORT/metrics (0 = no metrics endpoint)",
                     &SwitchConfig::metrics_port, 0, 65535),
         text_option("metrics-host", "ADDR",
-                    "IPv4 address of the metrics endpoint; it shows every job, so keep it for operators",
+                    "IPv4 address of the metrics endpoint; with --auth-file a scrape needs a bearer token "
+                    "(`gradswitch metrics-token`: an operator's sees every job, a tenant's its own), "
+                    "without one it shows every job to anyone, so a non-loopback address also needs "
+                    "--insecure",
                     &SwitchConfig::metrics_host, false, config_detail::valid_ipv4),
         choice_option("backend", "NAME", "data-plane I/O: udp (sockets) or dpdk (EAL arguments after --)",
                       &SwitchConfig::backend, {"udp", "dpdk"}),
@@ -446,11 +449,13 @@ inline std::string validate_config(const SwitchConfig& c) {
     return "--control-host " + c.control_host +
            " can be reached from other machines: give --auth-file FILE (tenants and their secrets, "
            "docs/security.md), or --insecure to let anyone who reaches it join, read and abort any job";
-  if (c.metrics_port != 0 && !is_loopback_ipv4(c.metrics_host) && !c.insecure)
+  // With an auth file /metrics needs a bearer token (docs/observability.md); without one it answers
+  // anyone, which is loopback's trust and nobody else's.
+  if (c.metrics_port != 0 && !is_loopback_ipv4(c.metrics_host) && c.auth_file.empty() && !c.insecure)
     return "--metrics-host " + c.metrics_host +
-           " can be reached from other machines, and /metrics shows every job (names and ids) to anyone: "
-           "keep "
-           "it on loopback (scrape it through a proxy that authenticates), or give --insecure";
+           " can be reached from other machines, and without --auth-file /metrics shows every job to "
+           "anyone: give --auth-file FILE (scrapes then need a bearer token, docs/observability.md), keep "
+           "it on loopback, or give --insecure";
   if (c.backend != "dpdk") {
     const SwitchConfig defaults;
     for (const OptionSpec& o : switch_options())

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,7 +108,11 @@ int main(int argc, char** argv) {
   control.add_stats_source([&] { return format_backend_stats(*backend); });
   metrics::Collector collector(engine, *backend, control, config);
   metrics::HttpServer metrics_server(config.metrics_host, config.metrics_port,
-                                     [&] { return collector.render(); });
+                                     [&](const std::string& bearer) -> std::optional<std::string> {
+                                       auto viewer = control.metrics_viewer(bearer);
+                                       if (!viewer) return std::nullopt;
+                                       return collector.render(*viewer);
+                                     });
   if (config.metrics_port != 0 && !metrics_server.start(&error)) {
     log_plain(LogLevel::kError, "gradswitchd: %s", error.c_str());
     return 1;

@@ -1,6 +1,7 @@
 // Tenants (src/switch/control/auth.h): the auth file's grammar and errors, quotas and their
 // defaults; the AUTH, ABORT and JOIN types= parsers; the proofs of the challenge-response
-// (src/common/challenge.h); and the protected-mode check of the configuration.
+// (src/common/challenge.h); the metrics endpoint's tokens and who sees which job; and the
+// protected-mode checks of the configuration.
 #include <string>
 
 #include "common/challenge.h"
@@ -137,6 +138,42 @@ TEST(a_reachable_control_host_needs_an_auth_file_or_insecure) {
   c.insecure = false;
   c.control_host = "10.0.0.1";
   c.auth_file = "/etc/gradswitch/auth";
+  CHECK(validate_config(c).empty());
+}
+
+TEST(metrics_tokens_are_derived_from_the_secrets_and_found_by_token) {
+  // The vector: Python's hmac.new(secret, b"gradswitch-metrics-v1\nops", sha256).hexdigest().
+  CHECK(metrics_token(kSecret, "ops") == "f5d94dc5637883cec870e3cd4a283f24dd79c38f11ad6af1667365483a5df6da");
+  std::string e;
+  auto t = parse("tenant alice secret=" + kSecret + "\noperator ops secret=" + kSecret + "\n", &e);
+  CHECK(t && t->metrics_tokens.size() == 2);
+  CHECK(t->metrics_tokens[0] != t->metrics_tokens[1]);  // one secret, two entries: two tokens
+  CHECK(t->find_metrics_token(metrics_token(kSecret, "ops")) == 1);
+  CHECK(t->find_metrics_token(metrics_token(kSecret, "alice")) == 0);
+  CHECK(t->find_metrics_token(kSecret) == -1);  // the secret itself is no token
+  CHECK(t->find_metrics_token("") == -1);
+  CHECK(t->find_metrics_token(metrics_token(kSecret, "mallory")) == -1);
+}
+
+TEST(who_sees_a_job) {
+  const Viewer op{true, 3, std::nullopt}, alice{false, 0, std::nullopt}, rank{false, kAnonymous, 7u};
+  CHECK(may_see(op, 7, 1) && may_see(op, 8, kAnonymous));
+  CHECK(may_see(alice, 7, 0) && !may_see(alice, 7, 1) && !may_see(alice, 7, kAnonymous));
+  CHECK(may_see(rank, 7, kAnonymous) && !may_see(rank, 8, kAnonymous));  // an anonymous rank: its job
+  CHECK(!may_see(Viewer{}, 7, kAnonymous));                              // anonymous use shares no tenant
+}
+
+TEST(a_reachable_metrics_host_needs_tokens_or_insecure) {
+  SwitchConfig c;
+  c.metrics_port = 9101;
+  c.metrics_host = "0.0.0.0";
+  const std::string why = validate_config(c);
+  CHECK(why.find("--metrics-host 0.0.0.0") != std::string::npos &&
+        why.find("--auth-file") != std::string::npos && why.find("--insecure") != std::string::npos);
+  c.auth_file = "/etc/gradswitch/auth";  // scrapes then need a bearer token
+  CHECK(validate_config(c).empty());
+  c.auth_file.clear();
+  c.insecure = true;
   CHECK(validate_config(c).empty());
 }
 

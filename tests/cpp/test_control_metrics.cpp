@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "harness.h"
 #include "switch/metrics/exposition.h"
@@ -55,7 +57,7 @@ TEST(values_print_short_and_exact) {
 }
 
 TEST(http_answers_metrics_and_refuses_the_rest) {
-  auto render = [] { return std::string("m 1\n"); };
+  auto render = [](const std::string&) -> std::optional<std::string> { return std::string("m 1\n"); };
   HttpReply r = answer_http("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", render);
   CHECK(r.scrape);
   CHECK(r.bytes.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
@@ -69,6 +71,32 @@ TEST(http_answers_metrics_and_refuses_the_rest) {
   CHECK(answer_http("POST /metrics HTTP/1.1\r\n\r\n", render).bytes.rfind("HTTP/1.1 405", 0) == 0);
   CHECK(answer_http("garbage\r\n\r\n", render).bytes.rfind("HTTP/1.1 400", 0) == 0);
   CHECK(answer_http("\r\n\r\n", render).bytes.rfind("HTTP/1.1 400", 0) == 0);
+}
+
+TEST(http_passes_the_bearer_token_and_a_refusal_is_a_401_without_data) {
+  std::string seen = "unset";
+  auto render = [&](const std::string& bearer) -> std::optional<std::string> {
+    seen = bearer;
+    if (bearer != "t0ken") return std::nullopt;
+    return std::string("gradswitch_secret_series 1\n");
+  };
+  HttpReply ok =
+      answer_http("GET /metrics HTTP/1.1\r\nHost: x\r\nauthorization:  bearer t0ken \r\n\r\n", render);
+  CHECK(ok.scrape && !ok.refused && seen == "t0ken");
+  CHECK(ok.bytes.find("gradswitch_secret_series 1") != std::string::npos);
+  // none, another scheme, a wrong token: 401, the scheme to use, and nothing of the metrics
+  for (const char* header : {"", "Authorization: Basic dTpw\r\n", "Authorization: Bearer t0kem\r\n"}) {
+    HttpReply r = answer_http(std::string("GET /metrics HTTP/1.1\r\nHost: x\r\n") + header + "\r\n", render);
+    CHECK(r.refused && !r.scrape);
+    CHECK(r.bytes.rfind("HTTP/1.1 401 Unauthorized\r\n", 0) == 0);
+    CHECK(r.bytes.find("\r\nWWW-Authenticate: Bearer realm=\"gradswitch\"") != std::string::npos);
+    CHECK((r.bytes.find("error=\"invalid_token\"") != std::string::npos) == (header[0] != 0));
+    CHECK(r.bytes.find("gradswitch_secret_series") == std::string::npos);
+  }
+  CHECK(answer_http("HEAD /metrics HTTP/1.1\r\n\r\n", render).refused);
+  CHECK(bearer_credential("GET / HTTP/1.1\r\nX-Authorization: Bearer a\r\n\r\n").bearer.empty());
+  CHECK(bearer_credential("GET / HTTP/1.1\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n")
+            .bearer == "a");
 }
 
 // Sends `request` (in two pieces, 50 ms apart, when `split` is set) and reads the whole reply.
@@ -98,7 +126,9 @@ static std::string fetch(uint16_t port, const std::string& request, size_t split
 
 TEST(http_server_serves_scrapes_on_a_socket) {
   int renders = 0;
-  HttpServer server("127.0.0.1", 0, [&] { return "gradswitch_up " + std::to_string(++renders) + "\n"; });
+  HttpServer server("127.0.0.1", 0, [&](const std::string&) -> std::optional<std::string> {
+    return "gradswitch_up " + std::to_string(++renders) + "\n";
+  });
   std::string error;
   CHECK(server.start(&error));
   CHECK(server.port() != 0);
@@ -113,10 +143,47 @@ TEST(http_server_serves_scrapes_on_a_socket) {
   CHECK(fetch(server.port(), "GET /metrics HTTP/1.1\r\nX: " + big).rfind("HTTP/1.1 431", 0) == 0);
   CHECK(server.scrapes() == 2);
   // the port is taken while it runs
-  HttpServer clash("127.0.0.1", server.port(), [] { return std::string(); });
+  HttpServer clash("127.0.0.1", server.port(),
+                   [](const std::string&) { return std::optional<std::string>(); });
   CHECK(!clash.start(&error));
   CHECK(error.find("--metrics-port") != std::string::npos);
   server.stop();
+  server.stop();
+}
+
+static int connect_to(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(idle_connections_do_not_keep_a_scrape_out) {
+  // Before, 64 idle connections took every place and the listening socket was not even read until
+  // they timed out: a scrape behind them waited or failed.
+  HttpServer server("127.0.0.1", 0, [](const std::string&) -> std::optional<std::string> {
+    return std::string("gradswitch_up 1\n");
+  });
+  std::string error;
+  CHECK(server.start(&error));
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) {
+    int fd = connect_to(server.port());
+    if (fd >= 0) idle.push_back(fd);
+    if (i % 2) (void)!::send(fd, "GET /metrics HTTP/1.1\r\n", 23, 0);  // half a request
+  }
+  for (int i = 0; i < 7; ++i)
+    CHECK(fetch(server.port(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n").find("gradswitch_up 1") !=
+          std::string::npos);
+  CHECK(server.scrapes() == 7);
+  CHECK(server.evicted() > 0);
+  for (int fd : idle) ::close(fd);
   server.stop();
 }
 

@@ -170,27 +170,34 @@ def test_help(capsys):
     assert "status" in out and "top" in out
 
 
-def test_status_on_a_switch_with_tenants_needs_an_operator(tmp_path, capsys, monkeypatch):
+def test_status_on_a_switch_with_tenants_shows_a_tenant_its_own_jobs(tmp_path, capsys, monkeypatch):
     import secrets as tokens
 
     import gradswitch
 
-    keys = {name: tokens.token_hex(32) for name in ("alice", "ops")}
+    TENANTS = (("tenant", "alice"), ("tenant", "bob"), ("operator", "ops"))  # noqa: N806
+    keys = {name: tokens.token_hex(32) for _, name in TENANTS}
     auth = tmp_path / "auth"
-    auth.write_text(f"tenant alice secret={keys['alice']}\noperator ops secret={keys['ops']}\n")
+    auth.write_text("".join(f"{kind} {who} secret={keys[who]}\n" for kind, who in TENANTS))
     auth.chmod(0o600)
     with Daemon("--auth-file", str(auth), threads=THREADS) as d:
         monkeypatch.setenv("GRADSWITCH_TENANT", "alice")
         monkeypatch.setenv("GRADSWITCH_SECRET", keys["alice"])
         with gradswitch.connect(d.address, job="train", rank=0, world_size=1) as g:
             g.allreduce(np.ones(10, np.float32))
-            # a tenant's connection sees only the job it joined (docs/protocol.md section 1.5)
-            for who in ("alice", "ops"):
+            # a tenant sees its own jobs and their sums, an operator every job and the switch's totals
+            # (docs/security.md); another tenant nothing of alice's
+            for who, first in (
+                ("alice", "tenant 'alice': 1 running"),
+                ("bob", "tenant 'bob': 0 running"),
+                ("ops", "switch: 1 running"),
+            ):
                 monkeypatch.setenv("GRADSWITCH_TENANT", who)
                 monkeypatch.setenv("GRADSWITCH_SECRET", keys[who])
                 rc, out, err = _run(capsys, "status", "--switch", d.address)
                 assert rc == 0, err
-                assert ("job 'alice/train'" in out) == (who == "ops"), (who, out)
+                assert out.startswith(first), (who, out)
+                assert ("job 'alice/train'" in out) == (who != "bob"), (who, out)
             monkeypatch.setenv("GRADSWITCH_SECRET", tokens.token_hex(32))  # a wrong secret
             rc, out, err = _run(capsys, "status", "--switch", d.address)
             assert rc == 1 and "refused tenant 'ops'" in err, err

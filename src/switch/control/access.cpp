@@ -78,9 +78,36 @@ void ControlPlane::handle_abort(Conn& c, const Request& r) {
   reply(c, GS_REPLY_OK "\n");
 }
 
+Viewer ControlPlane::viewer_of(const Conn& c) const {
+  Viewer v;
+  v.privileged = c.privileged;
+  v.tenant = c.tenant;
+  if (c.role == Conn::Role::kJoined || c.role == Conn::Role::kLeft) v.job = c.job_id;
+  return v;
+}
+
 bool ControlPlane::can_see(const Conn& c, uint32_t job_id) const {
-  return c.privileged ||
-         ((c.role == Conn::Role::kJoined || c.role == Conn::Role::kLeft) && c.job_id == job_id);
+  auto it = live_.find(job_id);
+  return may_see(viewer_of(c), job_id, it != live_.end() ? it->second->tenant : kAnonymous);
+}
+
+std::optional<Viewer> ControlPlane::metrics_viewer(std::string_view bearer) const {
+  if (!auth_) return Viewer{true, kAnonymous, std::nullopt};  // loopback trust, as on the control port
+  const int t = auth_->find_metrics_token(bearer);
+  if (t < 0) return std::nullopt;
+  return Viewer{auth_->tenants[t].is_operator, t, std::nullopt};
+}
+
+int ControlPlane::owner_of(std::string_view scoped) const {
+  // The inverse of scoped_name(): a JOIN's own name has no '/' (is_valid_name), so one in a job's
+  // name was put there by the switch, after its tenant's name.
+  const size_t sep = scoped.find(GS_TENANT_SEPARATOR);
+  if (!auth_ || sep == std::string_view::npos) return kAnonymous;
+  return auth_->find(scoped.substr(0, sep));
+}
+
+bool ControlPlane::may_see_job(const Viewer& v, const JobStatus& s) const {
+  return may_see(v, s.job_id, owner_of(s.name));
 }
 
 std::string ControlPlane::scoped_name(const Conn& c, const std::string& name) const {

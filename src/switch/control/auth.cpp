@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/sha256.h"
+#include "gradswitch/control.h"
 #include "switch/config.h"
 
 namespace gradswitch::control {
@@ -60,6 +62,23 @@ int AuthTable::find(std::string_view name) const {
   for (size_t i = 0; i < tenants.size(); ++i)
     if (tenants[i].name == name) return static_cast<int>(i);
   return -1;
+}
+
+int AuthTable::find_metrics_token(std::string_view token) const {
+  int found = -1;
+  for (size_t i = 0; i < metrics_tokens.size(); ++i)
+    if (constant_time_equal(metrics_tokens[i], token)) found = static_cast<int>(i);
+  return found;
+}
+
+bool may_see(const Viewer& v, uint32_t job_id, int job_tenant) {
+  return v.privileged || (v.job && *v.job == job_id) || (v.tenant != kAnonymous && v.tenant == job_tenant);
+}
+
+std::string metrics_token(std::string_view secret, std::string_view name) {
+  std::string message = GS_METRICS_TOKEN_LABEL "\n";
+  message += name;
+  return to_hex(hmac_sha256(secret, message));
 }
 
 bool is_valid_tenant_name(std::string_view s) {
@@ -141,6 +160,7 @@ std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& lim
   };
   for (Pending& p : entries) {
     fill(p);
+    table.metrics_tokens.push_back(metrics_token(p.t.secret, p.t.name));
     table.tenants.push_back(std::move(p.t));
   }
   if (anonymous) {

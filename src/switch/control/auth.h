@@ -7,6 +7,9 @@
 //   operator NAME secret=SECRET
 //   anonymous [max_jobs=N] [max_memory=BYTES]     unauthenticated JOINs allowed, one shared quota
 //   defaults [max_jobs=N] [max_memory=BYTES]      quotas of tenants that give none
+//
+// Also here, because the control plane and the metrics endpoint share them: who may see which job
+// (Viewer, may_see) and the metrics endpoint's bearer tokens, derived from the secrets.
 #pragma once
 
 #include <cstdint>
@@ -29,12 +32,36 @@ struct Tenant {
   Quota quota;
 };
 
+// The tenant of an unauthenticated connection and of its jobs.
+inline constexpr int kAnonymous = -1;
+
 struct AuthTable {
   std::vector<Tenant> tenants;
   std::optional<Quota> anonymous;  // set: JOIN without AUTH is allowed, under this shared quota
+  // Per tenant (same index): its metrics token, metrics_token(secret, name).
+  std::vector<std::string> metrics_tokens;
   // The tenant named `name`, or -1.
   int find(std::string_view name) const;
+  // The tenant whose metrics token `token` is, or -1. Compares with every entry's token, each in
+  // constant time and without stopping at a match, so that the time taken tells nothing.
+  int find_metrics_token(std::string_view token) const;
 };
+
+// Who asks about jobs (STATUS, STATS, JOBS on a connection; GET /metrics with a token), and so
+// what it may see (docs/security.md "Who can do what").
+struct Viewer {
+  bool privileged = false;      // an operator, or anyone on a switch without --auth-file: every job
+  int tenant = kAnonymous;      // an authenticated tenant: every job of that tenant
+  std::optional<uint32_t> job;  // the job this connection joined (anonymous ranks see theirs)
+};
+// The one rule: privileged, its own job, or a job of its own (authenticated) tenant.
+bool may_see(const Viewer& v, uint32_t job_id, int job_tenant);
+
+// The bearer token of GET /metrics for the entry `name` with `secret`: HMAC-SHA-256(secret,
+// GS_METRICS_TOKEN_LABEL "\n" name) in lower-case hex. Derived, so that the secret itself never
+// crosses the network (HTTP carries the token in clear) and a token grants reading metrics only:
+// it proves nothing in AUTH (docs/observability.md).
+std::string metrics_token(std::string_view secret, std::string_view name);
 
 // Parses an auth file's text. `limits` are the switch's own (--max-jobs, --max-memory): the
 // defaults of every quota, and no quota may exceed them. The error names the line.

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "switch/config.h"
@@ -60,6 +61,13 @@ class ControlPlane {
 
   uint64_t jobs_started() const { return jobs_started_; }
 
+  // For the metrics endpoint's thread (access.cpp): safe there because the auth table is fixed
+  // before run(). The viewer a bearer token stands for (std::nullopt: refuse the scrape; without an
+  // auth file every scrape sees everything, as every control connection does), and whether it may
+  // see a job (the same rule as STATUS, STATS and JOBS: control::may_see).
+  std::optional<control::Viewer> metrics_viewer(std::string_view bearer) const;
+  bool may_see_job(const control::Viewer& v, const JobStatus& s) const;
+
   // What other threads (the metrics endpoint) may read about the control plane: published by the
   // control-plane thread at the end of every step().
   struct Gauges {
@@ -98,7 +106,10 @@ class ControlPlane {
   void handle_challenge(Conn& c, const control::Request& r);
   void handle_auth(Conn& c, const control::Request& r);
   void handle_abort(Conn& c, const control::Request& r);
+  control::Viewer viewer_of(const Conn& c) const;
   bool can_see(const Conn& c, uint32_t job_id) const;
+  // The tenant of a job by its scoped name (kAnonymous for an anonymous job's).
+  int owner_of(std::string_view scoped_name) const;
   // The name a JOIN's job has in the switch: "tenant/name" for a tenant, `name` when anonymous.
   std::string scoped_name(const Conn& c, const std::string& name) const;
   // "" when the JOIN may proceed; else why not (ERR auth).
@@ -155,6 +166,8 @@ class ControlPlane {
   void sweep(uint64_t now_ns);
   // The STATS total; `per_reason`: with the drop.<reason> counters (operators and the log).
   std::string stats_line(bool per_reason) const;
+  // A non-operator's STATS total: over the jobs it may see (queries.cpp).
+  std::string visible_stats_line(const Conn& c) const;
   size_t reserved_memory() const;
 
   Engine& engine_;

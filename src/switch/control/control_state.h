@@ -17,8 +17,7 @@ namespace gradswitch {
 // Buffered input behind a JOIN whose reply is held (more withdraws the JOIN: a connection that is
 // not read could close unnoticed), or behind a STATE_GET payload going out (reading pauses).
 inline constexpr size_t kMaxPausedInput = 64 * 1024;
-// The tenant of an unauthenticated connection and its jobs.
-inline constexpr int kAnonymous = -1;
+using control::kAnonymous;  // the tenant of an unauthenticated connection and its jobs (auth.h)
 
 struct ControlPlane::Conn {
   // kUplink: a leaf's own connection to its spine, carrying one member's JOIN (docs/protocol.md §8).

@@ -50,10 +50,9 @@ std::string ranks_text(uint64_t mask) {
 using namespace control;
 
 namespace {
-std::string counters_text(const CounterValues& v) {
-  std::string s = v.format("");
-  if (s.find("drops=") == std::string::npos) s = "drops=" + std::to_string(v.drops_total()) + " " + s;
-  return s;
+// `per_reason`: every drop reason apart (operators); else the secret checks' as drop.rejected=.
+std::string counters_text(const CounterValues& v, bool per_reason) {
+  return v.format("", per_reason);
 }
 }  // namespace
 
@@ -134,21 +133,7 @@ void ControlPlane::handle_status(Conn& c, const Request& r, uint64_t now_ns) {
 }
 
 std::string ControlPlane::stats_line(bool per_reason) const {
-  std::string counters = counters_text(engine_.total_counters());
-  if (!per_reason) {
-    // Which check dropped a packet would tell a prober whether its guessed job id was right
-    // (unknown_job or wrong_key): that breakdown is the operator's (docs/security.md).
-    std::string kept;
-    for (size_t pos = 0; pos < counters.size();) {
-      size_t end = counters.find(' ', pos);
-      if (end == std::string::npos) end = counters.size();
-      const std::string_view tok(counters.data() + pos, end - pos);
-      if (tok.rfind(GS_KEY_DROP_PREFIX, 0) != 0) (kept += kept.empty() ? "" : " ") += tok;
-      pos = end + 1;
-    }
-    counters = kept;
-  }
-  Line line(counters);
+  Line line(counters_text(engine_.total_counters(), per_reason));
   line.add(GS_KEY_JOBS, live_.size())
       .add(GS_KEY_JOINING, pending_.size())
       .add(GS_KEY_JOBS_STARTED, jobs_started_);
@@ -162,15 +147,41 @@ std::string ControlPlane::stats_line(bool per_reason) const {
   return s;
 }
 
+std::string ControlPlane::visible_stats_line(const Conn& c) const {
+  // The switch's totals move with every tenant's traffic and tell that jobs exist and how fast they
+  // run; a non-operator gets the sum over the jobs it may see instead (docs/security.md). Without
+  // the drop reasons: which check dropped a packet is an operator's (drop.rejected is per job).
+  CounterValues sum;
+  uint64_t jobs = 0, joining = 0;
+  for (auto& [id, j] : live_) {
+    JobStatus s;
+    if (!can_see(c, id) || !engine_.job_status(id, &s)) continue;
+    sum += s.counters;
+    ++jobs;
+  }
+  for (auto& [name, p] : pending_)
+    if (c.tenant != kAnonymous && p->tenant == c.tenant) ++joining;
+  std::string counters = counters_text(sum, true);
+  counters = counters.substr(0, counters.find(" " GS_KEY_DROP_PREFIX));
+  Line line(counters);
+  line.add(GS_KEY_JOBS, jobs).add(GS_KEY_JOINING, joining);
+  std::string s = line.str();
+  s.pop_back();  // the '\n'
+  return s;
+}
+
 void ControlPlane::handle_stats(Conn& c, const Request& r) {
   Error err;
   auto q = parse_stats(r, &err);
   if (!q) return reply_error(c, err.code, err.message);
-  if (!q->job_id) return reply(c, GS_REPLY_OK " " + stats_line(c.privileged) + "\n");
+  if (!q->job_id)
+    return reply(c, GS_REPLY_OK " " + (c.privileged ? stats_line(true) : visible_stats_line(c)) + "\n");
   JobStatus s;
   if (!can_see(c, *q->job_id) || !engine_.job_status(*q->job_id, &s))
     return reply_error(c, kErrNotFound, "no job with id " + std::to_string(*q->job_id));
-  reply(c, GS_REPLY_OK " " + counters_text(s.counters) + "\n");
+  // A job's own ranks and tenant see its drops by reason, but the secret checks' as one: a holder
+  // of the tenant's credential who lacks the job's key must not be able to search for it.
+  reply(c, GS_REPLY_OK " " + counters_text(s.counters, c.privileged) + "\n");
 }
 
 void ControlPlane::handle_jobs(Conn& c, const Request& r) {

@@ -48,6 +48,11 @@ const char* drop_reason_name(DropReason r) {
   return "unknown";
 }
 
+bool is_secret_check(DropReason r) {
+  return r == DropReason::kUnknownJob || r == DropReason::kWrongKey || r == DropReason::kBadRank ||
+         r == DropReason::kBadSource;
+}
+
 CounterValues& CounterValues::operator+=(const CounterValues& o) {
   pkts_in += o.pkts_in;
   bytes_in += o.bytes_in;
@@ -64,7 +69,7 @@ CounterValues& CounterValues::operator+=(const CounterValues& o) {
   return *this;
 }
 
-std::string CounterValues::format(const std::string& prefix) const {
+std::string CounterValues::format(const std::string& prefix, bool per_reason) const {
   std::string s;
   auto add = [&](const char* name, uint64_t v) {
     if (!s.empty()) s += ' ';
@@ -85,7 +90,12 @@ std::string CounterValues::format(const std::string& prefix) const {
   add("held_answered", held_answered);
   add("lacking_told", lacking_told);
   add("drops", drops_total());
+  uint64_t rejected = 0;
+  for (size_t i = 1; i < kDropReasons; ++i)
+    if (is_secret_check(static_cast<DropReason>(i))) rejected += drops[i];
+  if (!per_reason) add((std::string("drop.") + kRejectedName).c_str(), rejected);
   for (size_t i = 1; i < kDropReasons; ++i) {
+    if (!per_reason && is_secret_check(static_cast<DropReason>(i))) continue;
     std::string name = std::string("drop.") + drop_reason_name(static_cast<DropReason>(i));
     add(name.c_str(), drops[i]);
   }

@@ -36,6 +36,11 @@ enum class DropReason : uint8_t {
 inline constexpr size_t kDropReasons = static_cast<size_t>(DropReason::kCount_);
 
 const char* drop_reason_name(DropReason r);
+// The checks of what makes a packet its job's (id, key, rank, source address), which a guess fails:
+// which of them dropped it would tell a guesser how much it got right, so everyone but operators
+// sees them as one reason, kRejectedName (docs/security.md "How the side channels were closed").
+bool is_secret_check(DropReason r);
+inline constexpr const char* kRejectedName = "rejected";
 
 struct CounterValues {
   uint64_t pkts_in = 0, bytes_in = 0, pkts_out = 0, bytes_out = 0;
@@ -53,8 +58,9 @@ struct CounterValues {
     return s;
   }
   CounterValues& operator+=(const CounterValues& o);
-  // "pkts_in=1 bytes_in=2 ... drop.wrong_key=0 ..." with an optional key prefix.
-  std::string format(const std::string& prefix) const;
+  // "pkts_in=1 bytes_in=2 ... drop.wrong_key=0 ..." with an optional key prefix. Without
+  // `per_reason` the secret checks' drops are one key, drop.rejected= (is_secret_check).
+  std::string format(const std::string& prefix, bool per_reason = true) const;
 };
 
 class Counters {

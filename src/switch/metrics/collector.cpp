@@ -32,13 +32,6 @@ void histogram(Exposition& e, const Labels& labels, const LatencyValues& v) {
               static_cast<double>(v.sum_ns) / 1e9);
 }
 
-// A job as the scrape saw it (copied under the engine's ReadGuard).
-struct JobView {
-  JobStatus status;
-  LatencyValues rounds, allreduces;
-  std::vector<OpenRound> open;
-};
-
 // The counters every job and the total share: (metric suffix, help, value).
 struct CounterField {
   const char* name;
@@ -66,21 +59,34 @@ constexpr CounterField kCounterFields[] = {
      &CounterValues::lacking_told},
 };
 
+// `every_reason`: a sample for each reason, 0 or not (the totals); else only those that happened.
+// `per_reason`: the secret checks apart (operators); else as one, reason="rejected" (is_secret_check).
 void counters(Exposition& e, const std::string& prefix,
-              const std::vector<std::pair<Labels, CounterValues>>& rows, bool every_reason) {
+              const std::vector<std::pair<Labels, CounterValues>>& rows, bool every_reason, bool per_reason) {
   for (const CounterField& f : kCounterFields) {
     e.family(prefix + f.name, Type::kCounter, f.help);
     for (const auto& [labels, v] : rows) e.sample(labels, v.*(f.field));
   }
   e.family(prefix + "dropped_packets_total", Type::kCounter,
-           "Datagrams dropped, by reason (docs/protocol.md section 3 names them).");
-  for (const auto& [labels, v] : rows)
+           "Datagrams dropped, by reason (docs/protocol.md section 3 names them; \"rejected\": the checks of "
+           "job id, key, rank and source address, apart for operators only).");
+  for (const auto& [labels, v] : rows) {
+    uint64_t rejected = 0;
+    for (size_t r = 1; r < kDropReasons; ++r)
+      if (is_secret_check(static_cast<DropReason>(r))) rejected += v.drops[r];
+    if (!per_reason && (every_reason || rejected != 0)) {
+      Labels l = labels;
+      l.emplace_back("reason", kRejectedName);
+      e.sample(l, rejected);
+    }
     for (size_t r = 1; r < kDropReasons; ++r) {
+      if (!per_reason && is_secret_check(static_cast<DropReason>(r))) continue;
       if (!every_reason && v.drops[r] == 0) continue;  // per job: only the reasons that happened
       Labels l = labels;
       l.emplace_back("reason", drop_reason_name(static_cast<DropReason>(r)));
       e.sample(l, v.drops[r]);
     }
+  }
 }
 
 // The process: CPU, memory, file descriptors (the names every Prometheus client library uses).
@@ -144,6 +150,13 @@ void backend_metrics(Exposition& e, const Backend& backend) {
 
 }  // namespace
 
+// A job as the scrape saw it (copied under the engine's ReadGuard).
+struct JobView {
+  JobStatus status;
+  LatencyValues rounds, allreduces;
+  std::vector<OpenRound> open;
+};
+
 Collector::Collector(const Engine& engine, const Backend& backend, const ControlPlane& control,
                      const SwitchConfig& config)
     : engine_(engine),
@@ -153,21 +166,20 @@ Collector::Collector(const Engine& engine, const Backend& backend, const Control
       start_time_s_(
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
 
-std::string Collector::render() const {
+std::string Collector::render(const control::Viewer& viewer) const {
   // Copy what the jobs say while the engine cannot free them; format afterwards.
   std::vector<JobView> jobs;
   {
     Engine::ReadGuard guard(engine_);
     for (uint32_t id : engine_.job_ids()) {
       JobView j;
-      if (!engine_.job_status(id, &j.status)) continue;
+      if (!engine_.job_status(id, &j.status) || !control_.may_see_job(viewer, j.status)) continue;
       engine_.job_latency(id, &j.rounds, &j.allreduces);
       engine_.open_rounds(id, &j.open);
       jobs.push_back(std::move(j));
     }
   }
   const uint64_t now = monotonic_ns();
-  const ControlPlane::Gauges& g = control_.gauges();
   Exposition e;
 
   e.family("gradswitch_build_info", Type::kGauge, "Always 1; the labels say which gradswitchd runs.");
@@ -182,6 +194,20 @@ std::string Collector::render() const {
   e.sample({}, uint64_t{config_.max_jobs});
   e.family("gradswitch_memory_limit_bytes", Type::kGauge, "Memory the jobs may reserve (--max-memory).");
   e.sample({}, config_.max_memory);
+  // Up to here: the configuration, the same whoever runs what. Everything switch-wide below moves
+  // with every tenant's jobs (that they exist, how fast they run, how guesses were dropped): a
+  // tenant's token gets its own jobs' series only (docs/security.md).
+  if (viewer.privileged) totals(e, jobs);
+  per_job(e, jobs, viewer.privileged, now);
+  if (viewer.privileged) {
+    backend_metrics(e, backend_);
+    process_metrics(e, start_time_s_);
+  }
+  return e.take();
+}
+
+void Collector::totals(Exposition& e, const std::vector<JobView>& jobs) const {
+  const ControlPlane::Gauges& g = control_.gauges();
   e.family("gradswitch_memory_reserved_bytes", Type::kGauge,
            "Memory reserved by running and joining jobs (slots, optimizer parameters and state).");
   e.sample({}, g.reserved_bytes.load(std::memory_order_relaxed));
@@ -208,7 +234,8 @@ std::string Collector::render() const {
   e.family("gradswitch_open_rounds", Type::kGauge, "Rounds waiting for contributions, over every job.");
   e.sample({}, open_total);
 
-  counters(e, "gradswitch_", {{Labels{}, engine_.total_counters()}}, /*every_reason=*/true);
+  counters(e, "gradswitch_", {{Labels{}, engine_.total_counters()}}, /*every_reason=*/true,
+           /*per_reason=*/true);
   e.family("gradswitch_round_duration_seconds", Type::kHistogram,
            "Time from a round's first contribution to its completion (every job since start).");
   histogram(e, {}, engine_.total_round_times());
@@ -216,8 +243,10 @@ std::string Collector::render() const {
            "Time from an allreduce's first DATA packet to the completion of its last chunk, as the data "
            "thread that completes it sees them (every job since start).");
   histogram(e, {}, engine_.total_allreduce_times());
+}
 
-  // Per job, while it lives.
+void Collector::per_job(Exposition& e, const std::vector<JobView>& jobs, bool per_reason,
+                        uint64_t now) const {
   std::vector<std::pair<Labels, CounterValues>> rows;
   for (const JobView& j : jobs)
     rows.push_back(
@@ -263,7 +292,7 @@ std::string Collector::render() const {
       }
       e.sample(rows[i].first, static_cast<uint64_t>(hi - lo));
     }
-    counters(e, "gradswitch_job_", rows, /*every_reason=*/false);
+    counters(e, "gradswitch_job_", rows, /*every_reason=*/false, per_reason);
     e.family("gradswitch_job_round_duration_seconds", Type::kHistogram,
              "Time from a round's first contribution to its completion.");
     for (size_t i = 0; i < jobs.size(); ++i) histogram(e, rows[i].first, jobs[i].rounds);
@@ -271,10 +300,6 @@ std::string Collector::render() const {
              "Time from an allreduce's first DATA packet to the completion of its last chunk.");
     for (size_t i = 0; i < jobs.size(); ++i) histogram(e, rows[i].first, jobs[i].allreduces);
   }
-
-  backend_metrics(e, backend_);
-  process_metrics(e, start_time_s_);
-  return e.take();
 }
 
 }  // namespace gradswitch::metrics

@@ -9,11 +9,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "common/tcp_listen.h"
@@ -23,8 +27,12 @@ namespace gradswitch::metrics {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 8192;
+// Connections open at once. Idle ones cannot hold them all: when full, a new connection evicts the
+// oldest one that has not sent its request yet, so a scraper, which sends its request at once, is
+// always served (an idle socket costs its opener as much as it costs us).
 constexpr size_t kMaxConnections = 64;
-constexpr int64_t kConnectionTimeoutNs = 5'000'000'000;
+constexpr int64_t kRequestTimeoutNs = 3'000'000'000;  // the whole request must arrive within this
+constexpr int64_t kReplyTimeoutNs = 10'000'000'000;   // and the reply must be taken within this
 constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
 
 int64_t now_ns() {
@@ -34,7 +42,7 @@ int64_t now_ns() {
 }
 
 std::string response(int status, const char* reason, const std::string& content_type, const std::string& body,
-                     bool head_only, const char* extra_headers = "") {
+                     bool head_only, const std::string& extra_headers = "") {
   std::string r = "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + content_type +
                   "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n" +
                   extra_headers + "\r\n";
@@ -42,8 +50,21 @@ std::string response(int status, const char* reason, const std::string& content_
   return r;
 }
 
+bool iequal(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view trim(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.remove_suffix(1);
+  return v;
+}
+
 struct Conn {
   int fd = -1;
+  uint64_t order = 0;  // accept order: the lowest is the oldest
   std::string in, out;
   size_t sent = 0;
   bool replied = false;
@@ -51,6 +72,28 @@ struct Conn {
 };
 
 }  // namespace
+
+Credential bearer_credential(const std::string& request) {
+  Credential c;
+  // Header lines follow the request line; names are case-insensitive (RFC 9110), and so is the
+  // scheme. The first Authorization header counts.
+  size_t pos = request.find('\n');
+  while (pos != std::string::npos && pos + 1 < request.size()) {
+    const size_t next = request.find('\n', pos + 1);
+    const std::string_view line(request.data() + pos + 1,
+                                (next == std::string::npos ? request.size() : next) - pos - 1);
+    pos = next;
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos || !iequal(trim(line.substr(0, colon)), "authorization")) continue;
+    c.given = true;
+    const std::string_view value = trim(line.substr(colon + 1));
+    const size_t sp = value.find(' ');
+    if (sp != std::string_view::npos && iequal(value.substr(0, sp), "bearer"))
+      c.bearer = std::string(trim(value.substr(sp + 1)));
+    break;
+  }
+  return c;
+}
 
 HttpReply answer_http(const std::string& request, const HttpServer::Render& render) {
   HttpReply r;
@@ -72,7 +115,18 @@ HttpReply answer_http(const std::string& request, const HttpServer::Render& rend
     return r;
   }
   if (target == "/metrics") {
-    r.bytes = response(200, "OK", kContentType, render(), head);
+    const Credential cred = bearer_credential(request);
+    std::optional<std::string> body = render(cred.bearer);
+    if (!body) {
+      // RFC 6750: the scheme to use, and whether the one given was wrong. No metric in the body.
+      r.bytes = response(401, "Unauthorized", "text/plain",
+                         "/metrics needs Authorization: Bearer <token> (docs/observability.md)\n", head,
+                         std::string("WWW-Authenticate: Bearer realm=\"gradswitch\"") +
+                             (cred.given ? ", error=\"invalid_token\"" : "") + "\r\n");
+      r.refused = true;
+      return r;
+    }
+    r.bytes = response(200, "OK", kContentType, *body, head);
     r.scrape = !head;
   } else if (target == "/") {
     r.bytes = response(200, "OK", "text/html; charset=utf-8",
@@ -123,59 +177,92 @@ void HttpServer::stop() {
 void HttpServer::run() {
   std::map<int, std::unique_ptr<Conn>> conns;
   std::vector<pollfd> fds;
+  uint64_t accepted = 0;
+  // Reads what arrived, answers a whole request, sends what the socket takes: false once the
+  // connection is done (answered, failed, or past its deadline).
+  auto advance = [&](Conn& c, int64_t now) {
+    if (!c.replied) {
+      char buf[4096];
+      for (;;) {
+        ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+        if (n < 0) break;
+        c.in.append(buf, static_cast<size_t>(n));
+        if (c.in.size() > kMaxRequestBytes || c.in.find("\r\n\r\n") != std::string::npos) break;
+      }
+      const size_t end = c.in.find("\r\n\r\n");
+      if (end == std::string::npos && c.in.size() > kMaxRequestBytes) {
+        c.out =
+            "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: "
+            "close\r\n\r\n";
+        c.replied = true;
+      } else if (end != std::string::npos) {
+        HttpReply r = answer_http(c.in.substr(0, end + 4), render_);
+        if (r.scrape) scrapes_.fetch_add(1, std::memory_order_relaxed);
+        if (r.refused) refused_.fetch_add(1, std::memory_order_relaxed);
+        c.out = std::move(r.bytes);
+        c.in.clear();
+        c.replied = true;
+        c.deadline_ns = now + kReplyTimeoutNs;
+      }
+    }
+    if (c.replied && c.sent < c.out.size()) {
+      ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) c.sent += static_cast<size_t>(n);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    }
+    if (c.replied && c.sent == c.out.size()) return false;
+    return now <= c.deadline_ns;
+  };
+  auto close_conn = [&](int fd) {
+    if (conns.erase(fd)) ::close(fd);
+  };
+  // The oldest connection still waiting for its request, or -1.
+  auto oldest_waiting = [&] {
+    int fd = -1;
+    uint64_t order = UINT64_MAX;
+    for (auto& [f, c] : conns)
+      if (!c->replied && c->order < order) fd = f, order = c->order;
+    return fd;
+  };
   while (!stopping_.load()) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, static_cast<short>(conns.size() < kMaxConnections ? POLLIN : 0), 0});
+    const bool room = conns.size() < kMaxConnections || oldest_waiting() >= 0;
+    fds.push_back({listen_fd_, static_cast<short>(room ? POLLIN : 0), 0});
     for (auto& [fd, c] : conns) fds.push_back({fd, static_cast<short>(c->replied ? POLLOUT : POLLIN), 0});
-    if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) break;
-    const int64_t now = now_ns();
-    if (fds[1].revents & POLLIN) {
-      for (;;) {
-        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        auto c = std::make_unique<Conn>();
-        c->fd = fd;
-        c->deadline_ns = now + kConnectionTimeoutNs;
-        conns.emplace(fd, std::move(c));
-        if (conns.size() >= kMaxConnections) break;
-      }
-    }
+    if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) break;
+    int64_t now = now_ns();
     std::vector<int> done;
     for (size_t i = 2; i < fds.size(); ++i) {
       auto it = conns.find(fds[i].fd);
       if (it == conns.end()) continue;
-      Conn& c = *it->second;
-      if (!c.replied && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
-        char buf[4096];
-        ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-        if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) {
-          done.push_back(c.fd);
+      if ((fds[i].revents || now > it->second->deadline_ns) && !advance(*it->second, now))
+        done.push_back(fds[i].fd);
+    }
+    for (int fd : done) close_conn(fd);
+    if (fds[1].revents & POLLIN) {
+      for (int n = 0; n < 4 * static_cast<int>(kMaxConnections); ++n) {
+        if (conns.size() >= kMaxConnections) {
+          const int victim = oldest_waiting();
+          if (victim < 0) break;
+          close_conn(victim);
+          evicted_.fetch_add(1, std::memory_order_relaxed);
+        }
+        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;
+        auto c = std::make_unique<Conn>();
+        c->fd = fd;
+        c->order = accepted++;
+        c->deadline_ns = now + kRequestTimeoutNs;
+        // A scraper's request is usually there already: answer it now, before any later connection
+        // of this burst could evict it.
+        if (!advance(*c, now)) {
+          ::close(fd);
           continue;
         }
-        if (n > 0) c.in.append(buf, static_cast<size_t>(n));
-        const size_t end = c.in.find("\r\n\r\n");
-        if (end == std::string::npos && c.in.size() > kMaxRequestBytes) {
-          c.out =
-              "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: "
-              "close\r\n\r\n";
-          c.replied = true;
-        } else if (end != std::string::npos) {
-          HttpReply r = answer_http(c.in.substr(0, end + 4), render_);
-          if (r.scrape) scrapes_.fetch_add(1, std::memory_order_relaxed);
-          c.out = std::move(r.bytes);
-          c.replied = true;
-        }
+        conns.emplace(fd, std::move(c));
       }
-      if (c.replied && c.sent < c.out.size()) {
-        ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) c.sent += static_cast<size_t>(n);
-        if (n < 0 && errno != EAGAIN && errno != EINTR) done.push_back(c.fd);
-      }
-      if ((c.replied && c.sent == c.out.size()) || now > c.deadline_ns) done.push_back(c.fd);
-    }
-    for (int fd : done) {
-      if (conns.erase(fd)) ::close(fd);
     }
   }
   for (auto& [fd, c] : conns) ::close(fd);
