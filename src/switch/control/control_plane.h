@@ -92,6 +92,7 @@ class ControlPlane {
   // The handshake deadline and incomplete lines (--handshake-timeout), deferred AUTH answers.
   void check_connection_deadlines(uint64_t now_ns);
   void answer_deferred_auths(uint64_t now_ns);
+  void forget_deferred_auth(const Conn& c);  // it closes before its answer
   // The AUTH failure log: a few lines per interval, then one summary line with the count.
   void log_auth_failure(const Conn& c, const std::string& tenant, uint64_t now_ns);
   void flush_auth_log(uint64_t now_ns);
@@ -195,7 +196,7 @@ class ControlPlane {
   uint64_t auth_log_interval_end_ns_ = 0, auth_log_lines_ = 0, auth_log_suppressed_ = 0;
   std::string auth_log_last_;  // "from 127.0.0.5:4711 as tenant 'x'", for the summary line
   uint64_t next_backoff_sweep_ns_ = 0;
-  uint64_t evicted_ = 0;
+  uint64_t evicted_ = 0, next_evict_warning_ns_ = 0;
   uint64_t next_conn_id_ = 1;
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::map<std::string, std::unique_ptr<PendingJob>> pending_;  // by name

@@ -82,6 +82,7 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
   p.peer[j->rank] = Endpoint{j->peer_ipv4_be, htons(j->peer_port)};
   ++p.joined;
   c.role = Role::kPending;
+  c.outside_since_ns = 0;  // in a job: the handshake deadline starts again if it comes out of it
   c.job_name = name;
   c.rank = j->rank;
   GS_LOG_DEBUG("job '%s': rank %u joined from %s (%u of %u)", p.name.c_str(), j->rank, c.peer.c_str(),

@@ -150,12 +150,23 @@ bool ControlPlane::in_unauth_pool(const Conn& c) const {
   return auth_ && !c.dead && !c.closing && c.tenant == kAnonymous && outside_job(c);
 }
 
+void ControlPlane::forget_deferred_auth(const Conn& c) {
+  if (!c.auth_wait) return;
+  auto [first, last] = deferred_auth_.equal_range(c.auth_wait->at_ns);
+  for (auto it = first; it != last; ++it)
+    if (it->second == c.id) {
+      deferred_auth_.erase(it);
+      return;
+    }
+}
+
 void ControlPlane::evict(Conn& c, const char* code, const std::string& message) {
   if (code) {
     const std::string line = format_error({code, message});
     (void)!::send(c.fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
   depart(c, /*graceful=*/false, monotonic_ns());
+  forget_deferred_auth(c);
   ::close(c.fd);
   ++evicted_;
   conns_.erase(c.id);  // `c` is gone from here on
@@ -167,6 +178,16 @@ void ControlPlane::accept_all(uint64_t now_ns) {
   // counts below are of connections that are still there.
   sweep(now_ns);
   std::optional<Pool> pool;  // built at the first accepted connection
+  auto build_pool = [&] {
+    if (pool) return true;
+    pool.emplace();
+    for (auto& [id, c] : conns_)
+      if (in_unauth_pool(*c))
+        pool->add(c->peer_ipv4_be, id);
+      else if (c->closing && !c->dead)
+        pool->closing.push_back(id);
+    return true;
+  };
   auto make_room = [&](bool total_full) {
     if (!pool) return false;
     for (;;) {
@@ -182,6 +203,13 @@ void ControlPlane::accept_all(uint64_t now_ns) {
       if (id == 0) return false;
       auto it = conns_.find(id);
       if (it == conns_.end()) continue;
+      if (now_ns >= next_evict_warning_ns_) {  // one line per 10 s, however many are closed
+        GS_LOG_WARN(
+            "control plane: closing connections to make room for new ones (%llu so far): more than "
+            "--max-unauth-connections %u are neither authenticated nor in a job, or the switch holds %zu",
+            static_cast<unsigned long long>(evicted_ + 1), config_.max_unauth_connections, kMaxConnections);
+        next_evict_warning_ns_ = now_ns + 10'000'000'000ull;
+      }
       evict(*it->second, code,
             "closed to make room: " + std::to_string(config_.max_unauth_connections) +
                 " control connections at most may be neither authenticated nor in a job "
@@ -198,15 +226,7 @@ void ControlPlane::accept_all(uint64_t now_ns) {
       // Linux reports EMFILE before it looks for a waiting connection: stop when none was there.
       if ((errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
         // With an auth file, a descriptor freed by an eviction takes the waiting connection in.
-        if (auth_ && !pool) {
-          pool.emplace();
-          for (auto& [id, c] : conns_)
-            if (in_unauth_pool(*c))
-              pool->add(c->peer_ipv4_be, id);
-            else if (c->closing && !c->dead)
-              pool->closing.push_back(id);
-        }
-        if (auth_ && make_room(/*total_full=*/true)) continue;
+        if (auth_ && build_pool() && make_room(/*total_full=*/true)) continue;
         if (refuse_without_descriptors(now_ns)) continue;
         return;
       }
@@ -214,14 +234,7 @@ void ControlPlane::accept_all(uint64_t now_ns) {
         GS_LOG_WARN("control plane: accept(): %s", std::strerror(errno));
       return;
     }
-    if (auth_ && !pool) {
-      pool.emplace();
-      for (auto& [id, c] : conns_)
-        if (in_unauth_pool(*c))
-          pool->add(c->peer_ipv4_be, id);
-        else if (c->closing && !c->dead)
-          pool->closing.push_back(id);
-    }
+    if (auth_) build_pool();
     if (conns_.size() >= kMaxConnections && !make_room(/*total_full=*/true)) {
       refuse(fd);
       continue;
@@ -457,9 +470,11 @@ void ControlPlane::check_connection_deadlines(uint64_t now_ns) {
   if (!auth_) return;
   const uint64_t limit_ns = uint64_t(config_.handshake_timeout_s) * 1'000'000'000ull;
   const std::string secs = std::to_string(config_.handshake_timeout_s);
+  std::map<int, size_t> outside_by_tenant;
   for (auto& [id, cp] : conns_) {
     Conn& c = *cp;
     if (c.dead || c.closing || c.role == Conn::Role::kUplink) continue;
+    if (c.tenant != kAnonymous && outside_job(c)) ++outside_by_tenant[c.tenant];
     if (!outside_job(c))
       c.outside_since_ns = 0;
     else if (c.outside_since_ns == 0)
@@ -476,6 +491,9 @@ void ControlPlane::check_connection_deadlines(uint64_t now_ns) {
                            " s (--handshake-timeout); closing the connection");
     }
   }
+  // A tenant's connections that left their jobs count too (AUTH checks it when it adds one).
+  for (auto& [tenant, n] : outside_by_tenant)
+    if (n > config_.max_tenant_connections) enforce_tenant_connections(tenant);
 }
 
 void ControlPlane::sweep(uint64_t now_ns) {
@@ -487,6 +505,7 @@ void ControlPlane::sweep(uint64_t now_ns) {
     if (it == conns_.end()) continue;
     Conn& c = *it->second;
     depart(c, /*graceful=*/false, now_ns);
+    forget_deferred_auth(c);
     GS_LOG_DEBUG("control: %s closed", c.peer.c_str());
     ::close(c.fd);
     conns_.erase(it);
