@@ -57,6 +57,15 @@ struct SwitchConfig {
   std::string uplink;                      // IPv4:PORT of a spine's control plane: this switch is a leaf
   std::string auth_file;  // tenants, their secrets and quotas; "" = anonymous (docs/security.md)
   bool insecure = false;  // serve a non-loopback address without --auth-file
+  // With --auth-file (docs/security.md, "the control port"): a connection that neither authenticated
+  // nor joined within handshake_timeout_s is closed, and so is any connection that holds an incomplete
+  // line that long; at most max_unauth_connections such connections are held (the oldest of the
+  // address holding the most is closed for a new one), and max_tenant_connections authenticated ones
+  // outside a job per tenant. tenant_share_percent: the default quotas (docs/protocol.md §1.5).
+  unsigned handshake_timeout_s = 10;
+  unsigned max_unauth_connections = 1024;
+  unsigned max_tenant_connections = 64;
+  unsigned tenant_share_percent = 50;
 
   // The DPDK backend's own options (--backend dpdk; docs/dpdk.md).
   struct Dpdk {
@@ -425,6 +434,22 @@ inline const std::vector<OptionSpec>& switch_options() {
         text_option("auth-file", "PATH",
                     "tenants, secrets and quotas (docs/security.md); JOIN then needs AUTH (none: anonymous)",
                     &SwitchConfig::auth_file, true, nullptr),
+        uint_option("handshake-timeout", "SECONDS",
+                    "with --auth-file: close a connection that has neither authenticated nor joined a job "
+                    "within this, and any connection that holds an incomplete line (no newline) this long",
+                    &SwitchConfig::handshake_timeout_s, 1, 3600),
+        uint_option("max-unauth-connections", "N",
+                    "with --auth-file: connections neither authenticated nor in a job, from all addresses "
+                    "together; a new one closes the oldest of the address that holds the most",
+                    &SwitchConfig::max_unauth_connections, 1, 4000),
+        uint_option("max-tenant-connections", "N",
+                    "with --auth-file: a tenant's (or operator's) authenticated connections outside a job; "
+                    "beyond it its oldest such connection is closed",
+                    &SwitchConfig::max_tenant_connections, 1, 4096),
+        uint_option("tenant-share", "PERCENT",
+                    "with --auth-file: a quota the auth file leaves out (no defaults entry) is this share of "
+                    "--max-jobs and --max-memory",
+                    &SwitchConfig::tenant_share_percent, 1, 100),
         flag_option("insecure",
                     "serve a non-loopback --control-host without --auth-file: anyone who reaches it may "
                     "join, read and abort any job",

@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
   Engine engine(EngineConfig{config.threads, config.max_jobs});
   ControlPlane control(engine, config);
   if (!config.auth_file.empty()) {
-    auto table = control::load_auth_file(config.auth_file, {config.max_jobs, config.max_memory}, &error);
+    auto table = control::load_auth_file(config.auth_file, {config.max_jobs, config.max_memory}, &error,
+                                         config.tenant_share_percent);
     if (!table) {
       std::fprintf(stderr, "gradswitchd: %s\n", error.c_str());
       return 2;

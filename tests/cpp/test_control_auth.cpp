@@ -57,10 +57,18 @@ TEST(auth_file_entries_quotas_and_defaults) {
   CHECK(t->tenants[1].quota.max_jobs == 5 && t->tenants[1].quota.max_memory == 2ull << 20);
   CHECK(t->tenants[2].is_operator);
   CHECK(t->anonymous && t->anonymous->max_jobs == 1 && t->anonymous->max_memory == 512ull << 20);
-  // Without `defaults`, a quota is the switch's own limits; without `anonymous`, JOIN needs AUTH.
+  // Without `defaults`, a quota is half of the switch's own limits (--tenant-share), so that no tenant
+  // with defaults can take them all; without `anonymous`, JOIN needs AUTH.
   t = parse("tenant a secret=" + kSecret + "\n", &e);
-  CHECK(t && t->tenants[0].quota.max_jobs == 64 && t->tenants[0].quota.max_memory == 1ull << 30 &&
+  CHECK(t && t->tenants[0].quota.max_jobs == 32 && t->tenants[0].quota.max_memory == 512ull << 20 &&
         !t->anonymous);
+  t = parse_auth_file("tenant a secret=" + kSecret + "\nanonymous\n", kLimits, &e, 10);
+  CHECK(t && t->tenants[0].quota.max_jobs == 6 && t->tenants[0].quota.max_memory == (1ull << 30) / 10 &&
+        t->anonymous && t->anonymous->max_jobs == 6);
+  // An explicit quota may still be the switch's whole limit; a share never rounds down to nothing.
+  t = parse("tenant a secret=" + kSecret + " max_jobs=64 max_memory=1G\n", &e);
+  CHECK(t && t->tenants[0].quota.max_jobs == 64 && t->tenants[0].quota.max_memory == 1ull << 30);
+  CHECK(default_quota({1, 1}, 50).max_jobs == 1 && default_quota({1, 1}, 50).max_memory == 1);
 }
 
 TEST(auth_file_errors_name_the_line) {

@@ -204,25 +204,32 @@ def test_a_tenant_at_its_quota_gets_no_resources_and_others_are_unaffected(share
             c.close()
 
 
-def test_one_address_cannot_take_every_control_connection(shared):
+def test_one_address_cannot_take_every_control_connection(tmp_path):
     # Idle connections from one host (127.0.0.2) held the switch's 4096 connections, and nobody else
-    # could JOIN. Now an address gets 256 outside jobs; other hosts (127.0.0.1) still join.
+    # could JOIN. Now connections neither authenticated nor in a job are a pool of
+    # --max-unauth-connections (256 here): one more closes the oldest of the address that holds the
+    # most, and other hosts (127.0.0.1) still join (test_tenancy_limits.py: 4096 from 16 addresses).
+    path = tmp_path / "auth"
+    path.write_text(AUTH_FILE)
+    path.chmod(0o600)
+    d = Daemon(tmp_path, "--auth-file", str(path), "--max-unauth-connections", "256")
     floods = []
     try:
         for _ in range(256 + 1):
             s = socket.socket()
             s.bind(("127.0.0.2", 0))
-            s.connect(("127.0.0.1", shared.control_port))
+            s.connect(("127.0.0.1", d.control_port))
             floods.append(s)
-        floods[-1].settimeout(5)
-        reply = floods[-1].recv(200).decode()
-        assert reply.startswith("ERR no_resources too many control connections from this address"), reply
-        job = TenantJob(shared, "alice", "still")
+        floods[0].settimeout(5)
+        reply = floods[0].recv(300).decode()
+        assert reply.startswith("ERR no_resources closed to make room: 256 control connections"), reply
+        job = TenantJob(d, "alice", "still")
         job.allreduce_round(slot=0, seq=0)
         job.close()
     finally:
         for s in floods:
             s.close()
+        assert d.stop() == 0
 
 
 def test_the_operator_aborts_a_job_and_tenants_cannot(shared):

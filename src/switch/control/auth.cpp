@@ -89,9 +89,20 @@ bool is_valid_secret(std::string_view s) {
   return s.size() >= 16 && s.size() <= 256 && in_charset(s, "._~+/=-");
 }
 
-std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& limits, std::string* error) {
+Quota default_quota(const Quota& limits, unsigned percent) {
+  percent = std::min(percent, 100u);
+  Quota q;
+  q.max_jobs = std::max<uint64_t>(1, limits.max_jobs * percent / 100);
+  // max_memory is at most 2^50 (parse_bytes): the product cannot overflow.
+  q.max_memory =
+      std::max<uint64_t>(1, limits.max_memory / 100 * percent + limits.max_memory % 100 * percent / 100);
+  return q;
+}
+
+std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& limits, std::string* error,
+                                         unsigned share_percent) {
   AuthTable table;
-  Quota defaults = limits;
+  Quota defaults = default_quota(limits, share_percent);
   struct Pending {
     Tenant t;
     bool has_quota[2] = {false, false};  // max_jobs, max_memory given
@@ -174,7 +185,8 @@ std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& lim
   return table;
 }
 
-std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& limits, std::string* error) {
+std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& limits, std::string* error,
+                                        unsigned share_percent) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     *error = "--auth-file " + path + ": " + std::strerror(errno);
@@ -191,7 +203,7 @@ std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& li
     *error = "--auth-file " + path + ": cannot read it";
     return std::nullopt;
   }
-  auto table = parse_auth_file(text.str(), limits, error);
+  auto table = parse_auth_file(text.str(), limits, error, share_percent);
   if (!table) *error = "--auth-file " + path + ": " + *error;
   return table;
 }

@@ -7,6 +7,8 @@
 //   operator NAME secret=SECRET
 //   anonymous [max_jobs=N] [max_memory=BYTES]     unauthenticated JOINs allowed, one shared quota
 //   defaults [max_jobs=N] [max_memory=BYTES]      quotas of tenants that give none
+// Without a `defaults` entry, a quota left out is a share of the switch's limits (--tenant-share,
+// default_quota()), so that no tenant with defaults can take the whole job table or memory budget.
 //
 // Also here, because the control plane and the metrics endpoint share them: who may see which job
 // (Viewer, may_see) and the metrics endpoint's bearer tokens, derived from the secrets.
@@ -63,12 +65,21 @@ bool may_see(const Viewer& v, uint32_t job_id, int job_tenant);
 // it proves nothing in AUTH (docs/observability.md).
 std::string metrics_token(std::string_view secret, std::string_view name);
 
-// Parses an auth file's text. `limits` are the switch's own (--max-jobs, --max-memory): the
-// defaults of every quota, and no quota may exceed them. The error names the line.
-std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& limits, std::string* error);
+// The share of the switch's limits a tenant gets by default (--tenant-share's default).
+inline constexpr unsigned kDefaultTenantSharePercent = 50;
+
+// `percent` of each limit, rounded down, and at least 1 job and 1 byte.
+Quota default_quota(const Quota& limits, unsigned percent);
+
+// Parses an auth file's text. `limits` are the switch's own (--max-jobs, --max-memory): no quota may
+// exceed them; a quota that neither the entry nor a `defaults` entry gives is `share_percent` of
+// them (default_quota). The error names the line.
+std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& limits, std::string* error,
+                                         unsigned share_percent = kDefaultTenantSharePercent);
 
 // Reads `path` (it must not be readable by group or others: it holds secrets) and parses it.
-std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& limits, std::string* error);
+std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& limits, std::string* error,
+                                        unsigned share_percent = kDefaultTenantSharePercent);
 
 // [A-Za-z0-9._-]{1,64}: tenant names (no '/' and no ':', so that "tenant/job" reads back).
 bool is_valid_tenant_name(std::string_view s);

@@ -87,8 +87,23 @@ class ControlPlane {
   // accept() failed for want of descriptors: refuse the waiting connection with the spare one.
   // False when no connection was waiting.
   bool refuse_without_descriptors(uint64_t now_ns);
-  // Connections from this address that are in no job (neither joining nor joined).
-  size_t outside_jobs_from(uint32_t ipv4_be) const;
+  // ---- the control port's capacity with an auth file (docs/security.md, "the control port") ----
+  // Unauthenticated and in no job (neither joining nor joined): the pool that --max-unauth-connections
+  // caps; its connections are the ones a new connection may evict.
+  bool in_unauth_pool(const Conn& c) const;
+  static bool outside_job(const Conn& c);
+  // Closes `c` at once (its descriptor is free when this returns), after one ERR line sent without
+  // waiting: for connections evicted to make room.
+  void evict(Conn& c, const char* code, const std::string& message);
+  // A tenant beyond --max-tenant-connections authenticated connections outside a job loses its oldest.
+  void enforce_tenant_connections(int tenant);
+  // The handshake deadline and incomplete lines (--handshake-timeout), deferred AUTH answers.
+  void check_connection_deadlines(uint64_t now_ns);
+  void answer_deferred_auths(uint64_t now_ns);
+  void forget_deferred_auth(const Conn& c);  // it closes before its answer
+  // The AUTH failure log: a few lines per interval, then one summary line with the count.
+  void log_auth_failure(const Conn& c, const std::string& tenant, uint64_t now_ns);
+  void flush_auth_log(uint64_t now_ns);
   void read_input(Conn& c, uint64_t now_ns);
   void process_lines(Conn& c, uint64_t now_ns);
   void handle_line(Conn& c, const std::string& line, uint64_t now_ns);
@@ -104,7 +119,10 @@ class ControlPlane {
   void handle_state_get(Conn& c, const control::Request& r);
   // access.cpp: authentication, the operator's ABORT, who sees what, quotas.
   void handle_challenge(Conn& c, const control::Request& r);
-  void handle_auth(Conn& c, const control::Request& r);
+  void handle_auth(Conn& c, const control::Request& r, uint64_t now_ns);
+  // Sends AUTH's answer: `tenant` >= 0 makes the connection that tenant's with the OK line `reply`;
+  // kAnonymous answers ERR auth `reply` and closes.
+  void complete_auth(Conn& c, int tenant, const std::string& reply);
   void handle_abort(Conn& c, const control::Request& r);
   control::Viewer viewer_of(const Conn& c) const;
   bool can_see(const Conn& c, uint32_t job_id) const;
@@ -178,6 +196,20 @@ class ControlPlane {
   // connection and refuse it, so that the listening socket does not stay readable and spin the loop.
   int spare_fd_ = -1;
   uint64_t refused_no_fd_ = 0, next_fd_warning_ns_ = 0;
+  // AUTH backoff (access.cpp): failures per source address and per tenant name as given (known or
+  // not, so that the backoff tells nothing about which tenants exist); each table is bounded.
+  struct Backoff {
+    uint32_t failures = 0;
+    uint64_t ready_ns = 0;  // the next AUTH of this key is answered no earlier (once failures >= free)
+    uint64_t last_ns = 0;   // the last failure, for forgetting and for eviction when the table is full
+  };
+  std::map<uint32_t, Backoff> auth_by_addr_;
+  std::map<std::string, Backoff> auth_by_tenant_;
+  std::multimap<uint64_t, uint64_t> deferred_auth_;  // answer time -> connection id
+  uint64_t auth_log_interval_end_ns_ = 0, auth_log_lines_ = 0, auth_log_suppressed_ = 0;
+  std::string auth_log_last_;  // "from 127.0.0.5:4711 as tenant 'x'", for the summary line
+  uint64_t next_backoff_sweep_ns_ = 0;
+  uint64_t evicted_ = 0, next_evict_warning_ns_ = 0;
   uint64_t next_conn_id_ = 1;
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::map<std::string, std::unique_ptr<PendingJob>> pending_;  // by name

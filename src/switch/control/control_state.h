@@ -39,7 +39,19 @@ struct ControlPlane::Conn {
   // (an operator, or anyone on a switch without --auth-file).
   int tenant = kAnonymous;
   bool privileged = false;
-  std::string nonce;     // the CHALLENGE awaiting its AUTH, "" for none
+  std::string nonce;  // the CHALLENGE awaiting its AUTH, "" for none
+  // An AUTH whose answer backoff defers (access.cpp): checked on arrival, answered at `at_ns`; the
+  // connection's later requests wait for it, as behind a held JOIN.
+  struct DeferredAuth {
+    uint64_t at_ns = 0;
+    int tenant = kAnonymous;  // >= 0: it succeeded, and the connection becomes this tenant's
+    std::string reply;        // the OK line, or the ERR auth message
+  };
+  std::optional<DeferredAuth> auth_wait;
+  // With an auth file (server.cpp): since when it has been outside a job (the handshake deadline of
+  // an unauthenticated connection), and since when its input has ended in an incomplete line (0: not).
+  uint64_t outside_since_ns = 0;
+  uint64_t partial_since_ns = 0;
   std::string job_name;  // kPending, kJoined, kLeft, kUplink: the job's scoped name ("tenant/name")
   uint32_t job_id = 0;   // kJoined, kLeft; kUplink: the leaf's job once it started
   uint16_t rank = 0;

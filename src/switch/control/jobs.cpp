@@ -82,6 +82,7 @@ void ControlPlane::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
   p.peer[j->rank] = Endpoint{j->peer_ipv4_be, htons(j->peer_port)};
   ++p.joined;
   c.role = Role::kPending;
+  c.outside_since_ns = 0;  // in a job: the handshake deadline starts again if it comes out of it
   c.job_name = name;
   c.rank = j->rank;
   GS_LOG_DEBUG("job '%s': rank %u joined from %s (%u of %u)", p.name.c_str(), j->rank, c.peer.c_str(),
@@ -102,14 +103,14 @@ bool ControlPlane::create_pending(const Conn& c, const JoinRequest& j, const std
   const size_t slot_bytes = Engine::job_memory_bytes(spec);
   const size_t opt_bytes = j.optimizer ? optimizer_memory_bytes(*j.optimizer, spec.payload_bytes / 4) : 0;
   const size_t need = slot_bytes + opt_bytes;
-  if (live_.size() + pending_.size() >= config_.max_jobs) {
-    *err = {kErrNoResources,
-            "job table full: " + std::to_string(config_.max_jobs) + " jobs running or joining (--max-jobs)"};
-    return false;
-  }
   if (std::string why = quota_refusal(c.tenant, need); !why.empty()) {
     GS_LOG_INFO("refused JOIN of job '%s' from %s: %s", name.c_str(), c.peer.c_str(), why.c_str());
     *err = {kErrNoResources, why};
+    return false;
+  }
+  if (live_.size() + pending_.size() >= config_.max_jobs) {
+    *err = {kErrNoResources,
+            "job table full: " + std::to_string(config_.max_jobs) + " jobs running or joining (--max-jobs)"};
     return false;
   }
   if (reserved_memory() + need > config_.max_memory) {
@@ -422,6 +423,8 @@ void ControlPlane::check_timers(uint64_t now_ns) {
   next_timer_check_ns_ = now_ns + kTimerPeriodNs;
   for (auto& [id, c] : conns_)
     if (c->wr_shut && now_ns >= c->drain_deadline_ns) c->dead = true;
+  check_connection_deadlines(now_ns);
+  flush_auth_log(now_ns);
   // Join timeout.
   std::vector<std::string> expired;
   for (auto& [name, p] : pending_)

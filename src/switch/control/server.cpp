@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 
 #include "common/tcp_listen.h"
 #include "switch/control/control_plane.h"
@@ -28,11 +29,6 @@ constexpr size_t kMaxOutput = 1 << 20;  // a client that does not read its repli
 // large transfer cannot stall the other connections.
 constexpr size_t kReadBudget = 1 << 20;
 constexpr size_t kWriteBudget = 4 << 20;
-
-// With an auth file: connections from one address that are in no job (not authenticated yet, or
-// idle), so that one host cannot hold all kMaxConnections and keep the other tenants from joining.
-// A job's own connections do not count: they are bounded by the tenants' quotas.
-constexpr size_t kMaxOutsideJobsPerAddress = 256;
 
 // A connection the switch has no room for gets one line before it is closed.
 void refuse(int fd, const char* why = "too many control connections") {
@@ -104,6 +100,7 @@ void ControlPlane::step(int timeout_ms, uint64_t now_ns) {
     }
     if (fds[0].revents & POLLIN) accept_all(now_ns);
   }
+  answer_deferred_auths(now_ns);
   check_timers(now_ns);
   sweep(now_ns);
   gauges_.joining.store(pending_.size(), std::memory_order_relaxed);
@@ -112,8 +109,114 @@ void ControlPlane::step(int timeout_ms, uint64_t now_ns) {
   gauges_.connections.store(conns_.size(), std::memory_order_relaxed);
 }
 
+// With an auth file, a new connection always gets in while some connection is neither authenticated
+// nor in a job (docs/security.md, "the control port"): when the switch is full, or that pool is at
+// --max-unauth-connections, one of the pool is closed for it. The victim is the oldest connection of
+// the address that holds the most of the pool (ties: the oldest of all), so that a flood from some
+// addresses evicts its own connections first, and a connection that just arrived survives until as
+// many newer ones have arrived as the pool holds; the handshake deadline closes what is left idle.
+// Out of total room, connections already closing (an error sent, draining) go first.
+namespace {
+struct Pool {
+  std::map<uint32_t, std::deque<uint64_t>> by_addr;  // oldest first (connection ids grow)
+  std::deque<uint64_t> closing;
+  size_t size = 0;
+  void add(uint32_t addr, uint64_t id) {
+    by_addr[addr].push_back(id);
+    ++size;
+  }
+  // The victim's id, taken out of the pool; 0 for none.
+  uint64_t take() {
+    auto best = by_addr.end();
+    for (auto it = by_addr.begin(); it != by_addr.end(); ++it)
+      if (best == by_addr.end() || it->second.size() > best->second.size() ||
+          (it->second.size() == best->second.size() && it->second.front() < best->second.front()))
+        best = it;
+    if (best == by_addr.end()) return 0;
+    const uint64_t id = best->second.front();
+    best->second.pop_front();
+    if (best->second.empty()) by_addr.erase(best);
+    --size;
+    return id;
+  }
+};
+}  // namespace
+
+bool ControlPlane::outside_job(const Conn& c) {
+  return c.role == Conn::Role::kNone || c.role == Conn::Role::kLeft;
+}
+
+bool ControlPlane::in_unauth_pool(const Conn& c) const {
+  return auth_ && !c.dead && !c.closing && c.tenant == kAnonymous && outside_job(c);
+}
+
+void ControlPlane::forget_deferred_auth(const Conn& c) {
+  if (!c.auth_wait) return;
+  auto [first, last] = deferred_auth_.equal_range(c.auth_wait->at_ns);
+  for (auto it = first; it != last; ++it)
+    if (it->second == c.id) {
+      deferred_auth_.erase(it);
+      return;
+    }
+}
+
+void ControlPlane::evict(Conn& c, const char* code, const std::string& message) {
+  if (code) {
+    const std::string line = format_error({code, message});
+    (void)!::send(c.fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  depart(c, /*graceful=*/false, monotonic_ns());
+  forget_deferred_auth(c);
+  ::close(c.fd);
+  ++evicted_;
+  conns_.erase(c.id);  // `c` is gone from here on
+}
+
 void ControlPlane::accept_all(uint64_t now_ns) {
   if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // lost to a race before
+  // Connections that closed in this round leave first (their departure is due anyway), so that the
+  // counts below are of connections that are still there.
+  sweep(now_ns);
+  std::optional<Pool> pool;  // built at the first accepted connection
+  auto build_pool = [&] {
+    if (pool) return true;
+    pool.emplace();
+    for (auto& [id, c] : conns_)
+      if (in_unauth_pool(*c))
+        pool->add(c->peer_ipv4_be, id);
+      else if (c->closing && !c->dead)
+        pool->closing.push_back(id);
+    return true;
+  };
+  auto make_room = [&](bool total_full) {
+    if (!pool) return false;
+    for (;;) {
+      uint64_t id = 0;
+      const char* code = nullptr;
+      if (total_full && !pool->closing.empty()) {
+        id = pool->closing.front();
+        pool->closing.pop_front();
+      } else {
+        id = pool->take();
+        code = kErrNoResources;
+      }
+      if (id == 0) return false;
+      auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      if (now_ns >= next_evict_warning_ns_) {  // one line per 10 s, however many are closed
+        GS_LOG_WARN(
+            "control plane: closing connections to make room for new ones (%llu so far): more than "
+            "--max-unauth-connections %u are neither authenticated nor in a job, or the switch holds %zu",
+            static_cast<unsigned long long>(evicted_ + 1), config_.max_unauth_connections, kMaxConnections);
+        next_evict_warning_ns_ = now_ns + 10'000'000'000ull;
+      }
+      evict(*it->second, code,
+            "closed to make room: " + std::to_string(config_.max_unauth_connections) +
+                " control connections at most may be neither authenticated nor in a job "
+                "(--max-unauth-connections), and this was the oldest of the address that holds the most");
+      return true;
+    }
+  };
   for (;;) {
     sockaddr_in a{};
     socklen_t alen = sizeof a;
@@ -122,6 +225,8 @@ void ControlPlane::accept_all(uint64_t now_ns) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       // Linux reports EMFILE before it looks for a waiting connection: stop when none was there.
       if ((errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
+        // With an auth file, a descriptor freed by an eviction takes the waiting connection in.
+        if (auth_ && build_pool() && make_room(/*total_full=*/true)) continue;
         if (refuse_without_descriptors(now_ns)) continue;
         return;
       }
@@ -129,33 +234,27 @@ void ControlPlane::accept_all(uint64_t now_ns) {
         GS_LOG_WARN("control plane: accept(): %s", std::strerror(errno));
       return;
     }
-    if (conns_.size() >= kMaxConnections) {
+    if (auth_) build_pool();
+    if (conns_.size() >= kMaxConnections && !make_room(/*total_full=*/true)) {
       refuse(fd);
       continue;
     }
-    if (auth_ && outside_jobs_from(a.sin_addr.s_addr) >= kMaxOutsideJobsPerAddress) {
-      refuse(fd, "too many control connections from this address outside a job");
-      continue;
-    }
+    if (auth_ && pool->size >= config_.max_unauth_connections) make_room(/*total_full=*/false);
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto c = std::make_unique<Conn>();
     c->id = next_conn_id_++;
     c->fd = fd;
     c->peer_ipv4_be = a.sin_addr.s_addr;
+    c->outside_since_ns = now_ns;
     char ip[INET_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
     c->peer = std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
     c->privileged = !auth_;  // without --auth-file everyone is trusted alike (docs/security.md)
     GS_LOG_DEBUG("control: connection from %s", c->peer.c_str());
+    if (pool) pool->add(c->peer_ipv4_be, c->id);
     conns_.emplace(c->id, std::move(c));
   }
-}
-
-size_t ControlPlane::outside_jobs_from(uint32_t ipv4_be) const {
-  size_t n = 0;
-  for (auto& [id, c] : conns_) n += c->role == Conn::Role::kNone && !c->dead && c->peer_ipv4_be == ipv4_be;
-  return n;
 }
 
 bool ControlPlane::refuse_without_descriptors(uint64_t now_ns) {
@@ -185,7 +284,19 @@ void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
     if (n > 0 && c.closing) continue;  // draining before the close
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
+      // An incomplete line times out (--handshake-timeout): note since when the input ends in one.
+      if (buf[n - 1] == '\n')
+        c.partial_since_ns = 0;
+      else if (c.partial_since_ns == 0)
+        c.partial_since_ns = now_ns;
       process_lines(c, now_ns);
+      if (c.auth_wait && c.in.buffered() > kMaxPausedInput) {
+        close_with_error(c, kErrTooLong,
+                         "more than " + std::to_string(kMaxPausedInput) +
+                             " bytes of requests behind an AUTH whose answer is deferred (backoff after "
+                             "failed AUTHs); closing the connection");
+        continue;
+      }
       if (c.role == Conn::Role::kPending && c.in.buffered() > kMaxPausedInput) {
         // Not reading it could miss its close (a FIN queued behind unread bytes): so it is read, and
         // a client that sends this much behind a held JOIN gives the JOIN up.
@@ -214,7 +325,7 @@ void ControlPlane::read_input(Conn& c, uint64_t now_ns) {
 void ControlPlane::process_lines(Conn& c, uint64_t now_ns) {
   if (c.role == Conn::Role::kUplink) return process_spine_lines(c, now_ns);
   std::string line;
-  while (!c.dead && !c.closing && c.role != Conn::Role::kPending && c.stream.empty()) {
+  while (!c.dead && !c.closing && c.role != Conn::Role::kPending && !c.auth_wait && c.stream.empty()) {
     if (c.bin) {
       feed_binary(c);
       if (c.bin) return;  // waits for more payload
@@ -270,7 +381,7 @@ void ControlPlane::handle_line(Conn& c, const std::string& line, uint64_t now_ns
   if (v == GS_VERB_SETLR) return handle_setlr(c, *req);
   if (v == GS_VERB_STATE_GET) return handle_state_get(c, *req);
   if (v == GS_VERB_CHALLENGE) return handle_challenge(c, *req);
-  if (v == GS_VERB_AUTH) return handle_auth(c, *req);
+  if (v == GS_VERB_AUTH) return handle_auth(c, *req, now_ns);
   if (v == GS_VERB_ABORT) return handle_abort(c, *req);
   reply_error(
       c, kErrBadRequest,
@@ -355,6 +466,36 @@ void ControlPlane::flush(Conn& c) {
   }
 }
 
+void ControlPlane::check_connection_deadlines(uint64_t now_ns) {
+  if (!auth_) return;
+  const uint64_t limit_ns = uint64_t(config_.handshake_timeout_s) * 1'000'000'000ull;
+  const std::string secs = std::to_string(config_.handshake_timeout_s);
+  std::map<int, size_t> outside_by_tenant;
+  for (auto& [id, cp] : conns_) {
+    Conn& c = *cp;
+    if (c.dead || c.closing || c.role == Conn::Role::kUplink) continue;
+    if (c.tenant != kAnonymous && outside_job(c)) ++outside_by_tenant[c.tenant];
+    if (!outside_job(c))
+      c.outside_since_ns = 0;
+    else if (c.outside_since_ns == 0)
+      c.outside_since_ns = now_ns;  // it left its job, or its JOIN failed: the clock starts again
+    // An AUTH waiting for its deferred answer waits for the switch, not for the client.
+    if (in_unauth_pool(c) && !c.auth_wait && now_ns - c.outside_since_ns >= limit_ns) {
+      close_with_error(c, kErrTimeout,
+                       "no AUTH or JOIN within " + secs + " s (--handshake-timeout); closing the connection");
+    } else if (c.partial_since_ns && !c.bin && c.in.buffered() > 0 &&
+               now_ns - c.partial_since_ns >= limit_ns) {
+      depart(c, /*graceful=*/false, now_ns);  // a rank that cannot finish its line is gone
+      close_with_error(c, kErrTimeout,
+                       "an incomplete request line (no newline) for " + secs +
+                           " s (--handshake-timeout); closing the connection");
+    }
+  }
+  // A tenant's connections that left their jobs count too (AUTH checks it when it adds one).
+  for (auto& [tenant, n] : outside_by_tenant)
+    if (n > config_.max_tenant_connections) enforce_tenant_connections(tenant);
+}
+
 void ControlPlane::sweep(uint64_t now_ns) {
   std::vector<uint64_t> gone;
   for (auto& [id, c] : conns_)
@@ -364,6 +505,7 @@ void ControlPlane::sweep(uint64_t now_ns) {
     if (it == conns_.end()) continue;
     Conn& c = *it->second;
     depart(c, /*graceful=*/false, now_ns);
+    forget_deferred_auth(c);
     GS_LOG_DEBUG("control: %s closed", c.peer.c_str());
     ::close(c.fd);
     conns_.erase(it);
