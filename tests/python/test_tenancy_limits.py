@@ -15,7 +15,7 @@ import socket
 import pytest
 from conftest import require_or_skip
 from test_switch_daemon import Client, Daemon, parse_ok, wait_for
-from test_tenancy import SECRETS, TenantJob, as_tenant, auth_line, authenticate
+from test_tenancy import SECRETS, TenantJob, as_tenant, auth_line, authenticate, joining
 
 # No `defaults` entry: the quotas are the switch's defaults (half of its limits, --tenant-share).
 AUTH_FILE = f"""tenant alice secret={SECRETS["alice"]}
@@ -152,7 +152,7 @@ def test_a_tenant_with_default_quotas_cannot_fill_the_job_table(tmp_path):
         for c in bob[2:]:
             reply = c.readline()
             assert reply.startswith("ERR no_resources tenant 'bob' is at its quota of 2 jobs"), reply
-        assert d.stats()["joining"] == 2
+        assert joining(d) == 2
         job = TenantJob(d, "alice", "mine")  # alice still gets a job
         job.allreduce_round(slot=0, seq=0)
         job.close()
