@@ -32,6 +32,7 @@ constexpr size_t kRxMsgs = 64;          // datagrams (or GRO trains) per recvmms
 constexpr size_t kRxPlainBytes = 9216;  // > largest datagram (9000-byte MTU)
 constexpr size_t kRxGroBytes = 65536;   // a whole GRO train
 constexpr size_t kMaxGsoBytes = 65000;
+constexpr unsigned kMaxForeignBatches = 4;
 
 class UdpTransport final : public Transport {
  public:
@@ -201,6 +202,9 @@ class UdpTransport final : public Transport {
     more_ = false;
     size_t nmsg = std::min(rx_msgs_, gro_ ? max / kMaxGsoSegments : max);
     if (nmsg == 0) nmsg = 1;
+    // A batch of foreign datagrams only (all dropped) is read past, a few batches at most: a flood of
+    // them must not keep this call from returning to the caller's timers.
+    unsigned foreign_batches = 0;
     for (;;) {
       for (size_t i = 0; i < nmsg; ++i) {
         riov_[i].iov_base = rx_mem_.data() + rx_size_ * i;
@@ -247,6 +251,7 @@ class UdpTransport final : public Transport {
             ++n;
           }
         }
+        if (n == 0 && ++foreign_batches <= kMaxForeignBatches) continue;
         return n;
       }
       if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
