@@ -292,10 +292,13 @@ def add_ring_links(tb, n: int) -> list[str]:
 
 
 def series_physring(tb, res, log):
+    import secrets
+
     from gradswitch.baselines.common import fail_text, parse_results, wait_all
 
     n = 4
     addrs = add_ring_links(tb, n)
+    token = secrets.token_hex(16)  # the ring without a switch: every rank gets the same (connect(token=))
     for system in ("ring", "gloo"):
         procs = []
         for r in range(n):
@@ -323,7 +326,7 @@ def series_physring(tb, res, log):
                 peers[(r + 1) % n] = f"10.77.{r}.2"
                 peers[(r - 1) % n] = f"10.77.{(r - 1) % n}.1"
                 peers[r] = "0.0.0.0"
-                args += ["--peers", ",".join(f"{a}:{RING_PORT}" for a in peers)]
+                args += ["--peers", ",".join(f"{a}:{RING_PORT}" for a in peers), "--token", token]
             procs.append(
                 (
                     f"w{r}",

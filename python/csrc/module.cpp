@@ -183,12 +183,12 @@ NB_MODULE(_core, m) {
             new (self) PyGroup{std::move(g)};
           },
           "switch"_a, "job"_a, "rank"_a, "world_size"_a, "wire"_a = "float32", "timeout"_a = 30.0,
-          "drop_rate"_a = 0.0, "seed"_a = 0, "token"_a = "gradswitch", "join_timeout"_a = 120.0,
+          "drop_rate"_a = 0.0, "seed"_a = 0, "token"_a = "", "join_timeout"_a = 120.0,
           "connect_timeout"_a = 5.0, "shuffle_seed"_a = 0, "rto_initial"_a = 0.004, "rto_max"_a = 0.2,
           "optimizer"_a = "", "params"_a = 0,
           "optimizer_keys"_a = std::vector<std::pair<std::string, std::string>>(), "algorithm"_a = "switch",
           "peers"_a = std::vector<std::string>(), "peer_exchange"_a = nb::none(), "ring_slots"_a = 256,
-          "ring_payload"_a = 1440, "bind_ip"_a = "0.0.0.0", "tenant"_a = "", "secret"_a = "", "types"_a = "")
+          "ring_payload"_a = 1440, "bind_ip"_a = "", "tenant"_a = "", "secret"_a = "", "types"_a = "")
       .def(
           "allreduce",
           [](PyGroup& self, nb::ndarray<> x) {
@@ -292,6 +292,8 @@ NB_MODULE(_core, m) {
              d["ring_allreduces"] = s.ring_allreduces;
              d["fallbacks"] = s.fallbacks;
              d["fallback_held"] = s.fallback_held;
+             d["dropped_foreign"] = s.dropped_foreign;
+             d["unconfirmed_aborts"] = s.unconfirmed_aborts;
              return d;
            })
       .def_prop_ro("rank", [](PyGroup& s) { return s.get().options().rank; })

@@ -32,7 +32,7 @@ class Group:
         timeout: float = 30.0,
         drop_rate: float = 0.0,
         seed: int = 0,
-        token: str = "gradswitch",
+        token: str = "",
         join_timeout: float = 120.0,
         connect_timeout: float = 5.0,
         shuffle_seed: int = 0,
@@ -46,13 +46,16 @@ class Group:
         peer_exchange: Any = None,
         ring_slots: int = 256,
         ring_payload: int = 1440,
-        bind_ip: str = "0.0.0.0",
+        bind_ip: str = "",
         tenant: str = "",
         secret: str = "",
         types: str = "",
     ) -> None: ...
-    def allreduce(self, x: Any) -> None: ...
-    def allreduce_async(self, x: Any) -> Handle: ...
+    def allreduce(self, x: Any) -> None:
+        """Sums x over all ranks in place. When it raises, x is undefined: the elements whose rounds
+        completed hold the sum, the others this rank's input (gradswitch.Group.allreduce)."""
+    def allreduce_async(self, x: Any) -> Handle:
+        """Queues allreduce(x); the same holds for x when the handle's wait() raises."""
     def close(self, abort: bool = False) -> None: ...
     def upload_params(self, x: Any) -> None: ...
     def set_lr(self, lr: float) -> float: ...
@@ -68,7 +71,8 @@ class Group:
     def chunk(self) -> int: ...
     @property
     def state_bytes(self) -> int: ...
-    def stats(self) -> dict[str, int]: ...
+    def stats(self) -> dict[str, int]:
+        """Counters, dropped_foreign and unconfirmed_aborts among them (gradswitch.Group.stats)."""
     @property
     def rank(self) -> int: ...
     @property

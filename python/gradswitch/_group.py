@@ -307,6 +307,11 @@ class Group:
         travel in the job's wire format (a float64 tensor on a 32- or 16-bit float wire is rounded to
         float32 first: use wire="float64" for double-precision sums); int32 tensors always travel as
         int32 (exact, wrapping).
+
+        After a failed allreduce (JobAborted, SwitchLost, GradswitchTimeout, a cancel) x is partly
+        written: the elements whose rounds completed before the failure hold the sum (of an optimizer
+        job: the updated parameters), the others still hold this rank's input, and which are which
+        differs between ranks. Treat x as undefined: recompute it, or restore it from a copy.
         """
         # Queued like allreduce_async so that an interrupted wait (Ctrl-C) leaves the tensor
         # referenced until the background thread is done with it.
@@ -315,7 +320,8 @@ class Group:
     def allreduce_async(self, x: Any) -> Handle:
         """Queues an in-place allreduce of x (run in order on the group's thread); returns a Handle.
 
-        x must not be read or written until the handle's wait() returned.
+        x must not be read or written until the handle's wait() returned. When wait() raises, x is
+        undefined (partly sums, partly this rank's input: see allreduce()).
         """
         view = _native_view(x)
         with self._lock:
@@ -352,7 +358,12 @@ class Group:
         self._native.state_set(bytes(blob))
 
     def stats(self) -> dict[str, int]:
-        """Worker counters: packets, bytes, retransmissions, injected drops, ..."""
+        """Worker counters: packets, bytes, retransmissions, injected drops, ...
+
+        `dropped_foreign` counts datagrams dropped for their source (neither the switch's data ports nor,
+        on the ring, a peer: docs/protocol.md §2.1), `unconfirmed_aborts` ABORT datagrams that the
+        switch's control connection did not confirm and that were therefore ignored (§4).
+        """
         return self._native.stats()
 
     def close(self, abort: bool = False) -> None:
@@ -429,7 +440,7 @@ def connect(
     timeout: float = 30.0,
     drop_rate: float = 0.0,
     seed: int = 0,
-    token: str = "gradswitch",
+    token: str | None = None,
     join_timeout: float = 120.0,
     connect_timeout: float = 5.0,
     shuffle_seed: int = 0,
@@ -438,7 +449,7 @@ def connect(
     algorithm: str = "switch",
     peers: list[str] | None = None,
     peer_exchange: Any = None,
-    bind_ip: str = "0.0.0.0",
+    bind_ip: str | None = None,
     tenant: str | None = None,
     secret_file: str | os.PathLike | None = None,
 ) -> Group:
@@ -465,7 +476,20 @@ def connect(
     "auto") the ring needs `peers`: "host:port" per rank, in rank order (each rank receives on its
     own entry's port). `peer_exchange` (internal, used by the torch backend) is a callable that
     takes this rank's UDP port and returns every rank's "host:port". `bind_ip` is the local address
-    of the data socket.
+    of the data socket (default: the address this host reaches the switch from, so that no other
+    interface takes datagrams for it; any address, 0.0.0.0, without a switch, with `peers`, or when
+    a sharded job's switches are reached from different addresses).
+
+    `token` (docs/protocol.md §1.2, §7): with a switch, every rank's JOIN gives the same token (default
+    "gradswitch"); the job's id and key are the switch's random ones. The ring without a switch
+    (switch=None, or algorithm="auto" with `peers`, which may fall back to it) derives the job's id and
+    key from the job name, world size and token, so it needs a token that every rank is given and
+    nobody else knows (e.g. secrets.token_hex(16), shared by the launcher): there is no default then,
+    and connect() raises ValueError without one. The torch backend draws one itself.
+
+    Workers take results only from the switch's data ports and ring datagrams only from the peers
+    (Group.stats()["dropped_foreign"] counts the rest); an ABORT datagram ends the job only once the
+    switch confirms it over the control connection.
 
     A switch with an auth file (docs/security.md) knows its tenants: `tenant` (default
     $GRADSWITCH_TENANT) proves its secret, read from `secret_file` or else $GRADSWITCH_SECRET or the
@@ -495,8 +519,8 @@ def connect(
         if isinstance(peers, str) or not all(isinstance(p, str) for p in peers):
             raise TypeError("gradswitch: peers must be a list of 'host:port' strings, one per rank")
         peers = list(peers)
-    for name, value in (("job", job), ("token", token)):
-        if not isinstance(value, str):
+    for name, value in (("job", job), ("token", token), ("bind_ip", bind_ip)):
+        if not isinstance(value, str) and not (value is None and name != "job"):
             raise TypeError(f"gradswitch: {name} must be a string, got {type(value).__name__}")
     world_size = _int_arg("world_size", world_size, 1, MAX_WORLD)
     rank = _int_arg("rank", rank, 0, world_size - 1, f"0..world_size-1 = 0..{world_size - 1}")
@@ -542,7 +566,7 @@ def connect(
         timeout=timeout,
         drop_rate=float(drop_rate),
         seed=seed,
-        token=token,
+        token=token or "",
         join_timeout=join_timeout,
         connect_timeout=connect_timeout,
         shuffle_seed=shuffle_seed,
@@ -552,7 +576,7 @@ def connect(
         algorithm=algorithm,
         peers=peers or [],
         peer_exchange=peer_exchange,
-        bind_ip=bind_ip,
+        bind_ip=bind_ip or "",
         tenant=creds[0],
         secret=creds[1],
     )

@@ -191,6 +191,10 @@ ControlClient::ControlClient(const std::string& host, uint16_t port, double conn
                 ". Is gradswitchd running there (gradswitchd --control-port " + std::to_string(port) +
                 "), is the address right, and does a firewall allow TCP to it?");
   }
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &len) == 0 && local.sin_family == AF_INET)
+    local_ipv4_be_ = local.sin_addr.s_addr;
 }
 
 ControlClient::~ControlClient() {

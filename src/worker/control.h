@@ -97,6 +97,9 @@ class ControlClient {
   void close();
   bool is_open() const { return fd_ >= 0; }
   uint32_t peer_ipv4_be() const { return peer_ipv4_be_; }
+  // This end's address of the connection: the local address that reaches the switch (the address
+  // the switch lists this worker under in peers=, docs/protocol.md §1.2).
+  uint32_t local_ipv4_be() const { return local_ipv4_be_; }
   const std::string& endpoint() const { return endpoint_; }  // "host:port"
 
  private:
@@ -111,6 +114,7 @@ class ControlClient {
   std::mutex mu_;
   int fd_ = -1;
   uint32_t peer_ipv4_be_ = 0;
+  uint32_t local_ipv4_be_ = 0;
   std::string endpoint_;
   std::string rbuf_;
   std::deque<SwitchNotice> notices_;

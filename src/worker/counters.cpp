@@ -28,6 +28,8 @@ Stats Counters::snapshot() const {
   s.ring_allreduces = r(ring_allreduces);
   s.fallbacks = r(fallbacks);
   s.fallback_held = r(fallback_held);
+  s.dropped_foreign = r(dropped_foreign);
+  s.unconfirmed_aborts = r(unconfirmed_aborts);
   return s;
 }
 

@@ -28,6 +28,10 @@ struct Stats {
   uint64_t ring_allreduces = 0;   // allreduces (or their rest, after a fallback) run on the ring
   uint64_t fallbacks = 0;         // 1 once the switch was lost (or unreachable) and the ring took over
   uint64_t fallback_held = 0;     // chunks of the allreduce in flight whose sums this rank held then
+  // Dropped for their source (docs/protocol.md §2.1): datagrams from an address that is neither the
+  // switch's data ports nor, on the ring, a peer's.
+  uint64_t dropped_foreign = 0;
+  uint64_t unconfirmed_aborts = 0;  // ABORT datagrams the control connection did not confirm (§4)
 };
 
 struct Counters {
@@ -35,7 +39,7 @@ struct Counters {
       retransmissions{0}, retx_rack{0}, retx_timeout{0}, retx_probe{0}, retx_asked{0},
       spurious_retransmissions{0}, held_answers{0}, window_delay_cuts{0}, window_loss_cuts{0},
       window_undos{0}, injected_drops{0}, ignored{0}, unicast_results{0}, bootstrap_rounds{0},
-      ring_allreduces{0}, fallbacks{0}, fallback_held{0};
+      ring_allreduces{0}, fallbacks{0}, fallback_held{0}, dropped_foreign{0}, unconfirmed_aborts{0};
 
   Stats snapshot() const;
 };

@@ -74,6 +74,28 @@ std::vector<SwitchLink> connect_more_switches(const Options& opt) {
   return more;
 }
 
+// JOIN's token when the caller gives none: with a switch it only tells the ranks of one job name apart
+// from a stray JOIN (docs/protocol.md §1.2); the job's secret is the key the switch draws.
+constexpr const char* kDefaultJoinToken = "gradswitch";
+
+// The data socket's local address: Options::bind_ip when given; else the local address of the
+// control connection (the one that reaches the switch, which the switch lists in peers=), when every
+// switch of the job is reached from the same one; else any (0.0.0.0: no switch, switches reached
+// through different interfaces, or an explicit ring whose entries name the addresses peers send to).
+std::string data_bind_address(const Options& opt, const ControlClient* control,
+                              const std::vector<SwitchLink>& more) {
+  if (!opt.bind_ip.empty() || !control || !opt.peers.empty()) return opt.bind_ip;
+  const uint32_t local = control->local_ipv4_be();
+  if (local == 0) return "";
+  for (const SwitchLink& l : more)
+    if (l.control->local_ipv4_be() != local) return "";
+  char text[INET_ADDRSTRLEN] = {};
+  in_addr a{};
+  a.s_addr = local;
+  ::inet_ntop(AF_INET, &a, text, sizeof text);
+  return text;
+}
+
 }  // namespace
 
 uint32_t job_types(const Options& opt) {
@@ -153,7 +175,7 @@ std::unique_ptr<Group> Group::connect(const Options& requested) {
   if (!valid_name(opt.job))
     throw InvalidArgument("gradswitch: job name '" + opt.job +
                           "' must be 1..64 characters of [A-Za-z0-9._:-]");
-  if (!valid_name(opt.token))
+  if (!opt.token.empty() && !valid_name(opt.token))
     throw InvalidArgument("gradswitch: token must be 1..64 characters of [A-Za-z0-9._:-]");
   if (!opt.tenant.empty() &&
       (opt.tenant.size() > 64 ||
@@ -190,6 +212,20 @@ std::unique_ptr<Group> Group::connect(const Options& requested) {
   // An explicit ring: this rank receives on its own entry's port, also when a switch is used.
   std::vector<RingPeer> given;
   if (!opt.peers.empty()) given = resolve_peers(opt.peers, opt.world);
+  // Without a switch the ring's job_id and key derive from job, token and world size (§7): a token
+  // everyone knows would give anyone who can guess the job name the key. The ranks cannot agree on a
+  // drawn one before they can talk, so the caller shares one (the torch backend and the MPI library
+  // draw it at rank 0 and share it through their own channel).
+  const bool ring_alone = (opt.switch_addr.empty() || opt.algorithm == "auto") &&
+                          (!given.empty() || opt.exchange_peers != nullptr);
+  if (ring_alone && opt.token.empty())
+    throw InvalidArgument(
+        std::string("gradswitch: the ring ") +
+        (opt.switch_addr.empty() ? "without a switch"
+                                 : "that algorithm='auto' falls back to without a switch") +
+        " derives the job's id and key from the job name, world size and token: pass token=, a secret "
+        "every rank of the job is given (e.g. secrets.token_hex(16), shared by your launcher); there is no "
+        "default");
   bool gso = opt.gso;
   if (const char* e = std::getenv("GRADSWITCH_GSO")) gso = std::string(e) == "1";
   bool gro = opt.gro;
@@ -221,8 +257,6 @@ std::unique_ptr<Group> Group::connect(const Options& requested) {
   }
   Timeline::for_rank(opt.rank);  // a timeline that cannot be written fails here, before the JOIN
   if (!opt.types.empty()) extra += " " GS_KEY_TYPES "=" + opt.types;
-  auto transport =
-      make_udp_transport(opt.bind_ip, opt.sockbuf_bytes, gso, gro, given.empty() ? 0 : given[opt.rank].port);
   std::unique_ptr<ControlClient> control;
   std::string unreachable;  // why the switch could not be reached (algorithm auto)
   if (!opt.switch_addr.empty()) {
@@ -250,13 +284,17 @@ std::unique_ptr<Group> Group::connect(const Options& requested) {
       control.reset();
     }
   }
+  auto transport = make_udp_transport(data_bind_address(opt, control.get(), more), opt.sockbuf_bytes, gso,
+                                      gro, given.empty() ? 0 : given[opt.rank].port);
   if (control) {
     if (!opt.tenant.empty()) control->authenticate(opt.tenant, opt.secret, opt.join_timeout_s);
-    JoinInfo ji = control->join(opt.job, opt.world, opt.rank, opt.wire, opt.token, transport->local_port(),
+    // With a switch the token only names the job at JOIN (its ids are the switch's random ones).
+    const std::string token = opt.token.empty() ? std::string(kDefaultJoinToken) : opt.token;
+    JoinInfo ji = control->join(opt.job, opt.world, opt.rank, opt.wire, token, transport->local_port(),
                                 opt.join_timeout_s, extra);
     // Every rank joins its switches in the same order: each JOIN completes once all have made it.
     for (SwitchLink& l : more) {
-      l.join = l.control->join(opt.job, opt.world, opt.rank, opt.wire, opt.token, transport->local_port(),
+      l.join = l.control->join(opt.job, opt.world, opt.rank, opt.wire, token, transport->local_port(),
                                opt.join_timeout_s, extra);
       l.ipv4_be = l.control->peer_ipv4_be();
       ji.payload_bytes = std::min(ji.payload_bytes, l.join.payload_bytes);  // one chunking for all
@@ -300,6 +338,14 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
       more_switches_(std::move(more_switches)) {
   wire_ = parse_wire(opt_.wire);
   transport_->set_peer(switch_ipv4_be_);
+  // RESULT, HELD and ABORT are taken only from the switches' data ports (docs/protocol.md §2.1): with
+  // the job's id and key, anyone else could write into this rank's tensor.
+  std::vector<SourceRange> switches;
+  if (control_ || join_.data_port != 0)
+    switches.push_back(SourceRange{switch_ipv4_be_, join_.data_port, std::max<uint16_t>(join_.threads, 1)});
+  for (const SwitchLink& l : more_switches_)
+    switches.push_back(SourceRange{l.ipv4_be, l.join.data_port, std::max<uint16_t>(l.join.threads, 1)});
+  transport_->accept_from(switches, &counters_.dropped_foreign);
   std::vector<int> notices;  // notices end a wait at once
   if (control_) notices.push_back(control_->fd());
   for (SwitchLink& l : more_switches_) notices.push_back(l.control->fd());
@@ -356,6 +402,11 @@ void Group::start_ring(const std::string& why) {
     for (SwitchLink& l : more_switches_) l.control->close();
   }
   switch_path_.reset();
+  // The ring's datagrams come only from its peers (§7); the switch has no say in it any more.
+  std::vector<SourceRange> peers;
+  for (unsigned r = 0; r < ring_cfg_.peers.size(); ++r)
+    if (r != opt_.rank) peers.push_back(SourceRange{ring_cfg_.peers[r].ipv4_be, ring_cfg_.peers[r].port, 1});
+  transport_->accept_from(peers, &counters_.dropped_foreign);
   ring_path_ = std::make_unique<RingAllreduce>(ctx_, ring_cfg_);
   ring_active_.store(true);
 }

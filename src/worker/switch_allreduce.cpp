@@ -16,6 +16,7 @@
 #include "common/header.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
+#include "worker/log.h"
 #include "worker/switch_notice.h"
 #include "worker/timeout_diagnosis.h"
 
@@ -24,6 +25,7 @@ namespace gradswitch::worker {
 namespace {
 
 constexpr int64_t kNoticeCheckNs = 5'000'000;
+constexpr int64_t kAbortRecheckNs = 50'000'000;  // between two STATUS checks of ABORT datagrams
 
 int64_t now_ns() {
   return steady_now_ns();
@@ -219,7 +221,23 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
       if (h.slot < window_.slots() && window_.timer(h.slot).busy) refused_[h.slot] = 1;
       return;
     }
-    throw_aborted(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, front_op());
+    // A hint to ask the control connection, at most once per kAbortRecheckNs: a flood of forged ones
+    // costs a STATUS now and then, and a real abort that STATUS does not show yet (a data thread's,
+    // relayed to the control plane within 100 ms) arrives as its EVENT line meanwhile.
+    if (now >= abort_recheck_ns_) {
+      confirm_abort(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, front_op(), 1.0);
+      abort_recheck_ns_ = now_ns() + kAbortRecheckNs;
+    }
+    counter_add(k.unconfirmed_aborts);
+    if (!warned_unconfirmed_) {
+      warned_unconfirmed_ = true;
+      log_line(LogLevel::kWarn, ctx_.opt->rank,
+               ctx_.job_text + ": an ABORT datagram (reason " + std::to_string(h.next_exp) + ", rank " +
+                   std::to_string(h.rank) +
+                   ") that the switch's control connection does not confirm was ignored (forged? "
+                   "docs/protocol.md section 4); such datagrams are counted in unconfirmed_aborts");
+    }
+    return;
   }
   if ((h.type != GS_MSG_RESULT && h.type != GS_MSG_HELD) || h.slot >= window_.slots()) {
     counter_add(k.ignored);

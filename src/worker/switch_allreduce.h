@@ -141,6 +141,8 @@ class SwitchAllreduce : public DataPath {
   bool draining_ = false;         // settle_rounds: nothing new starts, ABORT answers refuse
   std::vector<uint8_t> refused_;  // settle_rounds, per slot: the switch refused its round
   int64_t wait_ns_ = 0, last_progress_ns_ = 0, last_timer_check_ = 0, last_notice_check_ = 0;
+  int64_t abort_recheck_ns_ = 0;     // an ABORT datagram before this is not checked again (receive)
+  bool warned_unconfirmed_ = false;  // one log line for the first ABORT datagram not confirmed
 };
 
 }  // namespace gradswitch::worker

@@ -198,20 +198,24 @@ void throw_lost_elsewhere(const PathContext& ctx, const ControlClient& control, 
                         seen.reason(), seen.rank(), control.endpoint());
 }
 
-void throw_aborted(const PathContext& ctx, ControlClient* control, uint8_t reason, uint16_t rank,
-                   const AllreduceOp& op) {
-  std::map<std::string, std::string> kv;
-  if (control && reason != GS_ABORT_SHUTDOWN) {  // a stopping switch may not answer
-    try {
-      Reply r = parse_reply(control->request(GS_VERB_STATUS, 1.0));
-      if (r.ok) kv = r.kv;
-    } catch (const Error&) {
-    }
+void confirm_abort(const PathContext& ctx, ControlClient* control, uint8_t reason, uint16_t rank,
+                   const AllreduceOp& op, double timeout_s) {
+  const std::string head = "gradswitch: " + ctx.job_text +
+                           " was aborted by the switch during allreduce seq " + std::to_string(op.seq) + ": ";
+  if (!control) throw_abort(reason, rank, {}, head + describe_abort(reason, rank, {}, ctx, &op), "");
+  if (SwitchNotice n = control->poll_notice()) throw_notice(ctx, *control, n, op, /*started=*/true);
+  Reply r;
+  try {
+    r = parse_reply(control->request(GS_VERB_STATUS, timeout_s));
+  } catch (const Error&) {  // no answer in time, or the connection broke: its notice tells which
   }
-  throw_abort(reason, rank, kv,
-              "gradswitch: " + ctx.job_text + " was aborted by the switch during allreduce seq " +
-                  std::to_string(op.seq) + ": " + describe_abort(reason, rank, kv, ctx, &op),
-              control ? control->endpoint() : std::string());
+  // EVENT lines that came while the reply was awaited were kept; a closed connection shows here too.
+  if (SwitchNotice n = control->poll_notice()) throw_notice(ctx, *control, n, op, /*started=*/true);
+  if (!r.ok || r.get(GS_KEY_STATE) != GS_STATE_ABORTED) return;
+  const uint8_t why = gs_abort_reason_from_name(r.get(GS_KEY_ABORT_REASON).c_str());
+  const long long at = number(r.get(GS_KEY_ABORT_RANK), GS_RANK_ALL);
+  const uint16_t who = at >= 0 && at < GS_RANK_ALL ? static_cast<uint16_t>(at) : GS_RANK_ALL;
+  throw_abort(why, who, r.kv, head + describe_abort(why, who, r.kv, ctx, &op), control->endpoint());
 }
 
 }  // namespace gradswitch::worker

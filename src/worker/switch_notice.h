@@ -37,9 +37,15 @@ std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::st
 [[noreturn]] void throw_lost_elsewhere(const PathContext& ctx, const ControlClient& control,
                                        const SwitchLostError& seen, const AllreduceOp& op);
 
-// After an ABORT datagram during `op`: asks the switch STATUS for the details (when `control` is
-// not null and answers within a second) and throws.
-[[noreturn]] void throw_aborted(const PathContext& ctx, ControlClient* control, uint8_t reason, uint16_t rank,
-                                const AllreduceOp& op);
+// After an ABORT datagram during `op`. The datagram is a hint, not the verdict (docs/protocol.md §4,
+// "ABORT"): whoever knows the job's id and key can write one, and its reason and rank are the
+// writer's. The control connection (TCP to the switch, authenticated where the switch has an auth
+// file) says whether the job really is aborted: an `EVENT aborted` line already there, or else STATUS
+// (`timeout_s` at most). Throws the abort in the switch's words (the EVENT's or STATUS's reason, rank
+// and details) when it is, or SwitchLostError when the connection is found closed; returns when the
+// switch says the job runs or does not answer (a real abort then still arrives as its EVENT line).
+// Without a control connection (a test's Group; Group::connect always has one) the datagram is believed.
+void confirm_abort(const PathContext& ctx, ControlClient* control, uint8_t reason, uint16_t rank,
+                   const AllreduceOp& op, double timeout_s);
 
 }  // namespace gradswitch::worker

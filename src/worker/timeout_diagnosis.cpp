@@ -100,11 +100,22 @@ void throw_switch_timeout(const PathContext& ctx, ControlClient* control, const 
     for (long long s : seen)
       if (s >= 0 && s < 64) mask |= uint64_t{1} << s;
     for (unsigned k = 0; k < opt.world; ++k) ((mask >> k) & 1 ? present : missing).push_back(k);
-    if (missing.empty())
-      throw TimeoutError(head +
-                         "Every rank contributed to this round at the switch, but its result does not reach "
-                         "this worker: check that UDP datagrams from the switch reach port " +
-                         std::to_string(ctx.transport->local_port()) + " on this host (firewall, NAT, MTU).");
+    if (missing.empty()) {
+      // Results from another address than the one this worker sends to are dropped (docs/protocol.md
+      // §2.1): a switch host that answers from another of its addresses looks like lost results.
+      const uint64_t foreign = ctx.counters ? ctx.counters->dropped_foreign.load() : 0;
+      throw TimeoutError(
+          head +
+          "Every rank contributed to this round at the switch, but its result does not reach "
+          "this worker: check that UDP datagrams from the switch reach port " +
+          std::to_string(ctx.transport->local_port()) + " on this host (firewall, NAT, MTU)." +
+          (foreign ? " " + std::to_string(foreign) +
+                         " datagram(s) from other addresses than the switch's data ports at " +
+                         endpoint.substr(0, endpoint.rfind(':')) +
+                         " were dropped (stats dropped_foreign): does the switch answer from another of its "
+                         "addresses? Give gradswitchd --control-host the address workers connect to."
+                   : std::string()));
+    }
     throw TimeoutError(head + "Rank(s) " + join_ranks(missing) + " have not contributed (received from " +
                        (present.empty() ? std::string("none") : join_ranks(present)) + "). " + check);
   }

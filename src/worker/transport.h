@@ -3,6 +3,7 @@
 // an in-process fake.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -21,6 +22,14 @@ struct OutPacket {
 struct InPacket {
   const uint8_t* data = nullptr;  // transport-owned; valid until the next recv_batch
   uint32_t len = 0;
+};
+
+// An address datagrams are taken from: an IPv4 address and `ports` consecutive UDP ports from `port`
+// (a switch's data threads, one port each; a ring peer is one port).
+struct SourceRange {
+  uint32_t ipv4_be = 0;  // network order
+  uint16_t port = 0;     // host order
+  uint16_t ports = 1;
 };
 
 class Transport {
@@ -48,9 +57,17 @@ class Transport {
   void watch_fd(int fd) { watch_fds(fd >= 0 ? std::vector<int>{fd} : std::vector<int>{}); }
   // The same for several descriptors (a job sharded over several switches: one connection each).
   virtual void watch_fds(const std::vector<int>& fds) { (void)fds; }
+  // From now on recv_batch returns only datagrams whose source is one of `sources` (docs/protocol.md
+  // section 2.1): the others are dropped and counted in `*dropped` (by the thread that calls
+  // recv_batch; may be null). Until it is called, every source (before JOIN); empty: none. A test
+  // double that has no addresses ignores it.
+  virtual void accept_from(const std::vector<SourceRange>& sources, std::atomic<uint64_t>* dropped) {
+    (void)sources;
+    (void)dropped;
+  }
 };
 
-// A UDP socket bound to `bind_ip` (dotted quad, "0.0.0.0" for any) on `bind_port` (0: an
+// A UDP socket bound to `bind_ip` (dotted quad, "0.0.0.0" or "" for any) on `bind_port` (0: an
 // ephemeral port), with
 // receive/send buffers of `sockbuf_bytes` when the system allows it. `gso`: send runs of
 // same-port, same-size datagrams as one UDP_SEGMENT message; `gro`: accept coalesced

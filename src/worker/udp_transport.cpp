@@ -1,5 +1,5 @@
 // UDP transport: one socket, sendmmsg/recvmmsg, ppoll for the receive timeout (with an eventfd
-// that wake() signals).
+// that wake() signals), and the source check of accept_from on each received datagram's address.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/counter.h"
 #include "worker/errors.h"
 #include "worker/transport.h"
 
@@ -31,6 +32,7 @@ constexpr size_t kRxMsgs = 64;          // datagrams (or GRO trains) per recvmms
 constexpr size_t kRxPlainBytes = 9216;  // > largest datagram (9000-byte MTU)
 constexpr size_t kRxGroBytes = 65536;   // a whole GRO train
 constexpr size_t kMaxGsoBytes = 65000;
+constexpr unsigned kMaxForeignBatches = 4;
 
 class UdpTransport final : public Transport {
  public:
@@ -46,15 +48,16 @@ class UdpTransport final : public Transport {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(bind_port);
-    if (::inet_pton(AF_INET, bind_ip.c_str(), &a.sin_addr) != 1) {
+    if (!bind_ip.empty() && ::inet_pton(AF_INET, bind_ip.c_str(), &a.sin_addr) != 1) {
       ::close(fd_);
       throw Error("gradswitch: bad local bind address '" + bind_ip + "'");
     }
     if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
       int e = errno;
       ::close(fd_);
-      throw Error("gradswitch: cannot bind a UDP socket on " + bind_ip + ":" + std::to_string(bind_port) +
-                  ": " + std::strerror(e) + (e == EADDRINUSE ? " (is another worker using this port?)" : ""));
+      throw Error("gradswitch: cannot bind a UDP socket on " + (bind_ip.empty() ? "0.0.0.0" : bind_ip) + ":" +
+                  std::to_string(bind_port) + ": " + std::strerror(e) +
+                  (e == EADDRINUSE ? " (is another worker using this port?)" : ""));
     }
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) {
@@ -199,6 +202,9 @@ class UdpTransport final : public Transport {
     more_ = false;
     size_t nmsg = std::min(rx_msgs_, gro_ ? max / kMaxGsoSegments : max);
     if (nmsg == 0) nmsg = 1;
+    // A batch of foreign datagrams only (all dropped) is read past, a few batches at most: a flood of
+    // them must not keep this call from returning to the caller's timers.
+    unsigned foreign_batches = 0;
     for (;;) {
       for (size_t i = 0; i < nmsg; ++i) {
         riov_[i].iov_base = rx_mem_.data() + rx_size_ * i;
@@ -206,6 +212,8 @@ class UdpTransport final : public Transport {
         std::memset(&rmsg_[i], 0, sizeof rmsg_[i]);
         rmsg_[i].msg_hdr.msg_iov = &riov_[i];
         rmsg_[i].msg_hdr.msg_iovlen = 1;
+        rmsg_[i].msg_hdr.msg_name = &raddr_[i];
+        rmsg_[i].msg_hdr.msg_namelen = sizeof raddr_[i];
         if (gro_) {
           rmsg_[i].msg_hdr.msg_control = rcbuf_[i];
           rmsg_[i].msg_hdr.msg_controllen = sizeof rcbuf_[i];
@@ -227,6 +235,11 @@ class UdpTransport final : public Transport {
                 if (v > 0) seg = static_cast<size_t>(v);
               }
           }
+          if (filtering_ && !accepted(raddr_[i], rmsg_[i].msg_hdr.msg_namelen)) {
+            // A GRO train has one source: each of its datagrams counts.
+            if (dropped_) counter_add(*dropped_, seg ? (len + seg - 1) / seg : 1);
+            continue;
+          }
           for (size_t off = 0; off < len && n < max; off += seg) {
             pkts[n].data = base + off;
             pkts[n].len = static_cast<uint32_t>(std::min(seg, len - off));
@@ -238,6 +251,7 @@ class UdpTransport final : public Transport {
             ++n;
           }
         }
+        if (n == 0 && ++foreign_batches <= kMaxForeignBatches) continue;
         return n;
       }
       if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
@@ -259,6 +273,12 @@ class UdpTransport final : public Transport {
   }
 
   bool more_pending() const override { return more_; }
+  void accept_from(const std::vector<SourceRange>& sources, std::atomic<uint64_t>* dropped) override {
+    sources_ = sources;
+    dropped_ = dropped;
+    hit_ = 0;
+    filtering_ = true;
+  }
   void watch_fds(const std::vector<int>& fds) override {
     watched_.clear();
     for (int fd : fds)
@@ -266,6 +286,24 @@ class UdpTransport final : public Transport {
   }
 
  private:
+  // Whether a datagram from `a` is taken. The range that took the previous one is tried first: a
+  // switch's results come from a few ports, a ring's from two neighbours.
+  bool accepted(const sockaddr_in& a, socklen_t len) {
+    if (len < sizeof a || a.sin_family != AF_INET) return false;
+    const uint16_t port = ntohs(a.sin_port);
+    const auto in = [&](const SourceRange& r) {
+      return a.sin_addr.s_addr == r.ipv4_be && static_cast<uint16_t>(port - r.port) < r.ports;
+    };
+    if (sources_.empty()) return false;
+    if (in(sources_[hit_])) return true;
+    for (size_t k = 0; k < sources_.size(); ++k)
+      if (in(sources_[k])) {
+        hit_ = k;
+        return true;
+      }
+    return false;
+  }
+
   static constexpr size_t kMaxWatched = 64;  // control connections: one per switch of a sharded job
   int fd_ = -1;
   int wake_fd_ = -1;
@@ -286,6 +324,11 @@ class UdpTransport final : public Transport {
   std::vector<uint8_t> rx_mem_;
   mmsghdr rmsg_[kRxMsgs];
   iovec riov_[kRxMsgs];
+  sockaddr_in raddr_[kRxMsgs];
+  bool filtering_ = false;  // accept_from was called: only sources_ are taken
+  std::vector<SourceRange> sources_;
+  size_t hit_ = 0;
+  std::atomic<uint64_t>* dropped_ = nullptr;
   alignas(cmsghdr) char rcbuf_[kRxMsgs][CMSG_SPACE(sizeof(int))];
 };
 

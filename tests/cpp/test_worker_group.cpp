@@ -1,5 +1,12 @@
 // Worker Group against an in-process reference switch (no sockets): every wire, fixed32
-// exponent agreement and bitwise reproducibility, loss on both sides, timeout and abort errors.
+// exponent agreement and bitwise reproducibility, loss on both sides, timeout and abort errors; the
+// sources a Group tells its transport to take, and ABORT datagrams checked over a (scripted) control
+// connection.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -21,6 +28,7 @@
 #include "harness.h"
 #include "worker/control.h"
 #include "worker/group.h"
+#include "worker/ring/ring_allreduce.h"
 #include "worker/switch_allreduce.h"
 
 using namespace gradswitch;
@@ -934,6 +942,227 @@ TEST(parse_reply_forms) {
   CHECK(!e.ok);
   CHECK(e.code == "conflict");
   CHECK(e.message == "rank 1 is taken");
+}
+
+namespace {
+
+// Records what a Group tells it to accept; receives nothing.
+class SourceRecordingTransport : public RecordingTransport {
+ public:
+  void accept_from(const std::vector<SourceRange>& s, std::atomic<uint64_t>* d) override {
+    sources = s;
+    dropped = d;
+    ++calls;
+  }
+  std::vector<SourceRange> sources;
+  std::atomic<uint64_t>* dropped = nullptr;
+  int calls = 0;
+};
+
+bool same(const std::vector<SourceRange>& a, const std::vector<SourceRange>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].ipv4_be != b[i].ipv4_be || a[i].port != b[i].port || a[i].ports != b[i].ports) return false;
+  return true;
+}
+
+}  // namespace
+
+// docs/protocol.md §2.1: a Group on the switch path takes datagrams only from the switch's data
+// ports (its address, data_port .. data_port + threads - 1); on the ring only from the other ranks'
+// addresses.
+TEST(a_group_takes_datagrams_only_from_the_switch_or_its_ring_peers) {
+  {
+    Options o;
+    o.job = "t";
+    o.world = 2;
+    FakeSwitch sw(2, 4, 1440);
+    auto tx = std::make_unique<SourceRecordingTransport>();
+    SourceRecordingTransport* seen = tx.get();
+    const uint32_t switch_ip = htonl(0x0A000001);
+    Group g(o, std::move(tx), nullptr, sw.join_info(), switch_ip);
+    CHECK(same(seen->sources, {SourceRange{switch_ip, 9000, 2}}));
+    CHECK(seen->dropped != nullptr);
+    g.close();
+  }
+  {
+    Options o;
+    o.job = "t";
+    o.world = 3;
+    o.rank = 1;
+    o.algorithm = "ring";
+    JoinInfo j;  // no switch: the ring alone
+    j.job_id = 7;
+    j.key = 9;
+    j.slots = 4;
+    j.payload_bytes = 1440;
+    std::vector<RingPeer> peers = {
+        {htonl(0x7F000001), 5000}, {htonl(0x7F000001), 5001}, {htonl(0x0A000002), 5002}};
+    auto tx = std::make_unique<SourceRecordingTransport>();
+    SourceRecordingTransport* seen = tx.get();
+    Group g(o, std::move(tx), nullptr, j, 0, peers);
+    CHECK(same(seen->sources,
+               {SourceRange{htonl(0x7F000001), 5000, 1}, SourceRange{htonl(0x0A000002), 5002, 1}}));
+    g.close();
+  }
+}
+
+namespace {
+
+// A one-connection control peer on 127.0.0.1 that answers every request line with `answer`.
+class AnsweringPeer {
+ public:
+  explicit AnsweringPeer(std::string answer) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(listen_fd_, 1);
+    socklen_t len = sizeof a;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this, answer] {
+      int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) return;
+      timeval tv{0, 20000};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      std::string in;
+      while (!stop_) {
+        char buf[512];
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n == 0) break;
+        if (n > 0) in.append(buf, static_cast<size_t>(n));
+        for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
+          lines_.push_back(in.substr(0, nl));
+          in.erase(0, nl + 1);
+          (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+        }
+      }
+      ::close(fd);
+    });
+  }
+  ~AnsweringPeer() {
+    stop_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::vector<std::string> lines_;
+};
+
+// One switch path over a RecordingTransport, with a control connection to `peer`, and one allreduce of
+// one chunk admitted (its DATA recorded).
+struct AbortCase {
+  Options o;
+  JoinInfo j;
+  RecordingTransport tx;
+  Counters k;
+  std::atomic<bool> cancel{false};
+  PathContext ctx;
+  ControlClient control;
+  SwitchAllreduce path;
+  std::vector<float> data = std::vector<float>(10, 1.0f);
+  AllreduceOp op;
+  explicit AbortCase(const AnsweringPeer& peer)
+      : o(options()),
+        j(join()),
+        ctx(context(o, j, tx, k, cancel)),
+        control("127.0.0.1", peer.port(), 2.0),
+        path(ctx, &control) {
+    op.base = reinterpret_cast<uint8_t*>(data.data());
+    op.ch = make_chunking(data.size(), GS_ELEM_FLOAT32, j.payload_bytes);
+    path.admit(&op);
+  }
+  static Options options() {
+    Options o;
+    o.job = "t";
+    o.world = 2;
+    return o;
+  }
+  static JoinInfo join() {
+    JoinInfo j;
+    j.job_id = 7;
+    j.key = 0xC0FFEE;
+    j.slots = 4;
+    j.payload_bytes = 1440;
+    j.data_port = 9000;
+    return j;
+  }
+  static PathContext context(const Options& o, const JoinInfo& j, Transport& tx, Counters& k,
+                             std::atomic<bool>& cancel) {
+    PathContext c;
+    c.opt = &o;
+    c.join = &j;
+    c.transport = &tx;
+    c.counters = &k;
+    c.cancel = &cancel;
+    c.job_text = "job 't'";
+    return c;
+  }
+  // The round's DATA turned into `type` (RESULT: a sum of one rank; ABORT: reason `reason`, rank `rank`).
+  std::vector<uint8_t> answer(uint8_t type, uint8_t reason = 0, uint16_t rank = 0) const {
+    std::vector<uint8_t> pkt = tx.batches.at(0).at(0);
+    gs_header h;
+    gs_header_decode(pkt.data(), &h);
+    h.type = type;
+    if (type == GS_MSG_ABORT) {
+      h.next_exp = static_cast<int8_t>(reason);
+      h.rank = rank;
+      h.count = 0;
+      pkt.resize(GS_HEADER_BYTES);
+    }
+    gs_header_encode(&h, pkt.data());
+    return pkt;
+  }
+  void take(const std::vector<uint8_t>& pkt, std::vector<AllreduceOp*>* finished) {
+    const InPacket in{pkt.data(), static_cast<uint32_t>(pkt.size())};
+    CHECK(!path.take(&in, 1, steady_now_ns(), finished));
+  }
+};
+
+}  // namespace
+
+// docs/protocol.md §4 "ABORT": an ABORT datagram (here one blaming the operator) that the switch's
+// control connection does not confirm (STATUS: running) is counted and ignored; the round goes on and
+// its RESULT completes the allreduce.
+TEST(an_abort_datagram_the_switch_does_not_confirm_is_ignored) {
+  AnsweringPeer peer("OK job_id=7 name=t world=2 state=running abort_reason=none abort_rank=- left=\n");
+  AbortCase c(peer);
+  std::vector<AllreduceOp*> finished;
+  c.take(c.answer(GS_MSG_ABORT, GS_ABORT_OPERATOR, GS_RANK_ALL), &finished);
+  CHECK_EQ(c.k.unconfirmed_aborts.load(), uint64_t{1});
+  CHECK(finished.empty());
+  c.take(c.answer(GS_MSG_ABORT, GS_ABORT_OPERATOR, GS_RANK_ALL), &finished);  // within the re-check interval
+  CHECK_EQ(c.k.unconfirmed_aborts.load(), uint64_t{2});
+  c.take(c.answer(GS_MSG_RESULT), &finished);
+  CHECK_EQ(finished.size(), size_t{1});
+}
+
+// The switch confirms the abort: the error is the switch's (STATUS's reason and rank: rank 1 left),
+// not the datagram's (which blamed the operator).
+TEST(a_confirmed_abort_fails_with_the_switchs_reason_not_the_datagrams) {
+  AnsweringPeer peer("OK job_id=7 name=t world=2 state=aborted abort_reason=rank_left abort_rank=1 left=\n");
+  AbortCase c(peer);
+  std::vector<AllreduceOp*> finished;
+  std::string msg;
+  try {
+    c.take(c.answer(GS_MSG_ABORT, GS_ABORT_OPERATOR, GS_RANK_ALL), &finished);
+  } catch (const AbortedError& e) {
+    msg = e.what();
+    CHECK(e.reason() == GS_ABORT_RANK_LEFT);
+    CHECK_EQ(static_cast<int>(e.rank()), 1);
+  }
+  CHECK(msg.find("rank 1 left the job") != std::string::npos);
+  CHECK(msg.find("control plane") == std::string::npos);
+  CHECK_EQ(c.k.unconfirmed_aborts.load(), uint64_t{0});
 }
 
 GS_TEST_MAIN()

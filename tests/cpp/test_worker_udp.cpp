@@ -1,10 +1,12 @@
-// The worker's UDP transport on loopback: plain and GSO batches arrive as the same datagrams.
+// The worker's UDP transport on loopback: plain and GSO batches arrive as the same datagrams; the
+// source check of accept_from takes only the given addresses and counts the rest.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -169,6 +171,84 @@ TEST(udp_wake_ends_the_wait) {
   waker.join();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(secs < 2.0);
+}
+
+namespace {
+
+// A plain UDP socket bound to `ip`:`port` (0: any free port), for sending from a chosen source.
+struct Sender {
+  int fd;
+  uint16_t port;
+  Sender(uint32_t ip_host, uint16_t want = 0) {
+    fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(ip_host);
+    a.sin_port = htons(want);
+    CHECK_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t l = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &l);
+    port = ntohs(a.sin_port);
+  }
+  ~Sender() { ::close(fd); }
+  void send(uint16_t to, uint8_t tag, int n) const {
+    sockaddr_in d{};
+    d.sin_family = AF_INET;
+    d.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    d.sin_port = htons(to);
+    std::vector<uint8_t> b(64, tag);
+    for (int i = 0; i < n; ++i)
+      ::sendto(fd, b.data(), b.size(), 0, reinterpret_cast<sockaddr*>(&d), sizeof d);
+  }
+};
+
+// The tags of every datagram received until 200 ms of silence.
+std::map<uint8_t, int> received(Transport& t) {
+  std::map<uint8_t, int> got;
+  std::vector<InPacket> in(1024);
+  for (size_t n; (n = t.recv_batch(in.data(), in.size(), 200'000'000)) > 0;)
+    for (size_t i = 0; i < n; ++i) ++got[in[i].data[0]];
+  return got;
+}
+
+}  // namespace
+
+// docs/protocol.md §2.1: after accept_from only the listed sources (an address and a port range) are
+// taken, with and without GRO; another port, or the right port on another address, is dropped and
+// counted. Before accept_from everything is taken (the transport exists before JOIN); an empty list
+// takes nothing.
+TEST(udp_source_check_takes_only_the_given_addresses) {
+  for (bool gro : {false, true}) {
+    auto rx = make_udp_transport("", 4 << 20, false, gro);
+    const uint16_t port = rx->local_port();
+    Sender a(INADDR_LOOPBACK), b(INADDR_LOOPBACK), foreign(INADDR_LOOPBACK);
+    Sender other_ip(0x7F000002, a.port);  // 127.0.0.2, a's port
+    CHECK(foreign.port != a.port && foreign.port != b.port);
+    std::atomic<uint64_t> dropped{0};
+    a.send(port, 1, 1);
+    auto got = received(*rx);
+    CHECK_EQ(got[1], 1);  // no check yet
+    // a: a range of three ports that ends at its own; b: exactly its own.
+    rx->accept_from({SourceRange{htonl(INADDR_LOOPBACK), static_cast<uint16_t>(a.port - 2), 3},
+                     SourceRange{htonl(INADDR_LOOPBACK), b.port, 1}},
+                    &dropped);
+    const bool foreign_in_range = foreign.port + 2 >= a.port && foreign.port <= a.port;
+    a.send(port, 1, 20);
+    b.send(port, 2, 20);
+    foreign.send(port, 3, 20);
+    other_ip.send(port, 4, 20);
+    got = received(*rx);
+    CHECK_EQ(got[1], 20);
+    CHECK_EQ(got[2], 20);
+    CHECK_EQ(got[3], foreign_in_range ? 20 : 0);
+    CHECK_EQ(got[4], 0);
+    CHECK_EQ(dropped.load(), uint64_t{foreign_in_range ? 20u : 40u});
+    rx->accept_from({}, &dropped);
+    a.send(port, 1, 5);
+    got = received(*rx);
+    CHECK_EQ(got[1], 0);
+    CHECK_EQ(dropped.load(), uint64_t{foreign_in_range ? 25u : 45u});
+  }
 }
 
 GS_TEST_MAIN()

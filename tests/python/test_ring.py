@@ -19,6 +19,10 @@ from test_allreduce import WORKER_TIMEOUT, abs_sum, check, expected_sum, make_in
 
 import gradswitch
 
+# The ring without a switch derives its ids from job, world size and token: the ranks share one (the
+# connect() default is none, docs/protocol.md §7).
+RING_TOKEN = "ring-test-" + hashlib.sha256(b"test_ring").hexdigest()[:16]
+
 
 def free_udp_ports(n: int) -> list[int]:
     socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
@@ -71,6 +75,7 @@ def _ring_worker(q, rank, world, switch, connect_kwargs, plan):
                 wire=wire,
                 algorithm=algorithm,
                 timeout=WORKER_TIMEOUT,
+                token=RING_TOKEN,
                 **connect_kwargs,
             ) as g:
                 for kind, size in cases:
@@ -193,6 +198,7 @@ def _fallback_worker(q, rank, world, switch, peers, sizes, ready, timeout, queue
             wire="fixed32",
             algorithm="auto",
             peers=peers,
+            token=RING_TOKEN,
             timeout=timeout,
             drop_rate=drop,
             seed=rank + 1,
@@ -342,7 +348,14 @@ def _dying_worker(q, rank, world, switch, algorithm, peers, die_after):
     out = {}
     try:
         with gradswitch.connect(
-            switch, job="dead", rank=rank, world_size=world, algorithm=algorithm, peers=peers, timeout=1.5
+            switch,
+            job="dead",
+            rank=rank,
+            world_size=world,
+            algorithm=algorithm,
+            peers=peers,
+            token=RING_TOKEN,
+            timeout=1.5,
         ) as g:
             for i in range(20):
                 if rank == world - 1 and i == die_after:

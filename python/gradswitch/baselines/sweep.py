@@ -79,6 +79,7 @@ def run(a) -> dict:
             wire=a.wire,
             algorithm=algorithm,
             timeout=a.timeout,
+            token=a.token,
         )
         tok = np.zeros(1, np.float32)
 
@@ -147,6 +148,10 @@ def main(argv=None) -> int:
     p.add_argument("--switch", help="host:port of gradswitchd's control port (switch, ring, auto)")
     p.add_argument("--master", help="addr:port of gloo's TCP store (rank 0 listens)")
     p.add_argument("--peers", help="the ring's addresses, host:port per rank, comma separated (no switch)")
+    p.add_argument(
+        "--token",
+        help="the job's token, the same for every rank (the ring without a switch needs one)",
+    )
     p.add_argument("--ifname", default="gs-eth0", help="gloo's interface (default: %(default)s)")
     p.add_argument("--job", default="sweep")
     p.add_argument("--rank", type=int, required=True)
