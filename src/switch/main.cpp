@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   set_log_level(config.log_level);
   set_log_format(config.log_format);
 
-  Engine engine(EngineConfig{config.threads, config.max_jobs});
+  Engine engine(EngineConfig{config.threads, config.max_jobs, !config.uplink.empty()});
   ControlPlane control(engine, config);
   if (!config.auth_file.empty()) {
     auto table = control::load_auth_file(config.auth_file, {config.max_jobs, config.max_memory}, &error,

@@ -119,7 +119,6 @@ class Group {
   Stats stats() const;
   const Options& options() const { return opt_; }
   const JoinInfo& join_info() const { return join_; }
-  uint8_t wire_elem_type() const { return wire_; }
   uint32_t next_seq() const { return seq_; }  // racy when operations are queued
   // "switch" or "ring": where allreduces run now (a fallback changes it once).
   std::string algorithm() const { return ring_active_.load() ? "ring" : "switch"; }

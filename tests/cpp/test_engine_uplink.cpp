@@ -2,6 +2,7 @@
 // ranks sends a round complete in the rack up to the spine and takes the spine's RESULT back; a
 // spine's job hears one rank per leaf. Members, the upward packet, its resend, the spine's answers
 // (the expected one, a second one, one from elsewhere), 16-bit sums going up in fp32, and aborts.
+// Both directions go through the one Engine::ingest(), which tells the spine's answers apart.
 #include <cstring>
 #include <vector>
 
@@ -26,7 +27,7 @@ Endpoint member_address(uint64_t members, uint16_t rank) {
 
 // A leaf of a 4-rank job serving ranks 1 and 2, going up as rank 1.
 struct Leaf {
-  Engine engine{EngineConfig{1, 4}};
+  Engine engine{EngineConfig{1, 4, /*leaf=*/true}};
   uint32_t id = 0, key = 0xABCD0001u;
   explicit Leaf(uint8_t wire = GS_ELEM_FLOAT32) {
     JobSpec spec;
@@ -61,7 +62,7 @@ struct Leaf {
     auto p = packet(type, job, kSpineKey, completer, elem, payload, count, 0, next_exp);
     p[offsetof(gs_header, window)] = static_cast<uint8_t>(window >> 8);
     p[offsetof(gs_header, window) + 1] = static_cast<uint8_t>(window);
-    return engine.ingest_uplink(0, p.data(), p.size(), from, 2);
+    return engine.ingest(0, p.data(), p.size(), 2, from);
   }
   static std::vector<uint8_t> packet(uint8_t type, uint32_t job, uint32_t key, uint16_t rank, uint8_t elem,
                                      const void* payload, uint16_t count, uint8_t flags = 0,
@@ -204,7 +205,7 @@ TEST(the_spine_ending_its_job_ends_the_racks) {
   leaf.data(1, GS_ELEM_INT32, &a, 1);
   auto p =
       Leaf::packet(GS_MSG_ABORT, kSpineJob, kSpineKey, 3, GS_ELEM_INT32, nullptr, 0, 0, GS_ABORT_RANK_LEFT);
-  IngestResult r = leaf.engine.ingest_uplink(0, p.data(), GS_HEADER_BYTES, kSpinePort, 2);
+  IngestResult r = leaf.engine.ingest(0, p.data(), GS_HEADER_BYTES, 2, kSpinePort);
   CHECK(r.kind == IngestResult::kSend && r.type == GS_MSG_ABORT && r.dest_rank == GS_RANK_ALL &&
         r.world == 2);
   CHECK(header_of(r).next_exp == GS_ABORT_UPLINK && header_of(r).job_id == leaf.id);
@@ -244,6 +245,35 @@ TEST(a_spine_job_hears_one_rank_per_leaf) {
   CHECK(engine.create_job(spec, &err) == 0 && !err.empty());
   spec.members = 0b0111;  // three members, two endpoints
   CHECK(engine.create_job(spec, &err) == 0 && err.find("endpoint") != std::string::npos);
+}
+
+TEST(one_ingest_serves_both_directions_and_only_a_leaf_hears_a_spine) {
+  Leaf leaf;
+  const int32_t a = 1, b = 2, total = 7;
+  IngestResult up0 = leaf.data(1, GS_ELEM_INT32, &a, 1);
+  CHECK(up0.kind == IngestResult::kAbsorbed && !up0.from_spine);
+  IngestResult up = leaf.data(2, GS_ELEM_INT32, &b, 1);
+  CHECK(up.kind == IngestResult::kSend && up.type == GS_MSG_DATA && !up.from_spine);
+  // The spine's HELD is absorbed, its RESULT comes down; both are marked as the spine's.
+  IngestResult held = leaf.from_spine(GS_MSG_HELD, GS_ELEM_INT32, nullptr, 0);
+  CHECK(held.kind == IngestResult::kAbsorbed && held.from_spine);
+  IngestResult down = leaf.from_spine(GS_MSG_RESULT, GS_ELEM_INT32, &total, 1);
+  CHECK(down.kind == IngestResult::kSend && down.type == GS_MSG_RESULT && down.from_spine && down.slot == 0);
+  // A message type that is neither a rank's nor the spine's; a short datagram.
+  CHECK(leaf.from_spine(GS_MSG_RING_PARTIAL, GS_ELEM_INT32, nullptr, 0).reason == DropReason::kBadType);
+  auto p = Leaf::packet(GS_MSG_RESULT, kSpineJob, kSpineKey, 0, GS_ELEM_INT32, &total, 1);
+  CHECK(leaf.engine.ingest(0, p.data(), GS_HEADER_BYTES - 1, 2, kSpinePort).reason ==
+        DropReason::kShortPacket);
+
+  // A switch that is not a leaf drops the same RESULT as a type it does not hear, even for a job
+  // whose spec goes up (the engine was not told it is a leaf).
+  Engine plain(EngineConfig{1, 4});
+  CHECK(plain.ingest(0, p.data(), p.size(), 2, kSpinePort).reason == DropReason::kBadType);
+  // A leaf with no job of that spine job: unknown job.
+  Engine empty_leaf(EngineConfig{1, 4, true});
+  CHECK(empty_leaf.ingest(0, p.data(), p.size(), 2, kSpinePort).reason == DropReason::kUnknownJob);
+  CounterValues c = empty_leaf.total_counters();
+  CHECK(c.pkts_in == 1 && c.drops_total() == 1);
 }
 
 GS_TEST_MAIN()

@@ -1,4 +1,5 @@
-"""Shared pieces of the baselines: deterministic gradients, verification, results, process plumbing."""
+"""Shared pieces of the baselines: deterministic gradients, verification, results, process plumbing,
+and the error and checks that the runner (runner.py) and each system's adapter share."""
 
 from __future__ import annotations
 
@@ -12,6 +13,19 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+
+class BaselineError(RuntimeError):
+    pass
+
+
+def worker_count(tb, workers: int | None) -> int:
+    """The workers a run uses on testbed `tb`: all of its worker namespaces when None."""
+    n = tb.workers if workers is None else workers
+    if not 1 <= n <= tb.workers:
+        raise BaselineError(f"workers={n}: the testbed has {tb.workers} worker namespaces")
+    return n
+
 
 # The gradients repeat every 61 elements, so each is one period of 61 values tiled: building or
 # checking 16 MB takes a few ms, not the 0.2-0.4 s of evaluating the formula element by element

@@ -26,7 +26,17 @@ import numpy as np
 from gradswitch.daemon import Daemon
 from gradswitch.local_switch import control_request
 
-from .common import check, emit, grad
+from .common import (
+    BaselineError,
+    check,
+    combine,
+    emit,
+    fail_text,
+    grad,
+    parse_results,
+    wait_all,
+    worker_count,
+)
 
 CONTROL_PORT = 17700
 DATA_PORT = 17701
@@ -186,9 +196,6 @@ def run_workers(
     """One worker process per rank r on machine w<r>, joining through addresses[r] (one switch, its
     rack's leaf, or a "a:port,b:port" list of shards); their result records in rank order. A failure
     raises BaselineError with every rank's output and `logs()` (the switches' logs)."""
-    from .common import fail_text, parse_results, wait_all
-    from .runner import BaselineError
-
     extra = ["--switch-pid", switch_pid] if switch_pid else []
     procs = [
         (
@@ -251,10 +258,7 @@ def run_gradswitch(
     gso=False turns UDP segmentation offload off in the daemon (--udp-gso off) and the workers
     (GRADSWITCH_GSO=0): every datagram is then its own skb, so the testbed's random loss (an nftables
     rule sees one skb: a whole UDP_SEGMENT burst when GSO is on) drops datagrams one by one."""
-    from .common import combine
-    from .runner import _workers
-
-    n = _workers(tb, workers)
+    n = worker_count(tb, workers)
     total = iters + warmup
     env = None
     if gso is not None:

@@ -17,23 +17,13 @@ import sys
 import tempfile
 
 from ..testbed import Testbed, TestbedError
-from .common import Result, combine, fail_text, parse_results, python, wait_all
+from .common import BaselineError, Result, combine, fail_text, parse_results, python, wait_all, worker_count
+from .gradswitch_sys import run_gradswitch, switch_daemon
 
 SYSTEMS = ("hostagg", "gloo", "mpi_allreduce", "mpi_reduce_bcast")
 MPI_MODES = ("allreduce", "reduce_bcast", "reduce")
 # gradswitch itself (gradswitch_sys.run_gradswitch), and MPI programs with and without the MPI library
 ALL_SYSTEMS = ("gradswitch",) + SYSTEMS + ("mpi_reduce",) + tuple(f"mpi_{m}_gs" for m in MPI_MODES)
-
-
-class BaselineError(RuntimeError):
-    pass
-
-
-def _workers(tb: Testbed, workers: int | None) -> int:
-    n = tb.workers if workers is None else workers
-    if not 1 <= n <= tb.workers:
-        raise BaselineError(f"workers={n}: the testbed has {tb.workers} worker namespaces")
-    return n
 
 
 def run_hostagg(
@@ -46,7 +36,7 @@ def run_hostagg(
     port: int = 17000,
     timeout: float = 120,
 ) -> Result:
-    n = _workers(tb, workers)
+    n = worker_count(tb, workers)
     if chunk is None:  # small enough to pipeline (>= 32 chunks), big enough to keep per-chunk cost low
         chunk = min(1 << 20, max(64 << 10, (nbytes // 32) // 4096 * 4096))
     total = iters + warmup
@@ -120,7 +110,7 @@ def run_gloo(
     port: int = 17100,
     timeout: float = 180,
 ) -> Result:
-    n = _workers(tb, workers)
+    n = worker_count(tb, workers)
     master = f"{tb.address('w0')}:{port}"
     procs = [
         (
@@ -243,7 +233,7 @@ def run_mpi(
     holds the library's counters summed over ranks and the switch's STATS deltas."""
     if mode not in MPI_MODES:
         raise BaselineError(f"unknown MPI mode {mode!r}: one of {', '.join(MPI_MODES)}")
-    n = _workers(tb, workers)
+    n = worker_count(tb, workers)
     hosts = (["host"] if mode != "allreduce" else []) + [f"w{r}" for r in range(n)]
     d = tempfile.mkdtemp(prefix="gs-mpi-")
     daemon = None
@@ -251,7 +241,6 @@ def run_mpi(
         exports: list[str] = []
         if library:
             from .._paths import mpi_library
-            from .gradswitch_sys import switch_daemon
 
             daemon = switch_daemon(tb, **(switch_options or {})).start()
             before = daemon.stats()
@@ -352,8 +341,6 @@ def run(
         mode = system[4:-3] if library else system[4:]
         return run_mpi(tb, nbytes, iters, workers, warmup, mode=mode, library=library, **kw)
     if system == "gradswitch":
-        from .gradswitch_sys import run_gradswitch
-
         return run_gradswitch(tb, nbytes, iters, workers, warmup, **kw)
     raise BaselineError(f"unknown system {system!r}: one of {', '.join(ALL_SYSTEMS)}")
 

@@ -5,7 +5,7 @@ sharded.py vary it."""
 from __future__ import annotations
 
 from . import impair
-from .core import BRIDGE, HOST_IF, HOST_QUEUE_BYTES, LinkOptions, TestbedError, Topology
+from .base import BRIDGE, HOST_IF, HOST_QUEUE_BYTES, LinkOptions, TestbedError, Topology
 
 
 class BridgeTopology(Topology):

@@ -9,8 +9,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..daemon import Daemon, SwitchError
+from .base import HOST_IF, TAP, TestbedError
 from .bridge import BridgeTopology
-from .core import HOST_IF, TAP, TestbedError
 
 AF_XDP_MAX_MTU = 3000  # net_af_xdp on veth takes frames up to ~3.5 KB (docs/dpdk.md)
 CONTROL_PORT = 7700  # gradswitchd's default, where the testbed's clients find the switch (data: +1)

@@ -10,7 +10,7 @@ packet that is left alone costs one comparison per rule."""
 
 from __future__ import annotations
 
-from .core import BRIDGE, PREFIX
+from .base import BRIDGE, PREFIX
 
 DUP_TX, DUP_PORT = f"{PREFIX}dup-tx", f"{PREFIX}dup-port"
 REORDER_TX, REORDER_PORT = f"{PREFIX}reo-tx", f"{PREFIX}reo-port"

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import replace
 
+from .base import BRIDGE, HOST_IF, HOST_QUEUE_BYTES, PREFIX, TestbedError, Topology, fmt_rate, parse_rate
 from .bridge import check_count
-from .core import BRIDGE, HOST_IF, HOST_QUEUE_BYTES, PREFIX, TestbedError, Topology, parse_rate
 
 UPLINK_IF = f"{PREFIX}up0"  # a leaf's interface toward the spine
 MAX_RACKS = 50
@@ -163,8 +163,6 @@ class RacksTopology(Topology):
         return {"kind": self.kind, "racks": self.racks, "uplink_rate": self.uplink_rate}
 
     def describe(self) -> dict:
-        from .core import fmt_rate
-
         return {
             "racks": self.racks,
             "workers_per_rack": self.per_rack,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .base import LinkOptions, fmt_rate, parse_rate
 from .bridge import BridgeTopology, check_count
-from .core import LinkOptions, parse_rate
 
 MAX_SWITCHES = 50  # addresses .200 .. .249
 
@@ -45,6 +45,4 @@ class ShardedTopology(BridgeTopology):
         return {"kind": self.kind, "switches": self.switches, "switch_rate": self.switch_rate}
 
     def describe(self) -> dict:
-        from .core import fmt_rate
-
         return {"switches": self.switch_hosts(), "switch_rate": fmt_rate(self.switch_rate)}

@@ -2,7 +2,6 @@
 // uploads written into the job's memory as they arrive), SETLR, and STATE_GET (streamed from it).
 #include <atomic>
 #include <bit>
-#include <cstring>
 
 #include "switch/control/control_plane.h"
 #include "switch/control/control_state.h"
@@ -110,7 +109,9 @@ void ControlPlane::feed_binary(Conn& c) {
       c.in.take(reinterpret_cast<char*>(b.header) + b.done, want);
       if (b.done + want == kStateHeaderBytes) {
         Error err;
-        if (!decode_state_header(b.header, b.expect, &err)) {
+        if (auto decoded = decode_state_header(b.header, b.expect, &err)) {
+          b.expect = *decoded;  // what it said: the job's layout, and the lr to set at the end
+        } else {
           b.kind = Conn::BinaryIn::kDiscard;
           b.error = err;
         }
@@ -136,11 +137,8 @@ void ControlPlane::feed_binary(Conn& c) {
     b.done += want;
   }
   // Complete.
-  if (b.kind == Conn::BinaryIn::kState) {
-    float lr;
-    std::memcpy(&lr, b.header + 28, 4);
-    if (Optimizer* opt = engine_.job_optimizer(b.job_id)) opt->set_lr(lr);
-  }
+  if (b.kind == Conn::BinaryIn::kState)
+    if (Optimizer* opt = engine_.job_optimizer(b.job_id)) opt->set_lr(b.expect.lr);
   // The data threads read what was written only after this reply reached rank 0 (a step needs its
   // next DATA packet); the fence orders the writes before the reply's send().
   std::atomic_thread_fence(std::memory_order_seq_cst);

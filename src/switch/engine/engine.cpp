@@ -234,7 +234,7 @@ bool Engine::rank_left(uint32_t job_id, uint16_t rank) {
   Job* job = find_job(job_id);
   if (!job || rank >= job->spec.world) return false;
   const uint64_t bit = uint64_t{1} << rank;
-  // Published before the scan: a round opened after the scan sees the bit (ingest step 4); one
+  // Published before the scan: a round opened after the scan sees the bit (ingest_data, step 4); one
   // opened concurrently is caught by the next packet touching it (a worker's probe).
   job->left.fetch_or(bit, std::memory_order_seq_cst);
   for (uint16_t s = 0; s < job->spec.slots; ++s)
@@ -347,252 +347,312 @@ void Engine::count_sent(unsigned thread, uint32_t job_id, uint32_t packets, uint
   }
 }
 
+// ---- the packet path (docs/protocol.md §3): ingest() and the steps of its message types ----
+
 IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, uint64_t now_ns,
                             Endpoint from) {
   ThreadState& ts = threads_[thread];
   IngestResult r;
+  Arrival a(ts, r, packet, len, now_ns, from);
   counter_add(ts.totals.pkts_in);
   counter_add(ts.totals.bytes_in, len);
-
-  JobThreadState* js = nullptr;
-  auto drop = [&](DropReason why) {
-    ts.totals.drop(why);
-    if (js) js->counters.drop(why);
-    r.kind = IngestResult::kDropped;
-    r.reason = why;
+  // Every message opens with the common header (docs/protocol.md §2): decoded here, once.
+  if (len < GS_HEADER_BYTES) {
+    a.drop(DropReason::kShortPacket);
     return r;
-  };
-
-  // 1. Is it a well-formed gradswitch DATA packet of a live job, from one of its ranks?
-  if (len < GS_HEADER_BYTES) return drop(DropReason::kShortPacket);
-  gs_header h;
-  gs_header_decode(packet, &h);
-  if (h.magic != GS_MAGIC) return drop(DropReason::kBadMagic);
-  if (h.version != GS_VERSION) return drop(DropReason::kBadVersion);
-  if (h.type != GS_MSG_DATA) return drop(DropReason::kBadType);
-  Job* job = find_job(h.job_id);
-  if (!job) return drop(DropReason::kUnknownJob);
-  r.job_id = h.job_id;
-  r.job_index = job->index;
-  js = &job->per_thread[thread];
-  counter_add(js->counters.pkts_in);
-  counter_add(js->counters.bytes_in, len);
-  const JobSpec& spec = job->spec;
-  if (h.key != spec.key) return drop(DropReason::kWrongKey);
-  if (h.rank >= spec.world || !(job->members >> h.rank & 1)) return drop(DropReason::kBadRank);
-  // Only the rank's own address (its IP and UDP port) speaks for it: a packet with the right id and
-  // key from elsewhere is a forgery or a stray (docs/security.md). A leaf switch sends from its data
-  // threads' ports: for a rank it forwarded, the IP alone is checked.
-  const Endpoint& own = spec.endpoints[job->endpoint_index[h.rank]];
-  if (from.ipv4_be != own.ipv4_be || (from.port_be != own.port_be && !(spec.source_ip_only >> h.rank & 1)))
-    return drop(DropReason::kBadSource);
-  if (h.slot >= spec.slots) return drop(DropReason::kSlotOutOfRange);
-  if (thread_of_slot(h.slot) != thread) return drop(DropReason::kWrongThread);
-  const size_t elem_size = gs_elem_size(h.elem_type);  // 0 for unknown types, so the shift is < 32
-  if (elem_size == 0 || !(job->elem_types >> h.elem_type & 1)) return drop(DropReason::kBadElemType);
-  const size_t payload_len = size_t{h.count} * elem_size;
-  if (payload_len > spec.payload_bytes || len != GS_HEADER_BYTES + payload_len)
-    return drop(DropReason::kBadLength);
-  if (Optimizer* opt = job->optimizer.get()) {
-    // Each chunk must map onto whole parameters so that its step is applied exactly once.
-    const uint32_t chunk = spec.payload_bytes / 4;
-    if (h.offset % chunk != 0 || uint64_t{h.offset} + h.count > opt->spec().params)
-      return drop(DropReason::kBadOffset);
   }
-  // A rank that left (LEAVE) contributes nothing more, and its retransmissions get no answer.
-  if (job->left.load(std::memory_order_relaxed) >> h.rank & 1) return drop(DropReason::kRankLeft);
+  gs_header_decode(packet, &a.h);
+  if (a.h.magic != GS_MAGIC) {
+    a.drop(DropReason::kBadMagic);
+  } else if (a.h.version != GS_VERSION) {
+    a.drop(DropReason::kBadVersion);
+  } else if (a.h.type == GS_MSG_DATA) {
+    ingest_data(thread, a);
+  } else if (config_.leaf &&
+             (a.h.type == GS_MSG_RESULT || a.h.type == GS_MSG_ABORT || a.h.type == GS_MSG_HELD)) {
+    ingest_from_spine(thread, a);  // engine_uplink.cpp
+  } else {
+    a.drop(DropReason::kBadType);
+  }
+  return r;
+}
 
+// A rank's DATA: its contribution to the round of its slot version.
+void Engine::ingest_data(unsigned thread, Arrival& a) {
+  Job* job = admit_data(thread, a);
+  if (!job) return;
+  const gs_header& h = a.h;
+  IngestResult& r = a.r;
+  JobThreadState& js = *a.js;
   r.src_rank = h.rank;
-  r.endpoints = spec.endpoints.data();
+  r.endpoints = job->spec.endpoints.data();
   r.world = job->member_count;
   r.slot = h.slot;
-  js->last_activity_ns.store(now_ns, std::memory_order_relaxed);
-  std::atomic<int64_t>& rank_seq = js->rank_seq[h.rank];
+  js.last_activity_ns.store(a.now_ns, std::memory_order_relaxed);
+  std::atomic<int64_t>& rank_seq = js.rank_seq[h.rank];
   const int64_t last = rank_seq.load(std::memory_order_relaxed);
   if (last < 0 || seq_after(h.seq, static_cast<uint32_t>(last)))
     rank_seq.store(h.seq, std::memory_order_relaxed);
-  js->clock.seen(h.seq, now_ns);
+  js.clock.seen(h.seq, a.now_ns);
 
   const uint8_t version = h.flags & GS_FLAG_VERSION;
-  const bool ends_tensor = (h.flags & GS_FLAG_LAST) != 0;
   SlotVersion& sv = job->slots[h.slot].version[version];
-  const uint64_t bit = uint64_t{1} << h.rank;
   const RoundState state = sv.state.load(std::memory_order_relaxed);
   const uint32_t held_seq = sv.seq.load(std::memory_order_relaxed);
   const uint32_t held_offset = sv.offset.load(std::memory_order_relaxed);
   const bool same_round = state != RoundState::kEmpty && h.seq == held_seq && h.offset == held_offset;
 
-  // An ABORT with the reason, to the sender or (when this packet aborted the job) to every rank,
-  // so that none of them waits for its timeout.
-  auto answer_abort = [&](uint16_t dest, DropReason why, uint8_t reason, uint16_t at_fault) {
-    HeaderBuilder(GS_MSG_ABORT, h.job_id, spec.key)
-        .rank(at_fault)
-        .slot(h.slot)
-        .round(h.seq, h.offset)
-        .exps(static_cast<int8_t>(reason), 0)
-        .encode(ts.abort_packet);
-    drop(why);
-    r.kind = IngestResult::kSend;
-    r.dest_rank = dest == GS_RANK_ALL ? dest : job->endpoint_index[dest];
-    r.data = ts.abort_packet;
-    r.len = GS_HEADER_BYTES;
-    r.type = GS_MSG_ABORT;
-    r.seq = h.seq;
-    return r;
-  };
-  auto abort_everyone = [&](DropReason why, uint8_t reason, uint16_t at_fault, const Mismatch* m) {
-    // Another thread (or the control plane) may have aborted the job first: report its reason.
-    if (!job->try_abort(reason, at_fault, m) && job->aborted.load(std::memory_order_acquire)) {
-      reason = job->abort_reason;
-      at_fault = job->abort_rank;
-    }
-    return answer_abort(GS_RANK_ALL, why, reason, at_fault);
-  };
-
-  // 2. A retransmission of a completed round, from a worker whose result was lost: the shadow copy
-  //    answers it alone, even in an aborted job (the round's sum is right; only later ones fail).
-  //    Without RETX it is a copy the network made of a contribution the round already counted:
-  //    answering it would amplify the duplication (and split the thread's runs of results).
-  if (same_round && state == RoundState::kComplete) {
-    if (!(h.flags & GS_FLAG_RETX)) {
-      counter_add(js->counters.duplicates);
-      counter_add(ts.totals.duplicates);
-      r.kind = IngestResult::kAbsorbed;
-      return r;
-    }
-    counter_add(js->counters.retx_answered);
-    counter_add(ts.totals.retx_answered);
-    uint8_t* out = sv.result;
-    // DSACK: a complete round holds every contribution, the sender's included.
-    out[offsetof(gs_header, flags)] = static_cast<uint8_t>(version | GS_FLAG_UNICAST | GS_FLAG_DSACK);
-    r.kind = IngestResult::kSend;
-    r.dest_rank = job->endpoint_index[h.rank];
-    r.data = out;
-    r.len = static_cast<uint32_t>(GS_HEADER_BYTES + size_t{sv.count} * gs_elem_size(sv.elem_type));
-    r.type = GS_MSG_RESULT;
-    r.seq = h.seq;
-    r.count = sv.count;
-    return r;
-  }
-
+  // 2. A retransmission of a completed round: the shadow copy answers it.
+  if (same_round && state == RoundState::kComplete) return answer_completed(a, *job, sv);
   // 3. An aborted job answers everything else with the reason, so workers fail fast.
   if (job->aborted.load(std::memory_order_acquire))
-    return answer_abort(h.rank, DropReason::kJobAborted, job->abort_reason, job->abort_rank);
-
+    return answer_abort(a, *job, h.rank, DropReason::kJobAborted, job->abort_reason, job->abort_rank);
   // 4. A round that needs a rank which left (LEAVE) can never complete.
   if (const uint64_t left = job->left.load(std::memory_order_seq_cst)) {
     const uint64_t needed = left & ~(same_round ? sv.seen.load(std::memory_order_relaxed) : 0);
     if (needed)
-      return abort_everyone(DropReason::kJobAborted, GS_ABORT_RANK_LEFT,
+      return abort_everyone(a, *job, DropReason::kJobAborted, GS_ABORT_RANK_LEFT,
                             static_cast<uint16_t>(__builtin_ctzll(needed)), nullptr);
   }
-
-  // 5. The slot version's round: start or join it.
-  // The kernels read the payload as elements, aligned to their size; after a 42-byte L2-L4 header
-  // (the DPDK backend) it is not, and is copied aligned first. Only when read as elements: a round's
-  // first contribution of 4- or 8-byte elements is a plain byte copy and needs no aligned copy.
-  const uint8_t* const raw_payload = packet + GS_HEADER_BYTES;
-  const uint8_t* payload = raw_payload;
-  auto align_payload = [&] {
-    if (reinterpret_cast<uintptr_t>(raw_payload) % elem_size == 0) return;
-    std::memcpy(ts.aligned_payload, raw_payload, payload_len);
-    payload = ts.aligned_payload;
-  };
-  const Kernels& k = kernels();
-  if (same_round) {
-    if (sv.seen.load(std::memory_order_relaxed) & bit) {
-      counter_add(js->counters.duplicates);
-      counter_add(ts.totals.duplicates);
-      r.kind = IngestResult::kAbsorbed;
-      if (!(h.flags & GS_FLAG_RETX)) return r;  // a network duplicate: answering would amplify it
-      // A resend of a contribution the open round holds: tell the sender that nothing was lost and
-      // that the round waits for other ranks, so it can undo, and those ranks that the round waits
-      // for them (docs/protocol.md section 3).
-      counter_add(js->counters.held_answered);
-      counter_add(ts.totals.held_answered);
-      return answer_held(ts, *js, *job, h, sv, bit, now_ns, r);
-    }
-    // scale_exp means something only for fixed32 (docs/protocol.md §2): other types ignore it.
-    if (h.count != sv.count || h.elem_type != sv.elem_type ||
-        (h.elem_type == GS_ELEM_FIXED32 && h.scale_exp != sv.scale_exp) || ends_tensor != sv.last) {
-      // The ranks disagree on this allreduce (tensor lengths, types): it can never complete.
-      Mismatch m;
-      m.seq = h.seq;
-      m.offset = h.offset;
-      m.held = {static_cast<uint16_t>(__builtin_ctzll(sv.seen.load(std::memory_order_relaxed))), sv.count,
-                sv.elem_type, sv.scale_exp, sv.last};
-      m.arriving = {h.rank, h.count, h.elem_type, h.scale_exp, ends_tensor};
-      return abort_everyone(DropReason::kInconsistent, GS_ABORT_MISMATCH, h.rank, &m);
-    }
-    uint8_t* sum = sv.result + GS_HEADER_BYTES;
-    align_payload();
-    switch (h.elem_type) {
-      case GS_ELEM_FLOAT32:
-        k.add_f32(reinterpret_cast<float*>(sum), reinterpret_cast<const float*>(payload), h.count);
-        break;
-      case GS_ELEM_INT32:
-      case GS_ELEM_FIXED32:
-        k.add_i32(reinterpret_cast<int32_t*>(sum), reinterpret_cast<const int32_t*>(payload), h.count);
-        break;
-      case GS_ELEM_FLOAT16:
-        k.add_f16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
-        break;
-      case GS_ELEM_BFLOAT16:
-        k.add_bf16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
-        break;
-      case GS_ELEM_FLOAT64:
-        k.add_f64(reinterpret_cast<double*>(sum), reinterpret_cast<const double*>(payload), h.count);
-        break;
-    }
-    if (h.next_exp > sv.next_exp) sv.next_exp = h.next_exp;
-    sv.min_window = gs_smaller_window(sv.min_window, h.window);
-    sv.seen.store(sv.seen.load(std::memory_order_relaxed) | bit, std::memory_order_relaxed);
-    ++sv.arrived;
-  } else {
-    // A new round may replace an empty or completed one, never an open one (nor one that waits for
-    // the spine), and never with an older round: both are stale packets.
-    if (state == RoundState::kOpen || state == RoundState::kUplink) return drop(DropReason::kStaleRound);
-    if (state == RoundState::kComplete && !round_is_newer(h.seq, h.offset, held_seq, held_offset))
-      return drop(DropReason::kStaleRound);
-    // The first contribution initialises the round: no zeroing pass.
-    sv.count = h.count;
-    sv.elem_type = h.elem_type;
-    sv.scale_exp = h.scale_exp;
-    sv.next_exp = h.next_exp;
-    sv.min_window = h.window;
-    sv.last = ends_tensor;
-    sv.arrived = 1;
-    sv.seen.store(bit, std::memory_order_relaxed);
-    sv.seq.store(h.seq, std::memory_order_relaxed);
-    sv.offset.store(h.offset, std::memory_order_relaxed);
-    sv.opened_ns.store(now_ns, std::memory_order_relaxed);
-    sv.told_ns = 0;
-    if (h.elem_type == GS_ELEM_FLOAT16 || h.elem_type == GS_ELEM_BFLOAT16) {
-      align_payload();
-      const auto* p16 = reinterpret_cast<const uint16_t*>(payload);
-      if (h.elem_type == GS_ELEM_FLOAT16)
-        k.f16_to_f32(sv.accum, p16, h.count);
-      else
-        k.bf16_to_f32(sv.accum, p16, h.count);
-    } else {
-      std::memcpy(sv.result + GS_HEADER_BYTES, raw_payload, payload_len);
-    }
-    sv.state.store(RoundState::kOpen, std::memory_order_relaxed);
-  }
-
+  // 5. The slot version's round: join it or start it.
+  if (same_round ? !join_round(a, *job, sv) : !open_round(a, sv, state, held_seq, held_offset)) return;
   if (sv.arrived < job->member_count) {
     r.kind = IngestResult::kAbsorbed;
     // A resend that the round lacked: the sender's timer found its loss, which the ranks the round
     // still lacks may not have done yet (their rounds sent at once, a peer's small window): tell them.
-    if (h.flags & GS_FLAG_RETX) return answer_held(ts, *js, *job, h, sv, 0, now_ns, r);
-    return r;
+    if (h.flags & GS_FLAG_RETX) answer_held(a.ts, js, *job, h, sv, 0, a.now_ns, r);
+    return;
   }
+  // 6. Complete: up to the spine from a leaf, else the result to every rank.
   sv.completer = h.rank;
   sv.completed_by_resend = h.flags & GS_FLAG_RETX;
-  if (spec.uplink) return send_up(thread, *job, h.slot, version, r);
+  if (job->spec.uplink) {
+    send_up(thread, *job, h.slot, version, r);
+    return;
+  }
+  complete_round(thread, a, *job, version);
+}
 
-  // 4. Complete: write the result header (and narrow 16-bit sums), keep it as the shadow copy,
-  //    and send it to every rank.
+// 1. Is it a DATA packet of a live job, from one of its ranks? The job, or nullptr when dropped.
+Job* Engine::admit_data(unsigned thread, Arrival& a) {
+  Job* job = find_job(a.h.job_id);
+  if (!job) {
+    a.drop(DropReason::kUnknownJob);
+    return nullptr;
+  }
+  a.r.job_id = a.h.job_id;
+  a.r.job_index = job->index;
+  a.js = &job->per_thread[thread];
+  counter_add(a.js->counters.pkts_in);
+  counter_add(a.js->counters.bytes_in, a.len);
+  if (const DropReason why = check_data(thread, a, *job); why != DropReason::kNone) {
+    a.drop(why);
+    return nullptr;
+  }
+  return job;
+}
+
+// 1, continued: is it well-formed, for this job? Sets the payload's element size and length.
+DropReason Engine::check_data(unsigned thread, Arrival& a, const Job& job) const {
+  const gs_header& h = a.h;
+  const JobSpec& spec = job.spec;
+  if (h.key != spec.key) return DropReason::kWrongKey;
+  if (h.rank >= spec.world || !(job.members >> h.rank & 1)) return DropReason::kBadRank;
+  // Only the rank's own address (its IP and UDP port) speaks for it: a packet with the right id and
+  // key from elsewhere is a forgery or a stray (docs/security.md). A leaf switch sends from its data
+  // threads' ports: for a rank it forwarded, the IP alone is checked.
+  const Endpoint& own = spec.endpoints[job.endpoint_index[h.rank]];
+  if (a.from.ipv4_be != own.ipv4_be ||
+      (a.from.port_be != own.port_be && !(spec.source_ip_only >> h.rank & 1)))
+    return DropReason::kBadSource;
+  if (h.slot >= spec.slots) return DropReason::kSlotOutOfRange;
+  if (thread_of_slot(h.slot) != thread) return DropReason::kWrongThread;
+  a.elem_size = gs_elem_size(h.elem_type);  // 0 for unknown types, so the shift is < 32
+  if (a.elem_size == 0 || !(job.elem_types >> h.elem_type & 1)) return DropReason::kBadElemType;
+  a.payload_len = size_t{h.count} * a.elem_size;
+  if (a.payload_len > spec.payload_bytes || a.len != GS_HEADER_BYTES + a.payload_len)
+    return DropReason::kBadLength;
+  if (const Optimizer* opt = job.optimizer.get()) {
+    // Each chunk must map onto whole parameters so that its step is applied exactly once.
+    const uint32_t chunk = spec.payload_bytes / 4;
+    if (h.offset % chunk != 0 || uint64_t{h.offset} + h.count > opt->spec().params)
+      return DropReason::kBadOffset;
+  }
+  // A rank that left (LEAVE) contributes nothing more, and its retransmissions get no answer.
+  if (job.left.load(std::memory_order_relaxed) >> h.rank & 1) return DropReason::kRankLeft;
+  return DropReason::kNone;
+}
+
+// 2. A retransmission of a completed round, from a worker whose result was lost: the shadow copy
+//    answers it alone, even in an aborted job (the round's sum is right; only later ones fail).
+//    Without RETX it is a copy the network made of a contribution the round already counted:
+//    answering it would amplify the duplication (and split the thread's runs of results).
+void Engine::answer_completed(Arrival& a, const Job& job, SlotVersion& sv) {
+  IngestResult& r = a.r;
+  if (!(a.h.flags & GS_FLAG_RETX)) {
+    counter_add(a.js->counters.duplicates);
+    counter_add(a.ts.totals.duplicates);
+    r.kind = IngestResult::kAbsorbed;
+    return;
+  }
+  counter_add(a.js->counters.retx_answered);
+  counter_add(a.ts.totals.retx_answered);
+  uint8_t* out = sv.result;
+  // DSACK: a complete round holds every contribution, the sender's included.
+  out[offsetof(gs_header, flags)] =
+      static_cast<uint8_t>((a.h.flags & GS_FLAG_VERSION) | GS_FLAG_UNICAST | GS_FLAG_DSACK);
+  r.kind = IngestResult::kSend;
+  r.dest_rank = job.endpoint_index[a.h.rank];
+  r.data = out;
+  r.len = static_cast<uint32_t>(GS_HEADER_BYTES + size_t{sv.count} * gs_elem_size(sv.elem_type));
+  r.type = GS_MSG_RESULT;
+  r.seq = a.h.seq;
+  r.count = sv.count;
+}
+
+// An ABORT with the reason, to the sender (`dest`, a rank) or, when this packet aborted the job, to
+// every rank (GS_RANK_ALL), so that none of them waits for its timeout.
+void Engine::answer_abort(Arrival& a, const Job& job, uint16_t dest, DropReason why, uint8_t reason,
+                          uint16_t at_fault) {
+  const gs_header& h = a.h;
+  HeaderBuilder(GS_MSG_ABORT, h.job_id, job.spec.key)
+      .rank(at_fault)
+      .slot(h.slot)
+      .round(h.seq, h.offset)
+      .exps(static_cast<int8_t>(reason), 0)
+      .encode(a.ts.abort_packet);
+  a.drop(why);
+  IngestResult& r = a.r;
+  r.kind = IngestResult::kSend;
+  r.dest_rank = dest == GS_RANK_ALL ? dest : job.endpoint_index[dest];
+  r.data = a.ts.abort_packet;
+  r.len = GS_HEADER_BYTES;
+  r.type = GS_MSG_ABORT;
+  r.seq = h.seq;
+}
+
+void Engine::abort_everyone(Arrival& a, Job& job, DropReason why, uint8_t reason, uint16_t at_fault,
+                            const Mismatch* m) {
+  // Another thread (or the control plane) may have aborted the job first: report its reason.
+  if (!job.try_abort(reason, at_fault, m) && job.aborted.load(std::memory_order_acquire)) {
+    reason = job.abort_reason;
+    at_fault = job.abort_rank;
+  }
+  answer_abort(a, job, GS_RANK_ALL, why, reason, at_fault);
+}
+
+// The kernels read the payload as elements, aligned to their size; after a 42-byte L2-L4 header
+// (the DPDK backend) it is not, and is copied aligned first. Only when read as elements: a round's
+// first contribution of 4- or 8-byte elements is a plain byte copy and needs no aligned copy.
+const uint8_t* Engine::aligned_payload(Arrival& a) {
+  const uint8_t* raw = a.packet + GS_HEADER_BYTES;
+  if (reinterpret_cast<uintptr_t>(raw) % a.elem_size == 0) return raw;
+  std::memcpy(a.ts.aligned_payload, raw, a.payload_len);
+  return a.ts.aligned_payload;
+}
+
+// 5a. A contribution to the open round of its slot version: summed, or (false) answered instead: a
+//     duplicate, or a disagreement on the allreduce that aborts the job.
+bool Engine::join_round(Arrival& a, Job& job, SlotVersion& sv) {
+  const gs_header& h = a.h;
+  const uint64_t bit = uint64_t{1} << h.rank;
+  const bool ends_tensor = (h.flags & GS_FLAG_LAST) != 0;
+  if (sv.seen.load(std::memory_order_relaxed) & bit) {
+    counter_add(a.js->counters.duplicates);
+    counter_add(a.ts.totals.duplicates);
+    a.r.kind = IngestResult::kAbsorbed;
+    if (!(h.flags & GS_FLAG_RETX)) return false;  // a network duplicate: answering would amplify it
+    // A resend of a contribution the open round holds: tell the sender that nothing was lost and
+    // that the round waits for other ranks, so it can undo, and those ranks that the round waits
+    // for them (docs/protocol.md section 3).
+    counter_add(a.js->counters.held_answered);
+    counter_add(a.ts.totals.held_answered);
+    answer_held(a.ts, *a.js, job, h, sv, bit, a.now_ns, a.r);
+    return false;
+  }
+  // scale_exp means something only for fixed32 (docs/protocol.md §2): other types ignore it.
+  if (h.count != sv.count || h.elem_type != sv.elem_type ||
+      (h.elem_type == GS_ELEM_FIXED32 && h.scale_exp != sv.scale_exp) || ends_tensor != sv.last) {
+    // The ranks disagree on this allreduce (tensor lengths, types): it can never complete.
+    Mismatch m;
+    m.seq = h.seq;
+    m.offset = h.offset;
+    m.held = {static_cast<uint16_t>(__builtin_ctzll(sv.seen.load(std::memory_order_relaxed))), sv.count,
+              sv.elem_type, sv.scale_exp, sv.last};
+    m.arriving = {h.rank, h.count, h.elem_type, h.scale_exp, ends_tensor};
+    abort_everyone(a, job, DropReason::kInconsistent, GS_ABORT_MISMATCH, h.rank, &m);
+    return false;
+  }
+  uint8_t* sum = sv.result + GS_HEADER_BYTES;
+  const uint8_t* payload = aligned_payload(a);
+  const Kernels& k = kernels();
+  switch (h.elem_type) {
+    case GS_ELEM_FLOAT32:
+      k.add_f32(reinterpret_cast<float*>(sum), reinterpret_cast<const float*>(payload), h.count);
+      break;
+    case GS_ELEM_INT32:
+    case GS_ELEM_FIXED32:
+      k.add_i32(reinterpret_cast<int32_t*>(sum), reinterpret_cast<const int32_t*>(payload), h.count);
+      break;
+    case GS_ELEM_FLOAT16:
+      k.add_f16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
+      break;
+    case GS_ELEM_BFLOAT16:
+      k.add_bf16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
+      break;
+    case GS_ELEM_FLOAT64:
+      k.add_f64(reinterpret_cast<double*>(sum), reinterpret_cast<const double*>(payload), h.count);
+      break;
+  }
+  if (h.next_exp > sv.next_exp) sv.next_exp = h.next_exp;
+  sv.min_window = gs_smaller_window(sv.min_window, h.window);
+  sv.seen.store(sv.seen.load(std::memory_order_relaxed) | bit, std::memory_order_relaxed);
+  ++sv.arrived;
+  return true;
+}
+
+// 5b. The first contribution to a new round of its slot version, which initialises it (no zeroing
+//     pass); false when dropped as stale.
+bool Engine::open_round(Arrival& a, SlotVersion& sv, RoundState state, uint32_t held_seq,
+                        uint32_t held_offset) {
+  const gs_header& h = a.h;
+  // A new round may replace an empty or completed one, never an open one (nor one that waits for
+  // the spine), and never with an older round: both are stale packets.
+  if (state == RoundState::kOpen || state == RoundState::kUplink ||
+      (state == RoundState::kComplete && !round_is_newer(h.seq, h.offset, held_seq, held_offset))) {
+    a.drop(DropReason::kStaleRound);
+    return false;
+  }
+  sv.count = h.count;
+  sv.elem_type = h.elem_type;
+  sv.scale_exp = h.scale_exp;
+  sv.next_exp = h.next_exp;
+  sv.min_window = h.window;
+  sv.last = (h.flags & GS_FLAG_LAST) != 0;
+  sv.arrived = 1;
+  sv.seen.store(uint64_t{1} << h.rank, std::memory_order_relaxed);
+  sv.seq.store(h.seq, std::memory_order_relaxed);
+  sv.offset.store(h.offset, std::memory_order_relaxed);
+  sv.opened_ns.store(a.now_ns, std::memory_order_relaxed);
+  sv.told_ns = 0;
+  if (h.elem_type == GS_ELEM_FLOAT16 || h.elem_type == GS_ELEM_BFLOAT16) {
+    const auto* p16 = reinterpret_cast<const uint16_t*>(aligned_payload(a));
+    if (h.elem_type == GS_ELEM_FLOAT16)
+      kernels().f16_to_f32(sv.accum, p16, h.count);
+    else
+      kernels().bf16_to_f32(sv.accum, p16, h.count);
+  } else {
+    std::memcpy(sv.result + GS_HEADER_BYTES, a.packet + GS_HEADER_BYTES, a.payload_len);
+  }
+  sv.state.store(RoundState::kOpen, std::memory_order_relaxed);
+  return true;
+}
+
+// 6. A complete round (not a leaf's): narrows 16-bit sums, runs the optimizer's step, and publishes
+//    the result, which stays as the shadow copy.
+void Engine::complete_round(unsigned thread, Arrival& a, Job& job, uint8_t version) {
+  SlotVersion& sv = job.slots[a.h.slot].version[version];
+  const Kernels& k = kernels();
   if (is_16bit(sv.elem_type)) {
     auto* out = reinterpret_cast<uint16_t*>(sv.result + GS_HEADER_BYTES);
     if (sv.elem_type == GS_ELEM_FLOAT16)
@@ -600,13 +660,13 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
     else
       k.f32_to_bf16(out, sv.accum, sv.count);
   }
-  if (job->optimizer && sv.count > 0) {
+  if (job.optimizer && sv.count > 0) {
     // The sum becomes the step's gradient; the result (and so the shadow copy) carries the new
     // parameters, which is why a retransmission can never apply the step twice.
     auto* sum = reinterpret_cast<float*>(sv.result + GS_HEADER_BYTES);
-    job->optimizer->step(h.offset, sv.count, sum, spec.world, sum);
+    job.optimizer->step(a.h.offset, sv.count, sum, job.spec.world, sum);
   }
-  return publish_result(thread, *job, h.slot, version, r, now_ns);
+  publish_result(thread, job, a.h.slot, version, a.r, a.now_ns);
 }
 
 IngestResult& Engine::answer_held(ThreadState& ts, JobThreadState& js, const Job& job, const gs_header& h,
@@ -647,8 +707,8 @@ IngestResult& Engine::answer_held(ThreadState& ts, JobThreadState& js, const Job
   return r;
 }
 
-IngestResult Engine::publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version,
-                                    IngestResult& r, uint64_t now_ns) {
+IngestResult& Engine::publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version,
+                                     IngestResult& r, uint64_t now_ns) {
   SlotVersion& sv = job.slots[slot].version[version];
   const uint32_t seq = sv.seq.load(std::memory_order_relaxed);
   HeaderBuilder(GS_MSG_RESULT, job.id, job.spec.key)

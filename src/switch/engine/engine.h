@@ -1,7 +1,9 @@
 // The aggregation engine: jobs, their slot pools, and the per-packet algorithm.
 //
 // No I/O, no clock, no allocation on the packet path. An I/O backend hands each received
-// datagram to ingest() on the thread that owns the datagram's slot and sends what comes back.
+// datagram to ingest() on the thread that owns the datagram's slot and sends what comes back;
+// ingest() decodes the header once and dispatches on the message type (a rank's DATA, or on a leaf
+// the spine's RESULT, ABORT and HELD), so that no backend reads the bytes it decoded.
 // The control plane creates, aborts and destroys jobs from its own thread; data threads never
 // take a lock (jobs are published and retired RCU-style, see destroy_job()).
 #pragma once
@@ -25,6 +27,9 @@ namespace gradswitch {
 struct EngineConfig {
   unsigned threads = 1;    // data threads; slot s belongs to thread s % threads
   unsigned max_jobs = 64;  // jobs alive at once (<= 256)
+  // A leaf switch (--uplink, docs/protocol.md §8): ingest() also hears RESULT, ABORT and HELD from
+  // the spine; elsewhere they are dropped as bad_type.
+  bool leaf = false;
 };
 
 // Where a rank receives results: an IPv4 address and UDP port, both in network byte order.
@@ -100,6 +105,9 @@ struct IngestResult {
   uint32_t seq = 0;
   uint16_t count = 0;
   uint16_t slot = 0;
+  // The datagram came down from the spine (a leaf's uplink path): a kSend RESULT then answers the
+  // round that went up, whose loss timer stops.
+  bool from_spine = false;
 };
 
 // The endpoints a kSend result goes to, bit i for endpoints[i], none beyond `world` (<= GS_MAX_WORLD
@@ -169,6 +177,7 @@ struct SlotStatus {
 class Job;
 struct JobThreadState;
 struct SlotVersion;
+enum class RoundState : uint8_t;
 
 class Engine {
  public:
@@ -241,18 +250,16 @@ class Engine {
   // A data thread brackets each burst of ingest() calls; between bursts it is quiescent.
   void begin_burst(unsigned thread);
   void end_burst(unsigned thread);
-  // `from` is the datagram's source: DATA counts only from the address its rank joined from.
+  // One datagram, whatever its type. `from` is its source: DATA counts only from the address its rank
+  // joined from, and on a leaf (EngineConfig::leaf) only the spine's data ports are heard (else it
+  // is dropped, bad_source). From the spine, a RESULT completes the leaf round that waits for it (the
+  // result goes to every member; IngestResult::slot says which slot was answered), an ABORT aborts
+  // the leaf's job (GS_ABORT_UPLINK) and tells every member, a HELD is absorbed.
   IngestResult ingest(unsigned thread, const uint8_t* packet, size_t len, uint64_t now_ns, Endpoint from);
   // Count packets the backend sent (or failed to send) on behalf of this thread.
   void count_sent(unsigned thread, uint32_t job_id, uint32_t packets, uint64_t bytes);
 
   // ---- leaf switches (JobSpec::uplink; data side, thread `thread` only, inside a burst) ----
-  // A datagram from the spine: a RESULT completes the leaf round that waits for it (the result goes
-  // to every member; IngestResult::slot says which slot was answered), an ABORT aborts the leaf's job
-  // (GS_ABORT_UPLINK) and tells every member. `source` is where the datagram came from: only the
-  // spine's data ports are heard (else it is dropped, bad_source).
-  IngestResult ingest_uplink(unsigned thread, const uint8_t* packet, size_t len, const Endpoint& source,
-                             uint64_t now_ns);
   // The DATA packet of `slot`'s round that waits for the spine, marked RETX, to send again (its loss
   // timer expired); kDropped when no round of that slot waits any more.
   IngestResult uplink_resend(unsigned thread, uint32_t job_id, uint16_t slot);
@@ -269,8 +276,34 @@ class Engine {
 
   Job* find_job(uint32_t job_id) const;
   Job* find_uplink_job(uint32_t spine_job_id) const;
+
+  // ---- the packet path: ingest()'s message types and their steps (engine.cpp, engine_uplink.cpp) ----
+  // One datagram on its way through ingest(), its header decoded (job.h). Each step fills `a.r`.
+  struct Arrival;
+  // A rank's DATA, in the steps of docs/protocol.md §3. The steps of this path are inlined into
+  // ingest() (always_inline: one function's code, as it was before it was split into steps).
+  [[gnu::always_inline]] inline void ingest_data(unsigned thread, Arrival& a);
+  [[gnu::always_inline]] inline Job* admit_data(unsigned thread, Arrival& a);
+  [[gnu::always_inline]] inline DropReason check_data(unsigned thread, Arrival& a, const Job& job) const;
+  [[gnu::always_inline]] inline static void answer_completed(Arrival& a, const Job& job, SlotVersion& sv);
+  [[gnu::always_inline]] inline static bool join_round(Arrival& a, Job& job, SlotVersion& sv);
+  [[gnu::always_inline]] inline static bool open_round(Arrival& a, SlotVersion& sv, RoundState state,
+                                                       uint32_t held_seq, uint32_t held_offset);
+  [[gnu::always_inline]] inline static const uint8_t* aligned_payload(Arrival& a);
+  [[gnu::always_inline]] inline void complete_round(unsigned thread, Arrival& a, Job& job, uint8_t version);
+  // An ABORT with the reason to rank `dest`, or to every rank (GS_RANK_ALL).
+  static void answer_abort(Arrival& a, const Job& job, uint16_t dest, DropReason why, uint8_t reason,
+                           uint16_t at_fault);
+  // Aborts the job (or, aborted already, reports the first reason) and tells every rank.
+  static void abort_everyone(Arrival& a, Job& job, DropReason why, uint8_t reason, uint16_t at_fault,
+                             const Mismatch* m);
+  // On a leaf, the spine's RESULT, ABORT or HELD (engine_uplink.cpp).
+  void ingest_from_spine(unsigned thread, Arrival& a);
+  void abort_from_spine(Arrival& a, Job& job);
+  void result_from_spine(unsigned thread, Arrival& a, Job& job);
+
   // Completes a leaf's round in the rack: sends its partial sum up instead of a result down.
-  IngestResult send_up(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r);
+  IngestResult& send_up(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r);
   // A resend to an open round: HELD to the sender (`sender_bit`, 0 when its resend was new to the
   // round) and to the members the round lacks; absorbed when that is nobody.
   static IngestResult& answer_held(ThreadState& ts, JobThreadState& js, const Job& job, const gs_header& h,
@@ -285,8 +318,8 @@ class Engine {
   static IngestResult& going_up(const Job& job, uint16_t slot, SlotVersion& sv, IngestResult& r);
   // A complete round: writes the RESULT header before its sum (the shadow copy) and sends it to
   // every member.
-  IngestResult publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
-                              uint64_t now_ns);
+  IngestResult& publish_result(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
+                               uint64_t now_ns);
   // Waits until no ReadGuard holds a job that destroy_job just unpublished.
   void wait_for_readers() const;
   // Job ids are random 32-bit numbers: they are found through a hash table of kWays-way buckets

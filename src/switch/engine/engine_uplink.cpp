@@ -31,7 +31,7 @@ Job* Engine::find_uplink_job(uint32_t spine_job_id) const {
   return nullptr;
 }
 
-IngestResult Engine::send_up(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r) {
+IngestResult& Engine::send_up(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r) {
   SlotVersion& sv = job.slots[slot].version[version];
   const UplinkSpec& up = *job.spec.uplink;
   HeaderBuilder(GS_MSG_DATA, up.job_id, up.key)
@@ -82,93 +82,84 @@ IngestResult Engine::uplink_resend(unsigned thread, uint32_t job_id, uint16_t sl
   return r;
 }
 
-IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_t len, const Endpoint& source,
-                                   uint64_t now_ns) {
-  ThreadState& ts = threads_[thread];
-  IngestResult r;
-  counter_add(ts.totals.pkts_in);
-  counter_add(ts.totals.bytes_in, len);
-  JobThreadState* js = nullptr;
-  auto drop = [&](DropReason why) {
-    ts.totals.drop(why);
-    if (js) js->counters.drop(why);
-    r.kind = IngestResult::kDropped;
-    r.reason = why;
-    return r;
-  };
-  if (len < GS_HEADER_BYTES) return drop(DropReason::kShortPacket);
-  gs_header h;
-  gs_header_decode(packet, &h);
-  if (h.magic != GS_MAGIC) return drop(DropReason::kBadMagic);
-  if (h.version != GS_VERSION) return drop(DropReason::kBadVersion);
-  if (h.type != GS_MSG_RESULT && h.type != GS_MSG_ABORT && h.type != GS_MSG_HELD)
-    return drop(DropReason::kBadType);
+// The spine's RESULT, ABORT or HELD (Engine::ingest dispatches them here on a leaf): it must name a
+// leaf job's spine job, with its key, and come from one of the spine's data ports.
+void Engine::ingest_from_spine(unsigned thread, Arrival& a) {
+  const gs_header& h = a.h;
+  IngestResult& r = a.r;
+  r.from_spine = true;
   Job* job = find_uplink_job(h.job_id);
-  if (!job) return drop(DropReason::kUnknownJob);
-  const JobSpec& spec = job->spec;
-  const UplinkSpec& up = *spec.uplink;
+  if (!job) return a.drop(DropReason::kUnknownJob);
+  const UplinkSpec& up = *job->spec.uplink;
   r.job_id = job->id;
   r.job_index = job->index;
-  js = &job->per_thread[thread];
-  counter_add(js->counters.pkts_in);
-  counter_add(js->counters.bytes_in, len);
-  if (h.key != up.key) return drop(DropReason::kWrongKey);
+  a.js = &job->per_thread[thread];
+  counter_add(a.js->counters.pkts_in);
+  counter_add(a.js->counters.bytes_in, a.len);
+  if (h.key != up.key) return a.drop(DropReason::kWrongKey);
   bool from_spine = false;
   for (const Endpoint& e : up.data_threads)
-    from_spine |= e.ipv4_be == source.ipv4_be && e.port_be == source.port_be;
-  if (!from_spine) return drop(DropReason::kBadSource);
-  js->last_activity_ns.store(now_ns, std::memory_order_relaxed);
+    from_spine |= e.ipv4_be == a.from.ipv4_be && e.port_be == a.from.port_be;
+  if (!from_spine) return a.drop(DropReason::kBadSource);
+  a.js->last_activity_ns.store(a.now_ns, std::memory_order_relaxed);
   if (h.type == GS_MSG_HELD) {
     // The spine holds the rack's resent partial sum: the round waits for other racks. The leaf's
     // own resend timer keeps running (the spine's RESULT may still be lost).
     r.kind = IngestResult::kAbsorbed;
-    return r;
+    return;
   }
+  if (h.type == GS_MSG_ABORT) return abort_from_spine(a, *job);
+  result_from_spine(thread, a, *job);
+}
 
-  if (h.type == GS_MSG_ABORT) {
-    // The spine ended its job: so ends the rack's, and every member learns it now (with the reason
-    // of whichever abort came first, when the rack's job had ended already).
-    job->try_abort(GS_ABORT_UPLINK, GS_RANK_ALL, nullptr, static_cast<uint8_t>(h.next_exp), h.rank);
-    HeaderBuilder(GS_MSG_ABORT, job->id, spec.key)
-        .rank(job->abort_rank)
-        .slot(h.slot)
-        .round(h.seq, h.offset)
-        .exps(static_cast<int8_t>(job->abort_reason), 0)
-        .encode(ts.abort_packet);
-    drop(DropReason::kJobAborted);
-    r.kind = IngestResult::kSend;
-    r.dest_rank = GS_RANK_ALL;
-    r.data = ts.abort_packet;
-    r.len = GS_HEADER_BYTES;
-    r.endpoints = spec.endpoints.data();
-    r.world = job->member_count;
-    r.type = GS_MSG_ABORT;
-    r.seq = h.seq;
-    r.slot = h.slot;
-    return r;
-  }
+// The spine ended its job: so ends the rack's, and every member learns it now (with the reason of
+// whichever abort came first, when the rack's job had ended already).
+void Engine::abort_from_spine(Arrival& a, Job& job) {
+  const gs_header& h = a.h;
+  job.try_abort(GS_ABORT_UPLINK, GS_RANK_ALL, nullptr, static_cast<uint8_t>(h.next_exp), h.rank);
+  HeaderBuilder(GS_MSG_ABORT, job.id, job.spec.key)
+      .rank(job.abort_rank)
+      .slot(h.slot)
+      .round(h.seq, h.offset)
+      .exps(static_cast<int8_t>(job.abort_reason), 0)
+      .encode(a.ts.abort_packet);
+  a.drop(DropReason::kJobAborted);
+  IngestResult& r = a.r;
+  r.kind = IngestResult::kSend;
+  r.dest_rank = GS_RANK_ALL;
+  r.data = a.ts.abort_packet;
+  r.len = GS_HEADER_BYTES;
+  r.endpoints = job.spec.endpoints.data();
+  r.world = job.member_count;
+  r.type = GS_MSG_ABORT;
+  r.seq = h.seq;
+  r.slot = h.slot;
+}
 
-  if (h.slot >= spec.slots) return drop(DropReason::kSlotOutOfRange);
-  if (thread_of_slot(h.slot) != thread) return drop(DropReason::kWrongThread);
+// The spine's RESULT of a round the rack sent up: it becomes the rack's result and shadow copy.
+void Engine::result_from_spine(unsigned thread, Arrival& a, Job& job) {
+  const gs_header& h = a.h;
+  if (h.slot >= job.spec.slots) return a.drop(DropReason::kSlotOutOfRange);
+  if (thread_of_slot(h.slot) != thread) return a.drop(DropReason::kWrongThread);
   const uint8_t version = h.flags & GS_FLAG_VERSION;
-  SlotVersion& sv = job->slots[h.slot].version[version];
+  SlotVersion& sv = job.slots[h.slot].version[version];
   // Only the round that waits for it: anything else is a second answer (the spine answered a
   // resend and the multicast both) or an old one.
   if (sv.state.load(std::memory_order_relaxed) != RoundState::kUplink ||
       h.seq != sv.seq.load(std::memory_order_relaxed) ||
       h.offset != sv.offset.load(std::memory_order_relaxed))
-    return drop(DropReason::kUplinkStale);
+    return a.drop(DropReason::kUplinkStale);
   const uint8_t elem = uplink_elem_type(sv.elem_type);
   const size_t elem_size = gs_elem_size(elem);
-  if (h.elem_type != elem || h.count != sv.count || len != GS_HEADER_BYTES + size_t{h.count} * elem_size ||
+  if (h.elem_type != elem || h.count != sv.count || a.len != GS_HEADER_BYTES + size_t{h.count} * elem_size ||
       (elem == GS_ELEM_FIXED32 && h.scale_exp != sv.scale_exp))
-    return drop(DropReason::kBadLength);
+    return a.drop(DropReason::kBadLength);
 
-  const uint8_t* payload = packet + GS_HEADER_BYTES;
+  const uint8_t* payload = a.packet + GS_HEADER_BYTES;
   const size_t payload_len = size_t{h.count} * elem_size;
   if (reinterpret_cast<uintptr_t>(payload) % elem_size != 0) {
-    std::memcpy(ts.aligned_payload, payload, payload_len);
-    payload = ts.aligned_payload;
+    std::memcpy(a.ts.aligned_payload, payload, payload_len);
+    payload = a.ts.aligned_payload;
   }
   uint8_t* out = sv.result + GS_HEADER_BYTES;
   const Kernels& k = kernels();
@@ -182,11 +173,11 @@ IngestResult Engine::ingest_uplink(unsigned thread, const uint8_t* packet, size_
   sv.min_window = h.window;  // the smallest over every rack
   // The rack's last contribution completed the round only if the rack completed the spine's; else
   // the spine's RESULT says whether a resend (of another rack) completed it.
-  if (h.rank != up.rank) {
+  if (h.rank != job.spec.uplink->rank) {
     sv.completer = GS_RANK_ALL;
     sv.completed_by_resend = h.flags & GS_FLAG_RETX;
   }
-  return publish_result(thread, *job, h.slot, version, r, now_ns);
+  publish_result(thread, job, h.slot, version, a.r, a.now_ns);
 }
 
 }  // namespace gradswitch

@@ -122,4 +122,29 @@ class Job {
   std::atomic<bool> abort_claimed_{false};
 };
 
+// One datagram on its way through Engine::ingest(): its header, decoded once, and what the steps of
+// its path share. `r` is ingest()'s result, which the steps fill.
+struct Engine::Arrival {
+  Arrival(ThreadState& thread_state, IngestResult& result, const uint8_t* datagram, size_t datagram_len,
+          uint64_t now, Endpoint source)
+      : ts(thread_state), r(result), packet(datagram), len(datagram_len), now_ns(now), from(source) {}
+  ThreadState& ts;
+  IngestResult& r;
+  const uint8_t* const packet;
+  const size_t len;
+  const uint64_t now_ns;
+  const Endpoint from;
+  gs_header h;                   // decoded by ingest() before any path starts
+  JobThreadState* js = nullptr;  // the job's, once it is known: its drops count there too
+  size_t elem_size = 0;          // DATA, once checked: the payload's element size and length
+  size_t payload_len = 0;
+  // Ends the datagram's path: dropped, and counted.
+  void drop(DropReason why) {
+    ts.totals.drop(why);
+    if (js) js->counters.drop(why);
+    r.kind = IngestResult::kDropped;
+    r.reason = why;
+  }
+};
+
 }  // namespace gradswitch

@@ -88,8 +88,7 @@ class UdpBackend final : public Backend {
     uint64_t cpu_ns() const;
   };
 
-  UdpBackend(Engine& engine, const SwitchConfig& config)
-      : engine_(engine), config_(config), uplink_(!config.uplink.empty()) {}
+  UdpBackend(Engine& engine, const SwitchConfig& config) : engine_(engine), config_(config) {}
   ~UdpBackend() override {
     for (auto& t : threads_)
       if (t->fd >= 0) ::close(t->fd);
@@ -103,7 +102,7 @@ class UdpBackend final : public Backend {
 
  private:
   void loop(Thread& t, const std::atomic<bool>& stop);
-  // One datagram from `src`: the spine's answers to a leaf, or anything else.
+  // One datagram from `src` through the engine; what it answers is queued.
   void ingest(Thread& t, const uint8_t* data, size_t len, const sockaddr_in& src, uint64_t now);
   // Resends the rounds whose upward loss timer expired (leaf only).
   void fire_uplink(Thread& t, uint64_t now);
@@ -113,7 +112,6 @@ class UdpBackend final : public Backend {
 
   Engine& engine_;
   const SwitchConfig& config_;
-  const bool uplink_;  // a leaf (--uplink)
   std::vector<std::unique_ptr<Thread>> threads_;
 };
 
@@ -307,15 +305,13 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
 }
 
 void UdpBackend::ingest(Thread& t, const uint8_t* data, size_t len, const sockaddr_in& src, uint64_t now) {
-  IngestResult r;
-  // A leaf hears RESULT and ABORT from its spine (the engine checks that they come from its ports).
-  if (uplink_ && len > 3 && data[3] != GS_MSG_DATA) {
-    r = engine_.ingest_uplink(t.index, data, len, Endpoint{src.sin_addr.s_addr, src.sin_port}, now);
-    if (r.kind == IngestResult::kSend && r.type == GS_MSG_RESULT)
+  const IngestResult r = engine_.ingest(t.index, data, len, now, Endpoint{src.sin_addr.s_addr, src.sin_port});
+  // A leaf's uplink timers (docs/protocol.md §8): a rack's round going up starts one, and the spine's
+  // RESULT of that round stops it.
+  if (r.kind == IngestResult::kSend) {
+    if (r.from_spine && r.type == GS_MSG_RESULT)
       t.uplink.delivered(r.job_id, r.slot, static_cast<int64_t>(now));
-  } else {
-    r = engine_.ingest(t.index, data, len, now, Endpoint{src.sin_addr.s_addr, src.sin_port});
-    if (r.kind == IngestResult::kSend && r.type == GS_MSG_DATA)  // a rack's round going up
+    else if (r.type == GS_MSG_DATA)
       t.uplink.sent(r.job_id, r.slot, static_cast<int64_t>(now));
   }
   t.hold.saw(r);
