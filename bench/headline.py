@@ -11,7 +11,9 @@ the existing benchmark that measured it (bench/suite.py, bench/mpi_library.py, b
 bench/scale_bench.py, python -m gradswitch.baselines, build/bench/switch_loopback and engine_bench),
 with the recorded sizes; --quick takes fewer iterations and rounds (the same sizes, so the figures stay
 comparable, with more noise). Every row compares a ratio measured side by side in one run, or a share
-of the link, so a loaded machine moves it less than an absolute time.
+of the link, so a loaded machine moves it less than an absolute time; but where the CPU bounds a row
+(engine, loopback, link, loss1, cpu-*) only a quiet machine gives the recorded figure, and the tool
+prints the load average and warns when it exceeded the CPUs.
 
 A row whose figure is worse than the recorded one (the worse end of its recorded range) by more than
 --tolerance (default 20%) is REGRESSED; the exit status is then 3 (1 when a row could not run).
@@ -371,7 +373,7 @@ class Runner:
         )
         mem = re.search(r"memory read \(1 core\)\s+([0-9.]+) GB/s", text)
         hot = re.search(r"ingest float32\s+\(hot\)\s+([0-9.]+) GB/s\s+([0-9.]+) Mpps", text)
-        kern = re.search(r"kernels: (\S+)", text)
+        kern = re.search(r"kernels: ([^,\s]+)", text)
         if not mem or not hot:
             raise RowError(f"engine_bench printed no float32 rate: {text[-200:]}")
         return {
@@ -457,6 +459,7 @@ def main(argv=None) -> int:
         groups.setdefault(rows[rid]["group"], set()).add(rid)
     measured: dict[str, object] = {}
     t0 = time.time()
+    load0 = os.getloadavg()[0]
     for g, ids in groups.items():
         try:
             measured.update(getattr(runner, f"group_{g.replace('-', '_')}")(ids))
@@ -470,6 +473,13 @@ def main(argv=None) -> int:
         f"\nheadline rows, {'quick' if a.quick else 'full'} run of {time.time() - t0:.0f} s "
         f"(recorded: bench/headline.json; raw output: {a.out})\n"
     )
+    load1, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    print(f"load average {load0:.1f} at the start, {load1:.1f} at the end, {cpus} CPUs")
+    if max(load0, load1) > cpus:
+        print(
+            "WARNING: the machine was busy with other work: CPU-bound rows (engine, loopback, link, loss1, "
+            "cpu-*) are not comparable with the recorded figures; rerun on a quiet machine\n"
+        )
     print(f"{'row':14s} {'recorded':>10s} {'now':>8s}  verdict / what was measured")
     status = 0
     summary = []
@@ -504,7 +514,8 @@ def main(argv=None) -> int:
                     "verdict": f"not run: {m}",
                 }
             )
-    (a.out / "headline.json").write_text(json.dumps({"quick": a.quick, "rows": summary}, indent=1) + "\n")
+    result = {"quick": a.quick, "load_average": [load0, load1], "rows": summary}
+    (a.out / "headline.json").write_text(json.dumps(result, indent=1) + "\n")
     return status
 
 
