@@ -309,9 +309,10 @@ class Engine {
   static IngestResult& answer_held(ThreadState& ts, JobThreadState& js, const Job& job, const gs_header& h,
                                    SlotVersion& sv, uint64_t sender_bit, uint64_t now_ns, IngestResult& r);
   // A round's lacking ranks are told once it has been open this long (stuck, by a data center's round
-  // trips even behind full queues: telling them sooner made the testbed 1.15x slower at 10% loss), at
-  // most once per kRetellNs (the resends of one loss arrive together; later ones come from timers
-  // and probes, milliseconds apart).
+  // trips even behind full queues; sooner, the request mostly duplicates the lacking rank's own
+  // recovery on the bottleneck: docs/transport.md, "The switch asks the rank a round lacks"), at most
+  // once per kRetellNs (the resends of one loss arrive together; later ones come from timers and
+  // probes, milliseconds apart).
   static constexpr uint64_t kAskAfterNs = 20'000'000;
   static constexpr uint64_t kRetellNs = 1'000'000;
   // Fills `r` with the packet that `sv` keeps for the spine.

@@ -1,10 +1,11 @@
 // The datagrams the UDP backend sends after one receive burst, grouped by destination so that each
 // destination gets one UDP GSO write (up to 64 datagrams of one size) per burst, however the engine
 // interleaved them. Under loss a burst's multicast RESULTs alternate with HELD answers and unicast
-// RESULTs to single ranks; groups that ended at every change of destination cut the GSO writes to a
-// few datagrams each and cost the switch 2.6x the CPU per datagram (BENCHMARKS.md §10, "Loss: results
-// grouped by destination"). Datagrams of one type to one destination keep their order; otherwise the
-// order is free (a multicast RESULT may pass a HELD of the same burst: protocol.md §3).
+// RESULTs to single ranks; groups that ended at every change of destination would cut the GSO writes
+// to a few datagrams each, and where per-packet CPU bounds the rate each write costs a system call
+// here and a wake-up at the worker (docs/transport.md, "The switch's result hold"). Datagrams of one
+// type to one destination keep their order; otherwise the order is free (a multicast RESULT may pass
+// a HELD of the same burst: protocol.md §3).
 // No sockets here: it builds the sendmmsg messages; the backend sends them.
 #pragma once
 

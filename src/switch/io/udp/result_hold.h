@@ -1,6 +1,6 @@
 // When the UDP backend sends a burst's results: at once, or with the next bursts' (--hold-us).
 //
-// Where per-packet CPU bounds the rate (the kernel's ~2 us per datagram, and every wake-up of a
+// Where per-packet CPU bounds the rate (the kernel's path per datagram, and every wake-up of a
 // worker), a job is as fast as the trains its results travel in: each write the switch makes to a
 // worker is a system call here and a wake-up and a receive there. Bursts are as small as the
 // datagrams that happened to be queued when the thread woke, and under loss the answers to resends
@@ -8,9 +8,8 @@
 // came and the round still waits for others, so more DATA is on its way) may wait up to the hold
 // for the next bursts', until they are `kEnough` datagrams. A burst that leaves nothing open sends
 // at once, with whatever waited: a small allreduce, or the last round of a tensor, pays no wait.
-// On the testbed (4 workers, offloads off) a hold of 100 us took 0.93-0.97x the lossless time and
-// 0.87-0.88x the time at 1% loss, with 12% and 20% fewer system calls, 28% and 35% fewer context
-// switches (BENCHMARKS.md §10, session 17).
+// Why, and what it costs a worker's round trips: docs/transport.md, "The switch's result hold"; the
+// protocol's rule: docs/protocol.md §3; what it gains: BENCHMARKS.md §10.
 //
 // No sockets, no clock: the backend reports what the engine answered and the time; this decides.
 #pragma once
