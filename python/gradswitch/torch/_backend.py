@@ -6,10 +6,14 @@
     dist.init_process_group("gradswitch", pg_options=gradswitch.torch.Options(switch="10.0.0.1:7700",
                                                                                wire="fixed32"))
 
-allreduce with SUM and AVG runs through the switch. allreduce with other ops (MAX, MIN, PRODUCT, ...)
-and every other collective (broadcast, allgather, barrier, reduce_scatter, all_to_all, send/recv,
-gather, scatter, reduce, ...) run through an internal gloo group built on the same store under the
-prefix "gradswitch-gloo/" (Options.other_ops="error" refuses the other allreduce ops instead).
+allreduce with SUM and AVG runs through the switch (float32, float16, bfloat16, int32, uint8, int8,
+bool; float64 with wire="float64"). allreduce with other ops (MAX, MIN, PRODUCT, ...), of int64, float64
+on a narrower wire, sparse or other dtypes, and every other collective (broadcast, allgather, barrier,
+reduce_scatter, all_to_all, send/recv, gather, scatter, reduce, ...) run through an internal gloo group
+built on the same store under the prefix "gradswitch-gloo/" (Options.other_ops="error" refuses the other
+allreduce ops instead).
+Every allreduce gives gloo's numbers (docs/torch.md, "What runs where"); integer AVG, which gloo refuses,
+is the SUM divided by the world size rounded toward zero (NCCL's integer average).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from torch.futures import Future
 
 import gradswitch
 
-from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, dtype_error
+from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel
 
 BACKEND_NAME = "gradswitch"
 _KEY = "gradswitch/"
@@ -53,6 +57,9 @@ class Options:
         is) or "error" (a ValueError, for users who want to know that a call leaves the switch).
     int64: what allreduce does with int64 tensors: "gloo" (default; exact, through the internal gloo
         group) or "error".
+    float64: where SUM/AVG of float64 CPU tensors runs when the wire is not float64: "gloo" (default;
+        double precision, as gloo) or "wire" (the switch, each chunk rounded to the wire's precision).
+        With wire="float64" they always run on the switch, in double precision.
     job: prefix of the job name at the switch (a random suffix is added by rank 0).
     algorithm: "switch", "ring" (paper 001's ring among the ranks) or "auto" (the switch, and the ring
         when the switch is unreachable or goes away); default $GRADSWITCH_ALGORITHM or "switch". The
@@ -71,6 +78,7 @@ class Options:
     connect_timeout: float = 5.0
     other_ops: str = "gloo"
     int64: str = "gloo"
+    float64: str = "gloo"
     job: str = "torch"
     algorithm: str | None = None
     cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES
@@ -82,6 +90,8 @@ class Options:
             raise ValueError("gradswitch: Options.other_ops must be 'error' or 'gloo'")
         if self.int64 not in ("error", "gloo"):
             raise ValueError("gradswitch: Options.int64 must be 'error' or 'gloo'")
+        if self.float64 not in ("gloo", "wire"):
+            raise ValueError("gradswitch: Options.float64 must be 'gloo' or 'wire'")
         if self.algorithm is not None and self.algorithm not in gradswitch.ALGORITHMS:
             raise ValueError(
                 f"gradswitch: unknown algorithm {self.algorithm!r}; expected one of {gradswitch.ALGORITHMS}"
@@ -122,6 +132,113 @@ def unsupported_op_error(op: Any) -> ValueError:
         f"ReduceOp.SUM and ReduceOp.AVG, and this process group was made with "
         f"gradswitch.torch.Options(other_ops='error') (the default, other_ops='gloo', runs other ops through "
         f"the internal gloo group)"
+    )
+
+
+def _reduce_op(opts: Any) -> Any:
+    """The ReduceOp of AllreduceOptions / AllreduceCoalescedOptions / a ReduceOp / None (SUM)."""
+    if opts is None:
+        return dist.ReduceOp.SUM
+    return getattr(opts, "reduceOp", opts)
+
+
+def _allreduce_options(op: Any) -> dist.AllreduceOptions:
+    o = dist.AllreduceOptions()
+    o.reduceOp = op
+    return o
+
+
+def _integer_average(t: torch.Tensor, name: str) -> bool:
+    return name == "AVG" and not (t.is_floating_point() or t.is_complex())
+
+
+def _then_integer_average(fut: Future, t: torch.Tensor, world_size: int) -> Future:
+    """AVG of an integer tensor: the SUM (wrapping as gloo's SUM does) divided by the world size,
+    rounded toward zero. gloo itself refuses integer AVG ("result type Float can't be cast to the
+    desired output type Long"); this is NCCL's integer average, and what Lightning computes on gloo
+    (a SUM, then `copy_(result / world_size)`), so frameworks that average counters get it unchanged."""
+
+    def divide(_value: Any) -> torch.Tensor:
+        view = _distinct_view(t)  # an expanded tensor cannot be written through all its elements
+        with torch.no_grad():
+            view.copy_(torch.div(view, world_size, rounding_mode="trunc"))
+        return t
+
+    return _chain(fut, divide)
+
+
+def _chain(fut: Future, fn: Any) -> Future:
+    """fut.then(fn) that fails with the original exception (then() wraps it in "Got the following
+    error when running the callback", which hides gloo's and the switch's own message)."""
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        try:
+            out.set_result(fn(f.value()))
+        except Exception as e:  # noqa: BLE001 - handed to the waiter
+            out.set_exception(e)
+
+    fut.add_done_callback(done)
+    return out
+
+
+def _collect(futs: list[Future], tensors: list[torch.Tensor]) -> Future:
+    """One future for several, whose value is the list of (in-place reduced) tensors."""
+
+    def values(done: list[Future]) -> list[torch.Tensor]:
+        for x in done:
+            x.value()  # raises the first error
+        return list(tensors)
+
+    return _chain(torch.futures.collect_all(futs), values)
+
+
+def _distinct_view(t: torch.Tensor) -> torch.Tensor:
+    """A view of t that holds each of its memory locations once: an expanded (stride-0) dimension
+    is cut to its first index. Every element of such a dimension is the same memory, so reducing the
+    cut view gives the expanded tensor the value gloo gives it (the sum at that location), where
+    copying a contiguous result back into overlapping memory is an error."""
+    if not any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride(), strict=True)):
+        return t
+    return t[tuple(slice(0, 1) if st == 0 else slice(None) for st in t.stride())]
+
+
+def _is_dense(t: torch.Tensor) -> bool:
+    """Every element at its own memory location, the locations one block (any dimension order)."""
+    if t.is_contiguous():
+        return True
+    expected = 1
+    for stride, size in sorted((st, n) for n, st in zip(t.shape, t.stride(), strict=True) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _has_overlap(t: torch.Tensor) -> bool:
+    """Whether two elements may share memory: true unless, dimensions ordered by stride, each stride
+    steps over the whole extent of the smaller ones (torch's own check answers "too hard" for most
+    strided tensors, and copy_ then writes overlapping memory without a word)."""
+    if t.numel() == 0:
+        return False
+    reach = 1
+    for stride, size in sorted((st, n) for n, st in zip(t.shape, t.stride(), strict=True) if n != 1):
+        if stride < reach:
+            return True
+        reach = stride * size
+    return False
+
+
+def _dtype_op_error(dtype: torch.dtype, name: str) -> TypeError:
+    what = str(dtype).replace("torch.", "")
+    if dtype == torch.int64:
+        return TypeError(
+            f"gradswitch: int64 allreduce ({name}) runs through the internal gloo group, and this process "
+            "group was made with gradswitch.torch.Options(int64='error'); convert to int32 or float32 to "
+            "use the switch"
+        )
+    return TypeError(
+        f"gradswitch: allreduce with ReduceOp.{name} of a {what} tensor has no meaning (gloo refuses it too)"
     )
 
 
@@ -282,47 +399,84 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
     def allreduce(self, tensors: Any, opts: Any = None) -> dist.Work:
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
-        if isinstance(opts, dist.AllreduceOptions):
-            op = opts.reduceOp
-        elif opts is None:
-            op = dist.ReduceOp.SUM
-            opts = dist.AllreduceOptions()
-        else:  # a ReduceOp
-            op = opts
-            opts = dist.AllreduceOptions()
-            opts.reduceOp = op
-        name = op_name(op)
-        if name not in SUPPORTED_OPS:
-            if self.options.other_ops == "gloo":
-                return self._gloo.allreduce(tensors, opts)
-            raise unsupported_op_error(op)
-        if any(t.dtype == torch.int64 for t in tensors):
-            if (
-                self.options.int64 == "gloo"
-                and name == "SUM"
-                and all(t.dtype == torch.int64 for t in tensors)
-            ):
-                return self._gloo.allreduce(tensors, opts)
-            raise TypeError(
-                "gradswitch: int64 allreduce runs through the internal gloo group with ReduceOp.SUM only "
-                "(Options.int64='gloo'); convert to int32 or float32 to use the switch"
-            )
-        for t in tensors:
-            if t.dtype not in SUPPORTED_DTYPES:
-                raise dtype_error(t.dtype)
-        average = name == "AVG"
-        futs = [self.channel.submit(t, average=average) for t in tensors]
-        if len(futs) == 1:
-            out = futs[0].then(lambda f: [f.value()])
-        else:
-            out = torch.futures.collect_all(futs).then(lambda f: [x.value() for x in f.value()])
-        return FutureWork(out, list(tensors))
+        op = _reduce_op(opts)
+        if len(tensors) != 1:
+            # The legacy multi-tensor form (one tensor per local device) reduces the inputs together
+            # as well as across ranks; only gloo has that meaning (dist.all_reduce always passes one).
+            return self._gloo.allreduce(list(tensors), _allreduce_options(op))
+        return self._allreduce_each(list(tensors), op)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
-        o = dist.AllreduceOptions()
-        if opts is not None:
-            o.reduceOp = opts.reduceOp
-        return self.allreduce(list(tensors), o)
+        return self._allreduce_each(list(tensors), _reduce_op(opts))
+
+    def _route(self, t: torch.Tensor, name: str) -> str:
+        """Where one tensor's SUM/AVG runs: "switch", "gloo" or "error" (gloo refuses it too)."""
+        if t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
+            return "gloo"  # sparse tensors (gloo sums them), other devices: gloo's answer or error
+        if t.dtype == torch.bool and name == "AVG":
+            return "error"
+        if t.dtype == torch.int64:
+            return "gloo" if self.options.int64 == "gloo" else "error"
+        if t.dtype == torch.float64 and not (
+            (self.wire == "float64" and t.device.type == "cpu") or self.options.float64 == "wire"
+        ):
+            return "gloo"  # a float32 wire would round a double-precision sum
+        if t.dtype not in SUPPORTED_DTYPES:
+            return "gloo"  # int16, unsigned wider than 8 bits, float8, ...: gloo's answer or its error
+        return "switch"
+
+    def _gloo_future(self, t: torch.Tensor, op: Any) -> Future:
+        """One tensor through the internal gloo group, whatever its layout.
+
+        gloo reduces the memory from the tensor's first element on as if the tensor were dense: a
+        strided slice gets wrong numbers and an expanded tensor is read and written past its storage
+        (a heap corruption). So a tensor that is not dense goes through a contiguous copy of its
+        distinct elements, copied back."""
+        opts = _allreduce_options(op)
+        if t.layout != torch.strided or _is_dense(t):
+            return self._gloo.allreduce([t], opts).get_future()
+        view = _distinct_view(t)
+        buf = view if _is_dense(view) else view.contiguous()
+        fut = self._gloo.allreduce([buf], opts).get_future()
+
+        def back(_value: Any) -> list[torch.Tensor]:
+            if buf is not view:
+                with torch.no_grad():
+                    view.copy_(buf)
+            return [t]
+
+        return _chain(fut, back)
+
+    def _allreduce_each(self, tensors: list[torch.Tensor], op: Any) -> dist.Work:
+        """Each tensor reduced on its own (a coalesced list is several allreduces, not one summed)."""
+        name = op_name(op)
+        for t in tensors:
+            if t.layout == torch.strided and _has_overlap(_distinct_view(t)):
+                raise ValueError(
+                    "gradswitch: allreduce of a tensor whose elements share memory other than by expand() "
+                    f"(shape {tuple(t.shape)}, stride {t.stride()}) has no defined result; reduce a "
+                    "contiguous copy"
+                )
+        if name not in SUPPORTED_OPS:
+            if self.options.other_ops != "gloo":
+                raise unsupported_op_error(op)
+            # gloo's own allreduce_coalesced wants one dtype and dense tensors; one call per tensor
+            # gives the same numbers for every list.
+            futs = [self._gloo_future(t, op) for t in tensors]
+            return FutureWork(_collect(futs, tensors), tensors)
+        routes = [self._route(t, name) for t in tensors]  # refuse before any tensor is sent
+        for t, route in zip(tensors, routes, strict=True):
+            if route == "error":
+                raise _dtype_op_error(t.dtype, name)
+        futs = []
+        for t, route in zip(tensors, routes, strict=True):
+            int_avg = _integer_average(t, name)
+            if route == "gloo":
+                fut = self._gloo_future(t, dist.ReduceOp.SUM if int_avg else op)
+            else:
+                fut = self.channel.submit(_distinct_view(t), average=name == "AVG" and not int_avg)
+            futs.append(_then_integer_average(fut, t, self.size()) if int_avg else fut)
+        return FutureWork(_collect(futs, tensors), tensors)
 
     # ------------------------------------------------------------------ lifecycle
     def shutdown(self) -> None:

@@ -7,7 +7,8 @@ issues the same allreduces in the same order (the switch pairs chunks by positio
 
 - CPU float32/float64/int32 contiguous tensors are reduced in place (no copy; a float64 tensor keeps
   double precision on the float64 wire, other wires round it to float32 chunk by chunk);
-- CPU float16/bfloat16 (or non-contiguous) tensors go through a float32 (float64) staging buffer;
+- CPU float16/bfloat16 (or non-contiguous) tensors go through a float32 (float64) staging buffer,
+  uint8/int8/bool through an int32 one;
 - CUDA tensors go through pinned host buffers in fixed-size pieces: the device-to-host copy of piece
   i+1 runs while piece i is on the network, and the host-to-device copy of piece i while piece i+1 is.
 
@@ -31,7 +32,10 @@ from gradswitch import timeline as _timeline
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 NATIVE_DTYPES = (torch.float32, torch.float64, torch.int32)
-SUPPORTED_DTYPES = FLOAT_DTYPES + (torch.int32,)
+# 8-bit integers and bool travel as int32 (exact); converting the int32 sum back wraps as gloo's
+# 8-bit SUM does, and a bool sum is True where any rank's is (gloo's bool SUM).
+SMALL_INT_DTYPES = (torch.uint8, torch.int8, torch.bool)
+SUPPORTED_DTYPES = FLOAT_DTYPES + (torch.int32,) + SMALL_INT_DTYPES
 DEFAULT_CUDA_PIECE_BYTES = 4 << 20
 
 _live_channels: weakref.WeakSet = weakref.WeakSet()
@@ -205,6 +209,8 @@ class Channel:
             buf = t.to(staged, memory_format=torch.contiguous_format).contiguous()
             if buf.data_ptr() == t.data_ptr():
                 buf = buf.clone()
+        elif t.dtype in SMALL_INT_DTYPES:
+            buf = t.to(torch.int32, memory_format=torch.contiguous_format).contiguous()
         else:  # int32, not contiguous
             buf = t.contiguous()
         self.bytes += buf.numel() * buf.element_size()
@@ -237,7 +243,7 @@ class Channel:
         # event the copy stream waits on.
         stream = torch.cuda.current_stream(tensor.device)
         t = tensor.detach()
-        wire_dtype = torch.int32 if t.dtype == torch.int32 else torch.float32
+        wire_dtype = torch.float32 if t.is_floating_point() else torch.int32
         src = t.reshape(-1) if (t.is_contiguous() and t.dtype == wire_dtype) else t.to(wire_dtype).reshape(-1)
         ready = torch.cuda.Event()
         ready.record(stream)
@@ -329,11 +335,18 @@ class Channel:
 
     def _finish_cpu(self, tensor, average, buf, handle) -> None:
         handle.wait()
-        if average:
+        staged = buf is not tensor and buf.data_ptr() != tensor.data_ptr()
+        # A float16/bfloat16 average rounds the sum to the tensor's dtype first and divides there, as
+        # gloo's does (dividing the float32 sum and rounding once can differ in the last bit).
+        if average and not (staged and buf.dtype != tensor.dtype):
             buf.div_(self.world_size)
-        if buf is not tensor and buf.data_ptr() != tensor.data_ptr():
+            average = False
+        if staged:
             with torch.no_grad():
                 tensor.copy_(buf.view(tensor.shape))
+        if average:
+            with torch.no_grad():
+                tensor.div_(self.world_size)
 
     def _finish_cuda(self, tensor, average, src, pieces, cs) -> None:
         error = None
