@@ -142,3 +142,37 @@ def run_ranks(switch: str, world: int, secret_file: Path | None, job: str = "che
         want = f"OK rank {r} of {world}: {rounds} allreduces of {elements} floats, every element exact"
         assert p.returncode == 0 and want in out, (r, p.returncode, out)
     return outs
+
+
+def require(program: str) -> str:
+    """The path of `program` (a row of scripts/programs.tsv, which tests/python/test_tools.py finds by this
+    call); a skip naming its package when it is missing, a failure under GRADSWITCH_REQUIRE_TOOLS=1 (CI)."""
+    from conftest import require_or_skip
+
+    from gradswitch import _tools
+
+    try:
+        return _tools.require(program)
+    except _tools.ToolMissing as e:
+        require_or_skip("TOOLS", str(e))
+        raise
+
+
+def unit_directives(text: str, section: str = "Service") -> dict[str, list[str]]:
+    """A systemd unit's (or drop-in's) directives of `section`: name -> values in order, where an empty
+    assignment resets the list (systemd.unit(5))."""
+    out: dict[str, list[str]] = {}
+    current = None
+    lines = text.replace("\\\n", " ").splitlines()
+    for line in lines:
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            current = line.strip("[]")
+            continue
+        if current != section or "=" not in line:
+            continue
+        key, value = (s.strip() for s in line.split("=", 1))
+        out[key] = [] if value == "" else [*out.get(key, []), value]
+    return out
