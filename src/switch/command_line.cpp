@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "switch/config_file.h"
+
 namespace gradswitch {
 namespace {
 
@@ -17,6 +19,7 @@ const OptionSpec* find_option(const std::string& name) {
 bool parse_options(const std::vector<std::string>& args, size_t begin, const char* only_group,
                    CommandLine* out, size_t* end, std::string* error) {
   size_t i = begin;
+  int config_given = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") {
@@ -38,6 +41,18 @@ bool parse_options(const std::vector<std::string>& args, size_t begin, const cha
     }
     const size_t eq = a.find('=');
     const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    if (!only_group && name == "config") {
+      if (eq != std::string::npos) {
+        out->config_file = a.substr(eq + 1);
+      } else if (i + 1 < args.size()) {
+        out->config_file = args[++i];
+      } else {
+        return *error = "option '--config' needs a value", false;
+      }
+      if (out->config_file.empty()) return *error = "option '--config' needs a file name", false;
+      if (++config_given > 1) return *error = "option '--config' given twice", false;
+      continue;
+    }
     const OptionSpec* o = find_option(name);
     if (!o || (only_group && std::strcmp(o->group, only_group) != 0)) {
       *error = "unknown option '--" + name + "'" +
@@ -63,6 +78,13 @@ bool parse_options(const std::vector<std::string>& args, size_t begin, const cha
 
 bool parse_command_line(const std::vector<std::string>& args, CommandLine* out, std::string* error) {
   size_t next = 0;
+  // The file first, wherever --config stands, so that every flag overrides it: a first pass finds
+  // --config (and any error of the command line itself), the second applies the flags on the file.
+  CommandLine probe = *out;
+  if (!parse_options(args, 0, nullptr, &probe, &next, error)) return false;
+  if (!probe.config_file.empty() && !probe.help && !probe.version &&
+      !load_config_file(probe.config_file, &out->config, error))
+    return false;
   if (!parse_options(args, 0, nullptr, out, &next, error)) return false;
   if (next < args.size() && out->config.backend != "dpdk")
     return *error = "arguments after -- are for --backend dpdk (DPDK's EAL arguments)", false;
@@ -85,6 +107,10 @@ std::string help_text(const std::string& program, const std::string& extra) {
       group = o.group;
       out += group.empty() ? "\nOptions:\n"
                            : "\nDPDK backend options (--backend dpdk; also accepted after EAL-ARGS -- ):\n";
+      if (group.empty())
+        out +=
+            "  --config FILE              read these options from a TOML file first (keys without --, the\n"
+            "                             DPDK ones in a [dpdk] table); the command line overrides it\n";
     }
     const std::string flag = std::string("--") + o.name + (o.metavar ? std::string(" ") + o.metavar : "");
     char line[512];
