@@ -8,11 +8,10 @@ import json
 import socket
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 
 import numpy as np
 import pytest
+from _prometheus import query, start_prometheus
 from _ranks import in_threads
 from _raw_job import contribute, join_raw
 
@@ -59,40 +58,11 @@ def test_json_log_lines(tmp_path):
 
 def _prometheus(tmp_path, targets: list[str]):
     """A real Prometheus server scraping `targets` (host:port) every second; (process, its URL)."""
-    from gradswitch import _tools
-    from gradswitch.daemon import pick_ports
-
-    try:
-        binary = _tools.require("prometheus")
-    except _tools.ToolMissing as e:
-        pytest.fail(str(e))
-    port = pick_ports(0)[0]
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-        "scrape_configs:\n  - job_name: gradswitch\n    static_configs:\n"
-        f"      - targets: [{', '.join(repr(t) for t in targets)}]\n"
+    return start_prometheus(
+        tmp_path,
+        "  - job_name: gradswitch\n    static_configs:\n"
+        f"      - targets: [{', '.join(repr(t) for t in targets)}]\n",
     )
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "prometheus.log", "wb"),
-    )
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _query(url: str, promql: str) -> list[dict]:
-    q = urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=5) as r:
-        doc = json.load(r)
-    assert doc["status"] == "success", doc
-    return doc["data"]["result"]
 
 
 def _wait(what: str, fn, timeout: float = 30.0):
@@ -168,12 +138,12 @@ def test_metrics_match_stats_pass_promtool_and_reach_prometheus(tmp_path):
 
             # the real Prometheus server scraped the same series
             q = 'gradswitch_job_rounds_completed_total{job_name="metered"}'
-            res = _wait("Prometheus has the job's series", lambda: _query(prom_url, q))
+            res = _wait("Prometheus has the job's series", lambda: query(prom_url, q))
             assert float(res[0]["value"][1]) == job["completed"]
             assert res[0]["metric"]["job"] == "gradswitch" and res[0]["metric"]["job_id"] == str(job_id)
-            assert _wait("up", lambda: _query(prom_url, 'up{job="gradswitch"} == 1'))
+            assert _wait("up", lambda: query(prom_url, 'up{job="gradswitch"} == 1'))
             assert _wait(
-                "the stuck job", lambda: _query(prom_url, "gradswitch_job_oldest_open_round_seconds > 0")
+                "the stuck job", lambda: query(prom_url, "gradswitch_job_oldest_open_round_seconds > 0")
             )
 
             # the job's series go with the job: the label sets stay bounded

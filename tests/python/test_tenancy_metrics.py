@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
+from _prometheus import query as prometheus_query
+from _prometheus import start_prometheus
 from test_switch_daemon import Daemon, daemon_path, data_packet, parse_ok, udp_socket, wait_for
 from test_tenancy import AUTH_FILE, SECRETS, TenantJob, as_tenant
 
@@ -332,7 +331,6 @@ def test_prometheus_scrapes_with_a_credentials_file(metered, tmp_path):
     # The real Prometheus server with `authorization: {credentials_file: ...}`: the operator's token
     # (written by `gradswitch metrics-token`) sees alice's job; bob's token gets his own view (up, no
     # series of alice); no credential gets 401 (up == 0).
-    from gradswitch import _tools
 
     job = TenantJob(metered, "alice", "train")
     for seq in range(2):
@@ -359,32 +357,10 @@ def test_prometheus_scrapes_with_a_credentials_file(metered, tmp_path):
         )
         for name in ("ops", "bob", "anon")
     )
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n" + scrape_configs)
-    port = pick_ports(0)[0]
-    prom = subprocess.Popen(
-        [
-            _tools.require("prometheus"),
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "prometheus.log", "wb"),
-    )
-    url = f"http://127.0.0.1:{port}"
+    prom, url = start_prometheus(tmp_path, scrape_configs)
 
     def query(promql: str) -> list[dict]:
-        try:
-            with urllib.request.urlopen(
-                f"{url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}", timeout=5
-            ) as r:
-                doc = json.load(r)
-        except OSError:
-            return []
-        assert doc["status"] == "success", doc
-        return doc["data"]["result"]
+        return prometheus_query(url, promql)
 
     try:
         q = f'gradswitch_job_rounds_completed_total{{job="ops",job_name="alice/train",job_id="{job.job_id}"}}'
