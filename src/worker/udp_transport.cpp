@@ -212,8 +212,10 @@ class UdpTransport final : public Transport {
         std::memset(&rmsg_[i], 0, sizeof rmsg_[i]);
         rmsg_[i].msg_hdr.msg_iov = &riov_[i];
         rmsg_[i].msg_hdr.msg_iovlen = 1;
-        rmsg_[i].msg_hdr.msg_name = &raddr_[i];
-        rmsg_[i].msg_hdr.msg_namelen = sizeof raddr_[i];
+        if (filtering_) {  // the kernel copies each source address only when it is checked
+          rmsg_[i].msg_hdr.msg_name = &raddr_[i];
+          rmsg_[i].msg_hdr.msg_namelen = sizeof raddr_[i];
+        }
         if (gro_) {
           rmsg_[i].msg_hdr.msg_control = rcbuf_[i];
           rmsg_[i].msg_hdr.msg_controllen = sizeof rcbuf_[i];
