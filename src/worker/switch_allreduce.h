@@ -12,9 +12,9 @@
 #include <exception>
 #include <vector>
 
+#include "common/loss_detector.h"
 #include "common/rng.h"
 #include "worker/control.h"
-#include "worker/loss_detector.h"
 #include "worker/path.h"
 #include "worker/stream_schedule.h"
 #include "worker/window.h"

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "worker/loss_detector.h"
+#include "common/loss_detector.h"
 
 namespace gradswitch {
 

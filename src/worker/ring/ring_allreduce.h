@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "common/loss_detector.h"
 #include "common/rng.h"
 #include "worker/chunk_codec.h"
-#include "worker/loss_detector.h"
 #include "worker/path.h"
 #include "worker/stream_schedule.h"
 #include "worker/window.h"

@@ -1,5 +1,5 @@
 // RTT estimation and the RACK-style loss detector with single probes and undo (see loss_detector.h).
-#include "worker/loss_detector.h"
+#include "common/loss_detector.h"
 
 #include <algorithm>
 #include <cmath>
