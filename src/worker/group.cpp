@@ -1,5 +1,5 @@
 // A worker's Group: connect/JOIN, the queue of operations and its thread, optimizer-job requests,
-// and the checks every allreduce passes before a data path (switch_allreduce.h) runs it.
+// and the checks every allreduce passes before a data path (path.h) runs it.
 #include "worker/group.h"
 
 #include <arpa/inet.h>
@@ -16,7 +16,7 @@
 #include "gradswitch/wire.h"
 #include "worker/log.h"
 #include "worker/ring/ring_peers.h"
-#include "worker/switch_notice.h"
+#include "worker/switch/switch_notice.h"
 
 namespace gradswitch::worker {
 

@@ -29,8 +29,8 @@
 #include "worker/options.h"
 #include "worker/path.h"
 #include "worker/ring/ring_allreduce.h"
-#include "worker/sharded_allreduce.h"
-#include "worker/switch_allreduce.h"
+#include "worker/switch/sharded_allreduce.h"
+#include "worker/switch/switch_allreduce.h"
 #include "worker/timeline.h"
 #include "worker/transport.h"
 
@@ -71,7 +71,7 @@ class Group {
   // a timeout then reports without STATUS). A JoinInfo with data_port 0 means no switch: the
   // ring alone. `ring_peers` (else the JoinInfo's peers=) are the ring's addresses.
   // `more_switches`: a job sharded over several switches (Options::switch_addr lists them): the
-  // others beyond the first (`control`, `join`), joined the same way (sharded_allreduce.h).
+  // others beyond the first (`control`, `join`), joined the same way (switch/sharded_allreduce.h).
   Group(const Options& opt, std::unique_ptr<Transport> transport, std::unique_ptr<ControlClient> control,
         const JoinInfo& join, uint32_t switch_ipv4_be, std::vector<RingPeer> ring_peers = {},
         std::vector<SwitchLink> more_switches = {});

@@ -8,7 +8,7 @@
 #include "gradswitch/wire.h"
 #include "worker/group.h"
 #include "worker/log.h"
-#include "worker/switch_notice.h"
+#include "worker/switch/switch_notice.h"
 
 namespace gradswitch::worker {
 

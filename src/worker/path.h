@@ -38,7 +38,7 @@ struct AllreduceTimes {
   };
   int64_t first_send_ns = 0, first_result_ns = 0, last_result_ns = 0;
   uint64_t retransmissions = 0;
-  // The adaptive window (window_controller.h) when the last result came: its rounds (drains aside)
+  // The adaptive window (switch/window_controller.h) when the last result came: its rounds (drains aside)
   // and the base round trip it measures queueing against; 0 without the adaptive window.
   unsigned window_rounds = 0;
   int64_t base_rtt_ns = 0;

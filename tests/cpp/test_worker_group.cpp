@@ -29,7 +29,7 @@
 #include "worker/control.h"
 #include "worker/group.h"
 #include "worker/ring/ring_allreduce.h"
-#include "worker/switch_allreduce.h"
+#include "worker/switch/switch_allreduce.h"
 
 using namespace gradswitch;
 using namespace gradswitch::worker;

@@ -1,5 +1,5 @@
 // The delay-based window controller (see window_controller.h).
-#include "worker/window_controller.h"
+#include "worker/switch/window_controller.h"
 
 #include <algorithm>
 #include <cmath>

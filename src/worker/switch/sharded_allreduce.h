@@ -16,7 +16,7 @@
 
 #include "worker/control.h"
 #include "worker/path.h"
-#include "worker/switch_allreduce.h"
+#include "worker/switch/switch_allreduce.h"
 
 namespace gradswitch::worker {
 

@@ -17,8 +17,8 @@
 #include "worker/control.h"
 #include "worker/path.h"
 #include "worker/stream_schedule.h"
+#include "worker/switch/window_controller.h"
 #include "worker/window.h"
-#include "worker/window_controller.h"
 
 namespace gradswitch::worker {
 

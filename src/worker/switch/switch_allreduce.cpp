@@ -1,5 +1,5 @@
 // The streaming allreduce through the switch (see switch_allreduce.h).
-#include "worker/switch_allreduce.h"
+#include "worker/switch/switch_allreduce.h"
 
 #include <algorithm>
 #include <chrono>
@@ -17,8 +17,8 @@
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
 #include "worker/log.h"
-#include "worker/switch_notice.h"
-#include "worker/timeout_diagnosis.h"
+#include "worker/switch/switch_notice.h"
+#include "worker/switch/timeout_diagnosis.h"
 
 namespace gradswitch::worker {
 

@@ -1,5 +1,5 @@
 // Abort reasons and the switch going away, turned into errors (see switch_notice.h).
-#include "worker/switch_notice.h"
+#include "worker/switch/switch_notice.h"
 
 #include <algorithm>
 #include <cstdlib>
