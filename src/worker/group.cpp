@@ -16,7 +16,8 @@
 #include "gradswitch/wire.h"
 #include "worker/log.h"
 #include "worker/ring/ring_peers.h"
-#include "worker/switch/switch_notice.h"
+#include "worker/switch/sharded_allreduce.h"
+#include "worker/switch/switch_allreduce.h"
 
 namespace gradswitch::worker {
 
@@ -357,25 +358,12 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
   ctx_.cancel = &cancel_;
   ctx_.job_text = describe_job();
   timeline_ = Timeline::for_rank(opt_.rank);
-  if (!more_switches_.empty()) {
-    std::vector<SwitchRef> all = {SwitchRef{control_.get(), &join_, switch_ipv4_be_}};
-    for (SwitchLink& l : more_switches_) all.push_back(SwitchRef{l.control.get(), &l.join, l.ipv4_be});
-    switch_path_ = std::make_unique<ShardedAllreduce>(ctx_, all);
-  } else if (control_ || join_.data_port != 0) {
-    switch_path_ = std::make_unique<SwitchAllreduce>(ctx_, control_.get());
-  }
   ring_cfg_.peers = ring_peers.empty() ? parse_join_peers(join_.peers, opt_.world) : std::move(ring_peers);
   ring_cfg_.job_id = join_.job_id;
   ring_cfg_.key = join_.key;
   ring_cfg_.slots = join_.slots;
   ring_cfg_.payload_bytes = join_.payload_bytes;
-  if (opt_.algorithm == "ring" || !switch_path_) {
-    if (ring_cfg_.peers.empty())
-      throw Error("gradswitch: " + describe_job() +
-                  " cannot run the ring: no peer addresses (the switch at " + opt_.switch_addr +
-                  " did not send peers=; pass peers= instead)");
-    start_ring("");
-  }
+  choose_path();
   if (log_enabled(LogLevel::kInfo))
     log_line(LogLevel::kInfo, opt_.rank,
              describe_job() + " joined" +
@@ -385,6 +373,26 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
                  " data thread(s), algorithm " + algorithm() +
                  (timeline_ ? ", timeline " + timeline_->path() : std::string()));
   thread_ = std::thread([this] { thread_main(); });
+}
+
+void Group::choose_path() {
+  const bool has_switch = !more_switches_.empty() || control_ || join_.data_port != 0;
+  if (has_switch && opt_.algorithm != "ring") {
+    if (more_switches_.empty()) return use_path(std::make_unique<SwitchAllreduce>(ctx_, control_.get()));
+    std::vector<SwitchRef> all = {SwitchRef{control_.get(), &join_, switch_ipv4_be_}};
+    for (SwitchLink& l : more_switches_) all.push_back(SwitchRef{l.control.get(), &l.join, l.ipv4_be});
+    return use_path(std::make_unique<ShardedAllreduce>(ctx_, all));
+  }
+  if (ring_cfg_.peers.empty())
+    throw Error("gradswitch: " + describe_job() + " cannot run the ring: no peer addresses (the switch at " +
+                opt_.switch_addr + " did not send peers=; pass peers= instead)");
+  start_ring("");
+}
+
+void Group::use_path(std::unique_ptr<DataPath> p) {
+  path_ = std::move(p);
+  path_serves_idle_.store(path_->serves_when_idle());
+  algorithm_.store(path_->name());
 }
 
 void Group::warn(const std::string& what) const {
@@ -401,14 +409,13 @@ void Group::start_ring(const std::string& why) {
     if (control_) control_->close();
     for (SwitchLink& l : more_switches_) l.control->close();
   }
-  switch_path_.reset();
+  path_.reset();  // the switch's, if it ran
   // The ring's datagrams come only from its peers (§7); the switch has no say in it any more.
   std::vector<SourceRange> peers;
   for (unsigned r = 0; r < ring_cfg_.peers.size(); ++r)
     if (r != opt_.rank) peers.push_back(SourceRange{ring_cfg_.peers[r].ipv4_be, ring_cfg_.peers[r].port, 1});
   transport_->accept_from(peers, &counters_.dropped_foreign);
-  ring_path_ = std::make_unique<RingAllreduce>(ctx_, ring_cfg_);
-  ring_active_.store(true);
+  use_path(std::make_unique<RingAllreduce>(ctx_, ring_cfg_));
 }
 
 Group::~Group() {
@@ -442,7 +449,7 @@ Handle Group::enqueue(Op op) {
     std::lock_guard<std::mutex> lk(qmu_);
     if (stopping_) throw Error("gradswitch: the group of job '" + opt_.job + "' is closed");
     queue_.push_back(std::move(op));
-    if (ring_active_.load()) transport_->wake();  // the thread may be serving the ring
+    if (path_serves_idle_.load()) transport_->wake();  // the thread may be serving the path
   }
   qcv_.notify_one();
   return Handle(st);

@@ -30,7 +30,6 @@
 #include "worker/path.h"
 #include "worker/ring/ring_allreduce.h"
 #include "worker/switch/sharded_allreduce.h"
-#include "worker/switch/switch_allreduce.h"
 #include "worker/timeline.h"
 #include "worker/transport.h"
 
@@ -121,7 +120,7 @@ class Group {
   const JoinInfo& join_info() const { return join_; }
   uint32_t next_seq() const { return seq_; }  // racy when operations are queued
   // "switch" or "ring": where allreduces run now (a fallback changes it once).
-  std::string algorithm() const { return ring_active_.load() ? "ring" : "switch"; }
+  std::string algorithm() const { return algorithm_.load(); }
 
  private:
   struct Op {
@@ -147,7 +146,10 @@ class Group {
     AllreduceTimes times;       // likewise (ar.times points here when either is on)
   };
   void thread_main();
-  DataPath& path();  // the active data path
+  // The data path, chosen once here: the ring (algorithm ring, or no switch), else the switch's
+  // (ShardedAllreduce for a job over several switches).
+  void choose_path();
+  void use_path(std::unique_ptr<DataPath> p);
   // Validates a queued allreduce and describes it for the data path (seq, chunks, exponents);
   // false when there is nothing to sum. Throws for bad arguments or a failed group.
   bool prepare(Flight& f);
@@ -182,11 +184,13 @@ class Group {
 
   // Data-plane state (background thread only).
   PathContext ctx_;
-  std::unique_ptr<DataPath> switch_path_;       // SwitchAllreduce or ShardedAllreduce; null without a switch
-  std::vector<SwitchLink> more_switches_;       // a sharded job: the switches beyond the first
-  std::unique_ptr<RingAllreduce> ring_path_;    // once the ring runs
-  RingConfig ring_cfg_;                         // peers empty: no ring possible
-  std::atomic<bool> ring_active_{false};        // read by enqueue() to wake the serving thread
+  std::unique_ptr<DataPath> path_;         // choose_path()'s; the ring's after a fallback
+  std::vector<SwitchLink> more_switches_;  // a sharded job: the switches beyond the first
+  RingConfig ring_cfg_;                    // peers empty: no ring possible
+  // The path's serves_when_idle() and name(), for enqueue() (to wake the serving thread) and
+  // algorithm() on other threads.
+  std::atomic<bool> path_serves_idle_{false};
+  std::atomic<const char*> algorithm_{"switch"};
   std::list<std::unique_ptr<Flight>> flights_;  // admitted, in order
   std::vector<AllreduceOp*> finished_;
   uint32_t seq_ = 0;

@@ -187,6 +187,11 @@ void throw_notice(const PathContext& ctx, const ControlClient& control, const Sw
               control.endpoint());
 }
 
+void throw_idle_notice(const PathContext& ctx, ControlClient* control, const AllreduceOp& next) {
+  if (!control) return;
+  if (SwitchNotice n = control->poll_notice()) throw_notice(ctx, *control, n, next, /*started=*/false);
+}
+
 void throw_lost_elsewhere(const PathContext& ctx, const ControlClient& control, const SwitchLostError& seen,
                           const AllreduceOp& op) {
   const std::string who = seen.rank() == GS_RANK_ALL ? "another rank" : "rank " + std::to_string(seen.rank());
