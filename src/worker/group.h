@@ -133,6 +133,10 @@ class Group {
     uint8_t wire = 0;           // 0: the group's wire
     int64_t queued_ns = 0;      // when it was queued (timeline, debug log)
   };
+  // Group::connect's last step without a switch (none given, or unreachable with algorithm auto:
+  // `unreachable` says why): the ring alone, on the addresses the application gives.
+  static std::unique_ptr<Group> join_ring(const Options& opt, std::unique_ptr<Transport> transport,
+                                          std::vector<RingPeer> given, const std::string& unreachable);
   Handle enqueue(Op op);
   void require_optimizer(const char* what) const;
   double control_timeout(size_t bytes) const;
