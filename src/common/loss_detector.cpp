@@ -35,8 +35,9 @@ TimerFloor::TimerFloor(int64_t rto_min_ns, int64_t rto_max_ns)
 void TimerFloor::raise(int64_t wait_ns, int64_t now) {
   // At most a doubling per lesson: a stall that recurs raises the floor within a few resends, one
   // outlier (this host descheduled the worker while the answer waited in its socket) does not put
-  // it at rto_max for seconds (seen at 10% loss on the testbed: 11 ms to 200 ms in one answer, and
-  // every round of that rank's waiting 200 ms per try while the others held theirs for it).
+  // it at rto_max for seconds (seen under heavy loss on the testbed: the floor jumped to rto_max in
+  // one answer, and every round of that rank's waited that long per try while the others held
+  // theirs for it).
   const int64_t want = std::min(std::clamp(wait_ns + wait_ns / 4, rto_min_, rto_max_), 2 * ns_);
   if (want > ns_) ns_ = want;
   raised_ns_ = now;
