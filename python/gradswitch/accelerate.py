@@ -59,7 +59,7 @@ def _wrap_prepare_backend(original: Any) -> Any:
         if distributed_type not in _DISTRIBUTED:
             raise RuntimeError(
                 f"gradswitch: Accelerate chose {distributed_type} for this machine; the gradswitch backend "
-                "serves CPU (cpu=True, DistributedType.MULTI_CPU) and CUDA (DistributedType.MULTI_GPU) tensors"
+                "serves CPU (cpu=True: DistributedType.MULTI_CPU) and CUDA (DistributedType.MULTI_GPU)"
             )
         return BACKEND, distributed_type
 
