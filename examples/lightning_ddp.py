@@ -30,9 +30,9 @@ import os
 import sys
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from _synthetic import mlp, synthetic_split
+from torch.utils.data import DataLoader
 
 import gradswitch.torch  # noqa: F401 - registers the "gradswitch" backend, in every worker
 
@@ -49,19 +49,10 @@ except ImportError:  # the unified package ships the same API under lightning.py
         ) from None
 
 
-def synthetic_data(seed: int, n: int = 512, features: int = 16, classes: int = 4) -> TensorDataset:
-    """Points labelled by a fixed random linear teacher: learnable in a few steps."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, features, generator=g)
-    teacher = torch.randn(features, classes, generator=g)
-    return TensorDataset(x, (x @ teacher).argmax(1))
-
-
 class Classifier(pl.LightningModule):
-    def __init__(self, hidden: int = 32, lr: float = 0.1, seed: int = 0):
+    def __init__(self, lr: float = 0.1, seed: int = 0):
         super().__init__()
-        torch.manual_seed(seed)  # the same initial weights in every process, whatever the launcher
-        self.net = nn.Sequential(nn.Linear(16, hidden), nn.ReLU(), nn.Linear(hidden, 4))
+        self.net = mlp(seed)
         self.lr = lr
 
     def forward(self, x):
@@ -169,8 +160,7 @@ def main(argv=None) -> int:
             process_group_backend=args.backend,
             start_method="spawn" if args.launcher == "spawn" else "popen",
         )
-        data = synthetic_data(args.seed)
-        train, val = torch.utils.data.random_split(data, [384, 128], torch.Generator().manual_seed(args.seed))
+        train, val = synthetic_split(args.seed)
         trainer = pl.Trainer(
             accelerator="cpu",
             devices=args.devices,
