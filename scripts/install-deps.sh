@@ -42,6 +42,9 @@ pip_packages=("scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.24")
 if [ $minimal -eq 0 ]; then
   # torch is pinned: the CPU wheel of this version is what this project is tested with.
   pip_packages+=(pytest ruff "torch==2.13.0" mpi4py matplotlib scikit-learn)
+  # the training frameworks the backend is tested under (tests/python/test_lightning.py,
+  # test_accelerate.py), pinned to the versions tested with torch 2.13.0
+  pip_packages+=("pytorch-lightning==2.6.6" "accelerate==1.15.0" "transformers==5.24.0")
 fi
 echo "==> pip install ${pip_packages[*]}"
 $PY -m pip install -q --disable-pip-version-check "${pip_packages[@]}"
