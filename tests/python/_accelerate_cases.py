@@ -41,6 +41,7 @@ def main() -> int:
     cases = [
         ("stock-no-cpu", lambda: state(backend="gradswitch")),
         ("stock-cpu", lambda: state(cpu=True, backend="gradswitch")),
+        ("stock-preinit-cpu", lambda: dist.init_process_group("gradswitch") or state(cpu=True)),
         ("patch", lambda: __import__("gradswitch.accelerate") and "patched"),
         ("no-cpu", lambda: state(backend="gradswitch")),
         ("cpu", lambda: state(cpu=True, backend="gradswitch")),

@@ -123,6 +123,8 @@ def test_accelerate_never_runs_undistributed(transformers, switch_factory):
     # without gradswitch.accelerate: no cpu=True started the group undistributed (every process alone)
     assert got["stock-no-cpu"].startswith(undistributed), got
     assert got["stock-cpu"].startswith("ValueError Your assigned backend gradswitch is not available"), got
+    # a group initialised first is used as it is (Accelerate's state calls it gloo)
+    assert got["stock-preinit-cpu"] == "ok DistributedType.MULTI_CPU gloo gradswitch", got
     # with it
     for case in ("no-cpu", "preinit-no-cpu", "trainer-no-cpu"):
         assert got[case].startswith(undistributed), (case, got)
