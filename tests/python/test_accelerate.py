@@ -69,7 +69,9 @@ def _launch(framework: str, launcher: str, backend: str, way: str, out: Path, en
     args += ["--json", str(out / "r.json"), "--save", str(out / "w.pt")]
     port = _free_port()
     launch = torchrun if launcher == "torchrun" else _accelerate_launch
-    run_launcher(launch(SCRIPTS[framework], args, port), env)
+    # no accelerate config, cache or hub of the user's: a home of the run's own, offline
+    hermetic = {"HF_HOME": str(out / "hf-home"), "HF_HUB_OFFLINE": "1"}
+    run_launcher(launch(SCRIPTS[framework], args, port), {**hermetic, **env})
     report = json.loads((out / "r.json").read_text())
     assert report["backend"] == backend, report
     return report, torch.load(out / "w.pt")
@@ -114,9 +116,10 @@ def test_hf_trainer_matches_gloo(launcher, way, transformers, gloo_runs, switch_
     assert report["parallel_mode"] == "ParallelMode.DISTRIBUTED" and report["world_size"] == 2
 
 
-def test_accelerate_never_runs_undistributed(transformers, switch_factory):
+def test_accelerate_never_runs_undistributed(transformers, switch_factory, tmp_path):
     switch = switch_factory(binary=_binary(), threads=1)
     env = {"GRADSWITCH_SWITCH": switch.address, "GRADSWITCH_TEST_PORT": str(_free_port())}
+    env.update(HF_HOME=str(tmp_path / "hf-home"), HF_HUB_OFFLINE="1")
     proc = run_launcher([sys.executable, str(CASES), "--trainer"], env, timeout=180)
     got = dict(line.partition(" ")[::2] for line in proc.stdout.splitlines())
     undistributed = "RuntimeError gradswitch: Accelerate set up DistributedType.NO"
