@@ -70,7 +70,7 @@ class Classifier(pl.LightningModule):
         loss = F.cross_entropy(logits, y)
         self.log("val_loss", loss, sync_dist=True)  # mean over ranks (ReduceOp.AVG on non-gloo backends)
         self.log("val_loss_max", loss, sync_dist=True, reduce_fx="max")
-        correct = (logits.argmax(1) == y).sum()  # int64
+        correct = (logits.argmax(1) == y).sum()  # int64: Lightning casts it to float32 (with a warning)
         self.log("val_correct", correct, sync_dist=True, reduce_fx="sum")
 
     def configure_optimizers(self):
