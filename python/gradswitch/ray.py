@@ -75,7 +75,9 @@ class TorchConfig(_RayTorchConfig):
 
     def worker_env(self) -> dict[str, str]:
         """The GRADSWITCH_* variables each worker gets (the fields that are set)."""
-        return {var: str(getattr(self, name)) for name, var in _ENV.items() if getattr(self, name) is not None}
+        return {
+            var: str(getattr(self, name)) for name, var in _ENV.items() if getattr(self, name) is not None
+        }
 
     @property
     def backend_cls(self):

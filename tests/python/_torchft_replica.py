@@ -1,7 +1,7 @@
 """One torchft replica (a replica group of one rank) training a small linear model through
 gradswitch.torchft.ProcessGroupGradswitch, for tests/python/test_torchft.py.
 
-    python _torchft_replica.py --replica 1 --lighthouse http://127.0.0.1:PORT --switch 127.0.0.1:PORT --out DIR
+    python _torchft_replica.py --replica 1 --lighthouse http://127.0.0.1:P --switch 127.0.0.1:P --out DIR
 
 Appends one JSON line per step to DIR/replicaN.log ({"t", "step", "committed", "participants",
 "pid"}), stops once the step reaches the number in DIR/stop (written by the test), and then saves the
@@ -100,7 +100,9 @@ def main() -> None:
         }
         log.write(json.dumps(line) + "\n")
         time.sleep(0.05)  # a training step's compute, so the test can kill a replica mid-training
-    torch.save({"step": manager.current_step(), "model": model.state_dict()}, args.out / f"replica{args.replica}.pt")
+    torch.save(
+        {"step": manager.current_step(), "model": model.state_dict()}, args.out / f"replica{args.replica}.pt"
+    )
     manager.shutdown(wait=False)
 
 

@@ -87,7 +87,11 @@ def test_replica_killed_and_restarted_rejoins_with_equal_weights(switch, tmp_pat
         procs[2].send_signal(signal.SIGKILL)
         killed = time.time()
         procs[2].wait()
-        shrunk = _wait_for("the survivors' step without replica 2", lambda: _first_commit(tmp_path, 0, 2, after=killed), procs)
+        shrunk = _wait_for(
+            "the survivors' step without replica 2",
+            lambda: _first_commit(tmp_path, 0, 2, after=killed),
+            procs,
+        )
         procs[2] = start(2)
         restarted = time.time()
         rejoined = _wait_for(
