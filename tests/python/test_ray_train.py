@@ -19,10 +19,10 @@ def _require_ray():
     try:
         import ray
         import ray.train.torch  # noqa: F401
-
-        import gradswitch.ray  # noqa: F401
     except ImportError as e:
         require_or_skip("TOOLS", f"Ray Train is not installed ({e}); scripts/install-deps.sh installs it")
+    import gradswitch.ray  # noqa: F401 - not a reason to skip
+
     return ray
 
 
