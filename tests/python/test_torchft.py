@@ -2,6 +2,9 @@
 three replicas (tests/python/_torchft_replica.py) on a local lighthouse; one replica is killed mid-training
 and restarted, training goes on, and every replica ends with the same weights (docs/torch.md, "torchft").
 
+Also: abort() (torchft's call when an operation failed, and before every reconfiguration) fails a
+running allreduce at once and ends the job for the other replicas through the switch.
+
 The time to recover is printed (kill -> the survivors' first step without it; restart -> the first step
 with it again): a figure of this loaded machine, never asserted.
 """
@@ -10,14 +13,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from conftest import require_or_skip
+
+import gradswitch
 
 REPLICA = Path(__file__).with_name("_torchft_replica.py")
 DEADLINE_S = 60
@@ -123,3 +130,31 @@ def test_replica_killed_and_restarted_rejoins_with_equal_weights(switch, tmp_pat
             assert torch.equal(f["model"][name], value), name
     # the steps ran on the switch: its packet counter moved (not a local fallback)
     assert switch.stats()["pkts_in"] > 0
+
+
+def test_abort_fails_a_running_allreduce_and_tells_the_other_replica(switch):
+    _require_torchft()
+    import torch
+    import torch.distributed as dist
+    from _ranks import in_threads
+
+    from gradswitch.torchft import ProcessGroupGradswitch
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    address = f"127.0.0.1:{store.port}/torchft/1/0"
+    # a timeout far beyond the test's: an abort that waited for it would fail the test's deadline
+    pgs = [ProcessGroupGradswitch(timedelta(seconds=300), switch=switch.address) for _ in range(2)]
+    in_threads(lambda r: pgs[r].configure(address, f"replica{r}", r, 2))
+    assert pgs[0].getBackendName() == "torchft-gradswitch"
+    job = pgs[0].gradswitch_group.job
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
+    running = pgs[0].allreduce([torch.ones(1 << 16)], opts)  # replica 1 never sends its part
+    in_threads(lambda _: pgs[0].abort(), world=1, deadline_s=10)
+    with pytest.raises(gradswitch.GradswitchError, match="cancelled"):
+        running.wait()
+    with pytest.raises(gradswitch.JobAborted, match="rank 0 left the job"):
+        pgs[1].allreduce([torch.ones(4)], opts).wait()
+    assert pgs[0].gradswitch_group is None
+    pgs[1].shutdown()
+    assert re.search(rf"job '{job}' .* aborted: rank 0 disconnected", switch.log()), switch.log()
