@@ -1,11 +1,18 @@
-"""One torchft replica (a replica group of one rank) training a small linear model through
-gradswitch.torchft.ProcessGroupGradswitch, for tests/python/test_torchft.py.
+"""One torchft replica (a replica group of one rank) training a small linear model, its replica-dimension
+allreduce on a gradswitch switch (gradswitch.torchft.ProcessGroupGradswitch; docs/torch.md, "torchft").
 
-    python _torchft_replica.py --replica 1 --lighthouse http://127.0.0.1:P --switch 127.0.0.1:P --out DIR
+    torchft_lighthouse --min_replicas 2 --bind 127.0.0.1:29510 &     # torchft's lighthouse
+    gradswitch switch --threads 2 &                                  # a switch on 127.0.0.1:7700
+    for i in 0 1 2; do
+      python examples/train_torchft.py --replica $i --lighthouse http://127.0.0.1:29510 \
+        --switch 127.0.0.1:7700 --out /tmp/ft --steps 200 &
+    done                          # kill one and start it again: it heals from the others and rejoins
 
-Appends one JSON line per step to DIR/replicaN.log ({"t", "step", "committed", "participants",
-"pid"}), stops once the step reaches the number in DIR/stop (written by the test), and then saves the
-model's weights to DIR/replicaN.pt.
+Appends one JSON line per event to OUT/replicaN.log: {"event": "ready", "t"} once the Manager is up, then
+one {"event": "step", "t", "step", "committed", "participants", "pid"} per step. Stops once the step
+reaches --steps or the number in the file OUT/stop (tests/python/test_torchft.py writes it), and saves
+the weights to OUT/replicaN.pt. --pg gloo runs torchft's own ProcessGroupGloo instead (the comparison
+of bench/torchft_recovery.py).
 """
 
 from __future__ import annotations
@@ -27,11 +34,19 @@ from gradswitch.torchft import ProcessGroupGradswitch
 TIMEOUT = timedelta(seconds=10)
 
 
-def _stop_step(out: Path) -> int | None:
+def _stop_step(args: argparse.Namespace) -> int | None:
     try:
-        return int((out / "stop").read_text())
+        return int((args.out / "stop").read_text())
     except (FileNotFoundError, ValueError):
-        return None
+        return args.steps
+
+
+def _process_group(args: argparse.Namespace):
+    if args.pg == "gloo":
+        from torchft.process_group import ProcessGroupGloo
+
+        return ProcessGroupGloo(timeout=TIMEOUT)
+    return ProcessGroupGradswitch(timeout=TIMEOUT, switch=args.switch)
 
 
 def _manager(args: argparse.Namespace, model: torch.nn.Module, optim: torch.optim.Optimizer) -> Manager:
@@ -47,7 +62,7 @@ def _manager(args: argparse.Namespace, model: torch.nn.Module, optim: torch.opti
         optim.load_state_dict(state["optim"])
 
     return Manager(
-        pg=ProcessGroupGradswitch(timeout=TIMEOUT, switch=args.switch),
+        pg=_process_group(args),
         min_replica_size=2,
         load_state_dict=load_state_dict,
         state_dict=state_dict,
@@ -68,8 +83,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--replica", type=int, required=True)
     parser.add_argument("--lighthouse", required=True)
-    parser.add_argument("--switch", required=True)
+    parser.add_argument("--switch", help="host:port of the switch's control port (--pg gradswitch)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, help="stop at this step (default: at OUT/stop's)")
+    parser.add_argument("--pg", choices=("gradswitch", "gloo"), default="gradswitch")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -78,8 +95,9 @@ def main() -> None:
     manager = _manager(args, model, optim)
     ddp = DistributedDataParallel(manager, model)
     log = (args.out / f"replica{args.replica}.log").open("a", buffering=1)
+    log.write(json.dumps({"event": "ready", "t": time.time(), "pid": os.getpid()}) + "\n")
     while True:
-        stop = _stop_step(args.out)
+        stop = _stop_step(args)
         if stop is not None and manager.current_step() >= stop:
             break
         # each replica its own data, as data parallelism has it
@@ -92,6 +110,7 @@ def main() -> None:
         if committed:
             optim.step()
         line = {
+            "event": "step",
             "t": time.time(),
             "step": manager.current_step(),
             "committed": committed,
