@@ -74,3 +74,16 @@ def test_abort_fails_a_running_allreduce_and_tells_the_other_replica(switch):
     assert pgs[0].gradswitch_group is None
     pgs[1].shutdown()
     assert re.search(rf"job '{job}' .* aborted: rank 0 disconnected", switch.log()), switch.log()
+
+
+def test_options_are_gradswitch_options_with_a_clear_error_for_a_typo():
+    _require_torchft()
+    from gradswitch.torchft import ProcessGroupGradswitch
+
+    pg = ProcessGroupGradswitch(switch="127.0.0.1:7700", wire="fixed32")
+    assert (pg._options.switch, pg._options.wire) == ("127.0.0.1:7700", "fixed32")
+    assert pg.gradswitch_group is None  # nothing joined before torchft's first configure()
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['swtich'\]"):
+        ProcessGroupGradswitch(swtich="127.0.0.1:7700")
+    with pytest.raises(ValueError, match="unknown wire"):
+        ProcessGroupGradswitch(wire="int4")
