@@ -26,6 +26,12 @@ def _require_ray():
     return ray
 
 
+@pytest.fixture
+def ray_train():
+    """Ray Train, or a skip naming it (before the other fixtures start anything)."""
+    return _require_ray()
+
+
 @contextmanager
 def _ray_cluster(env_vars: dict | None = None, **runtime_env):
     """A local Ray cluster for this test (the job's runtime_env is fixed at ray.init)."""
@@ -80,7 +86,7 @@ def _assert_on_switch(records: list[dict], switch) -> None:
     assert switch.stats()["pkts_in"] > 0  # the gradients went through the switch
 
 
-def test_gradswitch_torch_config_matches_gloo(gloo_weights, switch, tmp_path):
+def test_gradswitch_torch_config_matches_gloo(ray_train, gloo_weights, switch, tmp_path):
     """gradswitch.ray.TorchConfig alone: nothing in the workers' environment knows gradswitch."""
     with _ray_cluster():
         import gradswitch.ray
@@ -90,7 +96,7 @@ def test_gradswitch_torch_config_matches_gloo(gloo_weights, switch, tmp_path):
     _assert_gloo_weights(records, gloo_weights)
 
 
-def test_ray_torch_config_with_setup_hook_matches_gloo(gloo_weights, switch, tmp_path):
+def test_ray_torch_config_with_setup_hook_matches_gloo(ray_train, gloo_weights, switch, tmp_path):
     """Ray's own TorchConfig(backend="gradswitch"), the job's workers set up by gradswitch's hook."""
     hook = {"worker_process_setup_hook": "gradswitch.ray.setup_worker"}
     with _ray_cluster({"GRADSWITCH_SWITCH": switch.address}, **hook):
@@ -101,8 +107,7 @@ def test_ray_torch_config_with_setup_hook_matches_gloo(gloo_weights, switch, tmp
     _assert_gloo_weights(records, gloo_weights)
 
 
-def test_gradswitch_torch_config_refuses_another_backend():
-    _require_ray()
+def test_gradswitch_torch_config_refuses_another_backend(ray_train):
     import gradswitch.ray
 
     with pytest.raises(ValueError, match="backend='gradswitch'"):

@@ -20,15 +20,16 @@ from conftest import require_or_skip
 import gradswitch
 
 
-def _require_torchft() -> None:
+@pytest.fixture
+def torchft_installed() -> None:
+    """torchft, or a skip naming it (before the other fixtures start anything)."""
     try:
         import torchft.coordination  # noqa: F401
     except ImportError as e:
         require_or_skip("TOOLS", f"torchft is not installed ({e}); scripts/install-deps.sh installs it")
 
 
-def test_replica_killed_and_restarted_rejoins_with_equal_weights(switch, tmp_path):
-    _require_torchft()
+def test_replica_killed_and_restarted_rejoins_with_equal_weights(torchft_installed, switch, tmp_path):
     import torch
     from _torchft_cluster import ClusterError, Replicas
 
@@ -48,8 +49,7 @@ def test_replica_killed_and_restarted_rejoins_with_equal_weights(switch, tmp_pat
     assert switch.stats()["pkts_in"] > 0
 
 
-def test_abort_fails_a_running_allreduce_and_tells_the_other_replica(switch):
-    _require_torchft()
+def test_abort_fails_a_running_allreduce_and_tells_the_other_replica(torchft_installed, switch):
     import torch
     import torch.distributed as dist
     from _ranks import in_threads
@@ -76,8 +76,7 @@ def test_abort_fails_a_running_allreduce_and_tells_the_other_replica(switch):
     assert re.search(rf"job '{job}' .* aborted: rank 0 disconnected", switch.log()), switch.log()
 
 
-def test_options_are_gradswitch_options_with_a_clear_error_for_a_typo():
-    _require_torchft()
+def test_options_are_gradswitch_options_with_a_clear_error_for_a_typo(torchft_installed):
     from gradswitch.torchft import ProcessGroupGradswitch
 
     pg = ProcessGroupGradswitch(switch="127.0.0.1:7700", wire="fixed32")
