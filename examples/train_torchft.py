@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="stop at this step (default: at OUT/stop's)")
     parser.add_argument("--pg", choices=("gradswitch", "gloo"), default="gradswitch")
     args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
 
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 4)
