@@ -21,6 +21,8 @@ What is changed, from here only (torch's files are untouched):
 
 from __future__ import annotations
 
+import faulthandler
+import fnmatch
 import json
 import multiprocessing
 import os
@@ -37,24 +39,42 @@ BACKEND = "gradswitch"
 START_METHOD = "forkserver"
 FEATURES = ("ddp", "subgroup", "gpu", "cuda", "plugin")
 
-# reason of a name-based skip -> why gradswitch runs the test anyway
-OVERRIDDEN = {
-    "get_future is only supported on mpi, nccl and gloo": (
+# Name-based skips that do not apply to gradswitch: (the harness's reason, the tests it is lifted for
+# (fnmatch), why the feature is there). Any other test with that reason, and every other skip, stays.
+OVERRIDDEN: list[tuple[str, str, str]] = [
+    (
+        "get_future is only supported on mpi, nccl and gloo",
+        "*",
         "the backend's Work objects return a torch.futures.Future completed with the reduced tensors "
-        "(gradswitch.torch.FutureWork.get_future)"
+        "(gradswitch.torch.FutureWork.get_future)",
     ),
-    "Only Gloo backend supports sparse all reduce": (
-        "sparse allreduces run through the backend's internal gloo group (docs/torch.md, What runs where)"
+    (
+        "Test requires backend gradswitch to be one of {'gloo'}",
+        "test_all_reduce_coalesced_*",
+        "the backend reduces each tensor of a coalesced list (SUM on the switch, MIN/MAX/PRODUCT through "
+        "its internal gloo group)",
     ),
-    "GLOO Batch Send Recv CPU": "send/recv (and so batch_isend_irecv) run through the internal gloo group",
-    "Only gloo backend supports timeouts": (
-        "the collectives these tests time out (barrier, ...) run through the internal gloo group, created "
-        "with the process group's timeout"
+    (
+        "Test requires backend gradswitch to be one of {'gloo'}",
+        "test_scatter_object_list",
+        "scatter runs through the backend's internal gloo group",
     ),
-    "Only Nccl & Gloo backend support DistributedDataParallel": "the backend supports DDP",
-    "Only Gloo and Nccl backends support CUDA allReduce": "the backend reduces CUDA tensors (staged)",
-    "Only Gloo and NCCL backends will have CUDA allReduce tested": "the backend reduces CUDA tensors",
-}
+    (
+        "Only Gloo backend supports sparse all reduce",
+        "*",
+        "sparse allreduces run through the backend's internal gloo group (docs/torch.md, What runs where)",
+    ),
+    (
+        "GLOO Batch Send Recv CPU",
+        "*",
+        "send/recv (and so batch_isend_irecv) run through the backend's internal gloo group",
+    ),
+    (
+        "Only gloo backend supports timeouts",
+        "*",
+        "barrier runs through the backend's internal gloo group, made with the process group's timeout",
+    ),
+]
 
 if os.environ.get("BACKEND") != BACKEND:
     raise RuntimeError(f"tests.torch_upstream: run through its runner (BACKEND={BACKEND} in the environment)")
@@ -62,26 +82,36 @@ if os.environ.get("BACKEND") != BACKEND:
 for _feature in FEATURES:
     DistTestCases.backend_feature.setdefault(_feature, set()).add(BACKEND)
 
-_upstream_skip_if = common_utils.skip_but_pass_in_sandcastle_if
 overridden_tests: dict[str, str] = {}  # test name -> the name-based skip reason it ran despite
 
 
-def _skip_if(condition, reason):
-    if condition and reason in OVERRIDDEN:
-
-        def keep(func):
+def _lifted(reason: str, func) -> bool:
+    for r, pattern, _why in OVERRIDDEN:
+        if r == reason and fnmatch.fnmatchcase(func.__name__, pattern):
             overridden_tests[func.__name__] = reason
-            return func
-
-        return keep
-    return _upstream_skip_if(condition, reason)
+            return True
+    return False
 
 
-common_utils.skip_but_pass_in_sandcastle_if = _skip_if
+def _patched(upstream_if, upstream):
+    """common_utils' two skip decorators, which leave a test alone when _lifted says so."""
+
+    def skip_if(condition, reason):
+        skip = upstream_if(condition, reason)
+        return (lambda func: func if _lifted(reason, func) else skip(func)) if condition else skip
+
+    def skip(reason):
+        return lambda func: func if _lifted(reason, func) else upstream(reason)(func)
+
+    return skip_if, skip
+
+
+_upstream = (common_utils.skip_but_pass_in_sandcastle_if, common_utils.skip_but_pass_in_sandcastle)
+common_utils.skip_but_pass_in_sandcastle_if, common_utils.skip_but_pass_in_sandcastle = _patched(*_upstream)
 try:
     from torch.testing._internal.distributed import distributed_test
 finally:
-    common_utils.skip_but_pass_in_sandcastle_if = _upstream_skip_if
+    common_utils.skip_but_pass_in_sandcastle_if, common_utils.skip_but_pass_in_sandcastle = _upstream
 
 if distributed_test.BACKEND != BACKEND:  # pragma: no cover - imported earlier with another BACKEND
     raise RuntimeError("tests.torch_upstream: distributed_test was imported before the harness patches")
@@ -108,6 +138,9 @@ class TestGradswitchSpawn(distributed_test.TestDistBackend, distributed_test.Dis
         # that are as fresh (forked from a process that never ran a test) at a fraction of the cost.
         # A spawned rank inherits the runner's environment as it is now (setUp has just put this
         # test's TEMP_DIR in it); the forkserver's is the one of its start: hand it over in a file.
+        # The tests that re-create the default group do it from INIT_METHOD: a file of this test's
+        # TEMP_DIR (a FileStore file that outlives a test holds its counters and hangs the next one).
+        os.environ["INIT_METHOD"] = f"file://{os.environ['TEMP_DIR']}/init_file"
         _env_file(self.file_name).write_text(json.dumps(dict(os.environ)))
         self._start_processes(multiprocessing.get_context(START_METHOD).Process)
 
@@ -120,6 +153,9 @@ class TestGradswitchSpawn(distributed_test.TestDistBackend, distributed_test.Dis
         env = json.loads(_env_file(file_name).read_text())
         os.environ.clear()
         os.environ.update(env)
+        distributed_test.INIT_METHOD = env["INIT_METHOD"]  # read at import, in the forkserver
+        if env.get("TORCH_UPSTREAM_STACKS_AFTER"):  # --stacks-after: every thread's stack, GIL or not
+            faulthandler.dump_traceback_later(float(env["TORCH_UPSTREAM_STACKS_AFTER"]), repeat=False)
         super()._run(rank, test_name, file_name, pipe, **kwargs)
 
     def run_test(self, test_name: str, parent_pipe) -> None:  # in a rank

@@ -41,6 +41,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="also rewrite the listing between the markers of this Markdown file "
                    "(docs/torch_upstream.md)")
     p.add_argument("--list", action="store_true", help="print the test names and exit")
+    p.add_argument("--stacks-after", type=float, default=0, metavar="S",
+                   help="each rank prints every thread's stack after S seconds (a hang's diagnosis)")
     p.add_argument("--threads", type=int, default=1, help="data threads of the gradswitchd")
     return p.parse_args(argv)
 
@@ -103,9 +105,10 @@ def _select(names: list[str], patterns: list[str]) -> list[str]:
 
 
 def _environment(world_size: int, timeout: int, switch_address: str, work_dir: Path) -> None:
-    # INIT_METHOD: upstream runs the suite once with env:// and once with a shared file; the file is
-    # what the tests that re-create the default group (test_barrier_timeout_*) need. Each test's own
-    # group is made from the harness's per-test file either way.
+    # INIT_METHOD: upstream runs the suite once with env:// and once with a shared file; a file is what
+    # the tests that re-create the default group (test_barrier_timeout_global) need. The harness gives
+    # each test its own (tests/torch_upstream/_harness.py); each test's first group is made from the
+    # harness's per-test file either way.
     os.environ.update(
         INIT_METHOD=f"file://{work_dir.resolve()}/torch_upstream_init_file",
         BACKEND="gradswitch",
@@ -189,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(_select(_harness.test_names(), args.patterns)))
         return 0
     args.results.parent.mkdir(parents=True, exist_ok=True)
+    if args.stacks_after:
+        os.environ["TORCH_UPSTREAM_STACKS_AFTER"] = str(args.stacks_after)
     doc = run(args.patterns, args.world_size, args.timeout, args.threads, args.results.parent)
     args.results.write_text(json.dumps(doc, indent=1) + "\n")
     if args.doc:
