@@ -30,19 +30,38 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         description="Runs torch's upstream distributed_test.py (collective and DDP tests) on the gradswitch "
         "backend, CPU, against a local gradswitchd, and lists pass/fail/skip with each skip's reason.",
     )
-    p.add_argument("-k", dest="patterns", action="append", default=[], metavar="GLOB",
-                   help="run the tests whose name matches GLOB (fnmatch; repeatable); default: all")
+    p.add_argument(
+        "-k",
+        dest="patterns",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="run the tests whose name matches GLOB (fnmatch; repeatable); default: all",
+    )
     p.add_argument("--world-size", type=int, default=3, help="ranks per test (upstream CI uses 3)")
-    p.add_argument("--timeout", type=int, default=180,
-                   help="seconds one test may take before the harness kills its ranks")
-    p.add_argument("--results", type=Path, default=Path("torch_upstream_results.json"),
-                   help="JSON file of the outcomes")
-    p.add_argument("--doc", type=Path, default=None,
-                   help="also rewrite the listing between the markers of this Markdown file "
-                   "(docs/torch_upstream.md)")
+    p.add_argument(
+        "--timeout",
+        type=int,
+        default=180,
+        help="seconds one test may take before the harness kills its ranks",
+    )
+    p.add_argument(
+        "--results", type=Path, default=Path("torch_upstream_results.json"), help="JSON file of the outcomes"
+    )
+    p.add_argument(
+        "--doc",
+        type=Path,
+        default=None,
+        help="also rewrite the listing between the markers of this Markdown file (docs/torch_upstream.md)",
+    )
     p.add_argument("--list", action="store_true", help="print the test names and exit")
-    p.add_argument("--stacks-after", type=float, default=0, metavar="S",
-                   help="each rank prints every thread's stack after S seconds (a hang's diagnosis)")
+    p.add_argument(
+        "--stacks-after",
+        type=float,
+        default=0,
+        metavar="S",
+        help="each rank prints every thread's stack after S seconds (a hang's diagnosis)",
+    )
     p.add_argument("--threads", type=int, default=1, help="data threads of the gradswitchd")
     return p.parse_args(argv)
 
@@ -61,8 +80,14 @@ class _Recorder(unittest.TextTestResult):
 
     def _row(self, test, outcome: str, reason: str = "") -> None:
         name = test.id().rsplit(".", 1)[-1]
-        self.rows.append({"name": name, "outcome": outcome, "reason": reason,
-                          "seconds": round(time.monotonic() - self._t0, 1)})
+        self.rows.append(
+            {
+                "name": name,
+                "outcome": outcome,
+                "reason": reason,
+                "seconds": round(time.monotonic() - self._t0, 1),
+            }
+        )
         print(f"[{len(self.rows)}] {name}: {outcome} {reason[:160]}", file=sys.__stdout__, flush=True)
 
     def addSuccess(self, test):  # noqa: N802
@@ -93,8 +118,12 @@ class _Recorder(unittest.TextTestResult):
 def _summary(traceback_text: str) -> str:
     """The last exception line of a (possibly multi-rank) traceback, for the listing."""
     lines = [ln.strip() for ln in traceback_text.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ("Error" in ln.split(":", 1)[0] or "Exception" in ln.split(":", 1)[0])
-              and not ln.startswith(("File ", "raise "))]
+    errors = [
+        ln
+        for ln in lines
+        if ("Error" in ln.split(":", 1)[0] or "Exception" in ln.split(":", 1)[0])
+        and not ln.startswith(("File ", "raise "))
+    ]
     return (errors[-1] if errors else lines[-1] if lines else "")[:300]
 
 
@@ -119,8 +148,13 @@ def _environment(world_size: int, timeout: int, switch_address: str, work_dir: P
     )
 
 
-def run(patterns: list[str], world_size: int = 3, timeout: int = 180, threads: int = 1,
-        log_dir: Path | None = None) -> dict:
+def run(
+    patterns: list[str],
+    world_size: int = 3,
+    timeout: int = 180,
+    threads: int = 1,
+    log_dir: Path | None = None,
+) -> dict:
     """Runs the matching upstream tests; returns the results document (see write_results)."""
     from gradswitch.local_switch import LocalSwitch
 

@@ -25,7 +25,7 @@ def why(name: str, outcome: str, reason: str, overridden: dict[str, str]) -> str
         return BY_TEST[name]
     if outcome == "pass":
         if name in overridden:
-            return f"runs despite the name-based skip \"{overridden[name]}\" (tests/torch_upstream/_harness.py)"
+            return f'runs despite the name-based skip "{overridden[name]}" (tests/torch_upstream/_harness.py)'
         return ""
     for pattern, sentence in BY_REASON:
         if re.match(pattern, reason):
