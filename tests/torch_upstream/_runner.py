@@ -20,8 +20,8 @@ from pathlib import Path
 
 from . import explanations
 
-DOC_BEGIN = "<!-- listing:begin (written by python -m tests.torch_upstream --doc) -->"
-DOC_END = "<!-- listing:end -->"
+DOC_BEGIN = "<!-- listing:begin ws={} -->"  # one listing per world size; python -m tests.torch_upstream --doc
+DOC_END = "<!-- listing:end ws={} -->"
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -69,13 +69,17 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 class _Recorder(unittest.TextTestResult):
     """A unittest result that keeps one row per test: outcome, reason, seconds."""
 
+    switch_chunks = staticmethod(lambda: 0)  # the switch's count of completed chunks (set by run)
+
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.rows: list[dict] = []
         self._t0 = 0.0
+        self._chunks0 = 0
 
     def startTest(self, test):  # noqa: N802 - unittest's names
         self._t0 = time.monotonic()
+        self._chunks0 = self.switch_chunks()
         super().startTest(test)
 
     def _row(self, test, outcome: str, reason: str = "") -> None:
@@ -86,6 +90,9 @@ class _Recorder(unittest.TextTestResult):
                 "outcome": outcome,
                 "reason": reason,
                 "seconds": round(time.monotonic() - self._t0, 1),
+                # chunks this test had the switch reduce: 0 for a test whose collectives all ran
+                # through the backend's internal gloo group (or that skipped)
+                "switch_chunks": self.switch_chunks() - self._chunks0,
             }
         )
         print(f"[{len(self.rows)}] {name}: {outcome} {reason[:160]}", file=sys.__stdout__, flush=True)
@@ -155,7 +162,7 @@ def run(
     threads: int = 1,
     log_dir: Path | None = None,
 ) -> dict:
-    """Runs the matching upstream tests; returns the results document (see write_results)."""
+    """Runs the matching upstream tests; returns the results document (written as JSON by main)."""
     from gradswitch.local_switch import LocalSwitch
 
     log = (log_dir or Path.cwd()) / "torch_upstream_gradswitchd.log"
@@ -167,6 +174,7 @@ def run(
 
         names = _select(_harness.test_names(), patterns)
         suite = unittest.TestSuite(_harness.TestGradswitchSpawn(n) for n in names)
+        _Recorder.switch_chunks = staticmethod(lambda: sw.stats().get("completed", 0))
         runner = unittest.TextTestRunner(resultclass=_Recorder, verbosity=0, stream=sys.stderr)
         t0 = time.monotonic()
         result = runner.run(suite)
@@ -198,23 +206,29 @@ def listing(doc: dict) -> str:
         f"**{c['pass']} pass, {c['fail']} fail, {c['skip']} skip** of {len(doc['tests'])} "
         f"({doc['seconds']} s).",
         "",
-        "| test | outcome | reason (harness) | why |",
-        "|---|---|---|---|",
+        "`chunks`: the chunks the switch reduced for the test (0: all its collectives ran through the "
+        "backend's internal gloo group, or it skipped).",
+        "",
+        "| test | outcome | chunks | reason (harness) | why |",
+        "|---|---|---|---|---|",
     ]
     for row in doc["tests"]:
         why = explanations.why(row["name"], row["outcome"], row["reason"], doc["overridden"])
         reason = row["reason"].replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| `{row['name']}` | {row['outcome']} | {reason} | {why} |")
+        chunks = row.get("switch_chunks", "")
+        lines.append(f"| `{row['name']}` | {row['outcome']} | {chunks} | {reason} | {why} |")
     return "\n".join(lines) + "\n"
 
 
-def update_doc(path: Path, text: str) -> None:
+def update_doc(path: Path, text: str, world_size: int) -> None:
+    """Replaces the listing of this world size in the Markdown file `path` (between its markers)."""
+    begin, end = DOC_BEGIN.format(world_size), DOC_END.format(world_size)
     doc = path.read_text()
-    if DOC_BEGIN not in doc or DOC_END not in doc:
-        raise SystemExit(f"{path}: no listing markers ({DOC_BEGIN!r} ... {DOC_END!r})")
-    head, rest = doc.split(DOC_BEGIN, 1)
-    tail = rest.split(DOC_END, 1)[1]
-    path.write_text(f"{head}{DOC_BEGIN}\n{text}{DOC_END}{tail}")
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"{path}: no listing markers {begin!r} ... {end!r}")
+    head, rest = doc.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    path.write_text(f"{head}{begin}\n{text}{end}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = run(args.patterns, args.world_size, args.timeout, args.threads, args.results.parent)
     args.results.write_text(json.dumps(doc, indent=1) + "\n")
     if args.doc:
-        update_doc(args.doc, listing(doc))
+        update_doc(args.doc, listing(doc), args.world_size)
     c = counts(doc)
     print(f"{c['pass']} pass, {c['fail']} fail, {c['skip']} skip -> {args.results}")
     return 1 if c["fail"] else 0
