@@ -67,6 +67,11 @@ OVERRIDDEN: list[tuple[str, str, str]] = [
         "scatter runs through the backend's internal gloo group",
     ),
     (
+        "Only MPI supports CPU all_to_all_single",
+        "*",
+        "all_to_all_single runs through the backend's internal gloo group, which has it on CPU",
+    ),
+    (
         "Only Gloo backend supports sparse all reduce",
         "*",
         "sparse allreduces run through the backend's internal gloo group (docs/torch.md, What runs where)",

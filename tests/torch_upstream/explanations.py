@@ -39,9 +39,10 @@ BY_REASON: list[tuple[str, str]] = [
         "NCCL test (CUDA tensors or an NCCL-only feature): skipped for gloo too",
     ),
     (
-        r"Only MPI supports",
-        "MPI-only in the harness, skipped for gloo too; gradswitch runs all_to_all through its internal gloo "
-        "group",
+        r"Only MPI supports all_to_all",
+        "MPI-only in the harness, skipped for gloo too: its tensors have different sizes per rank, which "
+        "gloo's list all_to_all refuses (`ProcessGroupGloo::alltoall: invalid tensor size`), and gradswitch "
+        "runs all_to_all through its internal gloo group (all_to_all_single, uneven splits included, passes)",
     ),
     (r"https://github.com/pytorch/pytorch/|Test is failing, see|Skipped due to flakiness", _UPSTREAM_OFF),
     (r"no torchvision", "needs torchvision, which is not installed here (not a dependency of gradswitch)"),
