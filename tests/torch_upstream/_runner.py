@@ -62,6 +62,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         metavar="S",
         help="each rank prints every thread's stack after S seconds (a hang's diagnosis)",
     )
+    p.add_argument(
+        "--no-lifts",
+        action="store_true",
+        help="keep every name-based skip and name-chosen code path of the harness (only the feature sets "
+        "change): the configuration before this runner",
+    )
     p.add_argument("--threads", type=int, default=1, help="data threads of the gradswitchd")
     return p.parse_args(argv)
 
@@ -240,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(_select(_harness.test_names(), args.patterns)))
         return 0
     args.results.parent.mkdir(parents=True, exist_ok=True)
+    if args.no_lifts:
+        os.environ["TORCH_UPSTREAM_NO_LIFTS"] = "1"
     if args.stacks_after:
         os.environ["TORCH_UPSTREAM_STACKS_AFTER"] = str(args.stacks_after)
     doc = run(args.patterns, args.world_size, args.timeout, args.threads, args.results.parent)
