@@ -92,7 +92,7 @@ def _worker(rank, world, switch_addr):
 
 
 def test_ddp_comm_hooks_on_the_gradswitch_group_match_gloo(switch):
-    results = run_workers(_worker, switch.address, timeout=240.0)
+    results = run_workers(_worker, switch.address, timeout=150.0)
     for rank, out in enumerate(results):
         value, kind = out["get_future"]
         assert kind == "Future", f"rank {rank}: get_future() returned a {kind}"

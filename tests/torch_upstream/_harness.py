@@ -72,6 +72,17 @@ OVERRIDDEN: list[tuple[str, str, str]] = [
         "all_to_all_single runs through the backend's internal gloo group, which has it on CPU",
     ),
     (
+        "Only Gloo and NCCL backends will have CUDA allReduce tested",
+        "*",
+        "the backend reduces CUDA tensors (staged through pinned memory, docs/torch.md section 4); these "
+        "tests are skip_if_no_gpu as well",
+    ),
+    (
+        "Only Gloo and Nccl backends support CUDA allReduce",
+        "*",
+        "the backend serves CUDA tensors (this one, a broadcast, through gloo); skip_if_no_gpu as well",
+    ),
+    (
         "Only Gloo backend supports sparse all reduce",
         "*",
         "sparse allreduces run through the backend's internal gloo group (docs/torch.md, What runs where)",
