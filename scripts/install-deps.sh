@@ -45,6 +45,8 @@ if [ $minimal -eq 0 ]; then
   # Ray Train and torchft (tests/python/test_ray_train.py, test_torchft.py; docs/torch.md): releases
   # with wheels for this Python that accept torch 2.13.0, installed beside the pinned torch.
   pip_packages+=("ray[train]==2.60.0" "torchft==0.2.0")
+  # torch's own distributed tests (tests/torch_upstream) import torch.testing._internal, which needs it.
+  pip_packages+=("expecttest==0.3.0")
 fi
 echo "==> pip install ${pip_packages[*]}"
 $PY -m pip install -q --disable-pip-version-check "${pip_packages[@]}"
