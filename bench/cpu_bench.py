@@ -101,6 +101,11 @@ def one_run(tb, v: dict, a, tmp: Path) -> dict:
         s0 = sw.stats()
         perf_out = tmp / f"perf-{v['name']}.csv"
         perf = perf_start([sw.pid], perf_out)
+        rec = None
+        if a.record:  # a profile of the daemon (cpu-clock samples: no PMU here)
+            rec_cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "2000", "-g", "-p", str(sw.pid)]
+            rec_cmd += ["-o", str(tmp / f"record-{v['name']}.data")]
+            rec = subprocess.Popen(rec_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.3)  # perf attached before the first datagram
         procs = []
         for r in range(a.workers):
@@ -115,13 +120,22 @@ def one_run(tb, v: dict, a, tmp: Path) -> dict:
         outs = wait_all(procs, a.run_timeout)
         wthreads = perf_stop(wperf, wperf_out)
         threads = perf_stop(perf, perf_out)
+        if rec:
+            rec.send_signal(signal.SIGINT)
+            rec.wait(30)
         s1 = sw.stats()
+    for name, _, _, err in outs:
+        (tmp / f"{v['name']}-{name}.stderr").write_text(err)
     if any(rc != 0 for _, rc, _, _ in outs):
         raise RuntimeError(f"{v['name']}: a worker failed:\n" + "\n".join(e[-2000:] for _, _, _, e in outs))
     rs = sorted((r for _, _, so, _ in outs for r in parse_results(so)), key=lambda r: r["rank"])
     res = combine("gradswitch", a.workers, nbytes, a.iters, rs, a.workers)
     d = {k: v1 - s0.get(k, 0) for k, v1 in s1.items() if isinstance(v1, int)}
-    rx = sum(val for k, val in d.items() if k.endswith("rx_datagrams"))
+
+    def stat(name: str) -> int:  # STATS names a backend counter `udp.NAME` (per thread: `...thread=i`)
+        return sum(val for k, val in d.items() if k == name or k.split(".")[-1].startswith(name))
+
+    rx = stat("rx_datagrams")
     data = max(threads.values(), key=lambda t: t.get("task-clock", 0))
     wsum: dict[str, float] = {}
     for t in wthreads.values():
@@ -141,9 +155,10 @@ def one_run(tb, v: dict, a, tmp: Path) -> dict:
         "switch_sendmmsg_per_dgram": data.get("sendmmsg", 0) / rx if rx else None,
         "switch_polls_per_dgram": (data.get("ppoll", 0) + data.get("poll", 0)) / rx if rx else None,
         "switch_cs_per_dgram": data.get("context-switches", 0) / rx if rx else None,
-        "switch_gso_writes": d.get("gso_writes", 0),
-        "switch_gro_trains": d.get("gro_trains", 0),
-        "switch_held_bursts": d.get("held_bursts", 0),
+        "switch_gso_writes": stat("gso_writes"),
+        "switch_gro_trains": stat("gro_trains"),
+        "switch_held_bursts": stat("held_bursts"),
+        "switch_stats": d,
         # as the suite: the data thread's CPU over rank 0's timed window per GB reduced, and per GB of
         # DATA received (the N workers' gradients)
         "switch_s_per_gb_data": data_cpu / (reduced_gb * a.workers) if data_cpu else None,
@@ -207,6 +222,7 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--slots", type=int, default=32)
     p.add_argument("--rate", default="1gbit")
+    p.add_argument("--record", action="store_true", help="also perf record the daemon (out/record-NAME.data)")
     p.add_argument("--run-timeout", type=float, default=150)
     p.add_argument("--out", type=Path, default=HERE / "results" / "tmp" / "cpu")
     a = p.parse_args(argv)
