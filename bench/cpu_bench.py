@@ -155,6 +155,7 @@ def one_run(tb, v: dict, a, tmp: Path) -> dict:
         "switch_sendmmsg_per_dgram": data.get("sendmmsg", 0) / rx if rx else None,
         "switch_polls_per_dgram": (data.get("ppoll", 0) + data.get("poll", 0)) / rx if rx else None,
         "switch_cs_per_dgram": data.get("context-switches", 0) / rx if rx else None,
+        "switch_dgrams_per_train": rx / stat("gro_trains") if stat("gro_trains") else None,
         "switch_gso_writes": stat("gso_writes"),
         "switch_gro_trains": stat("gro_trains"),
         "switch_held_bursts": stat("held_bursts"),
@@ -165,7 +166,9 @@ def one_run(tb, v: dict, a, tmp: Path) -> dict:
         "switch_s_per_gb_reduced": data_cpu / reduced_gb if data_cpu else None,
         "worker_s_per_gb": statistics.mean(r["cpu_s"] for r in rs) / reduced_gb,
         "worker_ns_per_dgram": wsum.get("task-clock", 0) * 1e6 / wdgrams if wdgrams else None,
-        "worker_syscalls_per_dgram": sum(val for k, val in wsum.items() if k not in ("task-clock", "context-switches"))
+        "worker_syscalls_per_dgram": sum(
+            val for k, val in wsum.items() if k not in ("task-clock", "context-switches")
+        )
         / wdgrams
         if wdgrams
         else None,
@@ -178,6 +181,7 @@ def one_run(tb, v: dict, a, tmp: Path) -> dict:
 
 
 KEYS = [
+    ("switch_dgrams_per_train", "dg/GRO train", "{:.1f}"),
     ("switch_ns_per_dgram", "sw ns/dg", "{:.0f}"),
     ("switch_dgrams_per_recvmmsg", "dg/recvmmsg", "{:.2f}"),
     ("switch_sendmmsg_per_dgram", "sendmmsg/dg", "{:.3f}"),
@@ -225,7 +229,17 @@ def main(argv=None) -> int:
     p.add_argument("--record", action="store_true", help="also perf record the daemon (out/record-NAME.data)")
     p.add_argument("--run-timeout", type=float, default=150)
     p.add_argument("--out", type=Path, default=HERE / "results" / "tmp" / "cpu")
+    p.add_argument("--summarize", type=Path, default=None, help="print the table of DIR/runs.json and exit")
     a = p.parse_args(argv)
+    if a.summarize:
+        runs = json.loads((a.summarize / "runs.json").read_text())
+        for r in runs:  # runs recorded before the train count was a column
+            st = r.get("switch_stats") or {}
+            trains = r.get("switch_gro_trains") or sum(v for k, v in st.items() if "gro_trains" in k)
+            if trains and r.get("rx_datagrams"):
+                r["switch_dgrams_per_train"] = r["rx_datagrams"] / trains
+        print_table(summarize(runs, list(dict.fromkeys(r["variant"] for r in runs))))
+        return 0
     from gradswitch.testbed import Testbed
 
     variants = [parse_variant(s) for s in (a.variant or ["main"])]
@@ -242,12 +256,16 @@ def main(argv=None) -> int:
                 r["round"] = rnd
                 runs.append(r)
                 shown = {k2: r.get(k2) for k2, _, _ in KEYS}
-                print(f"round {rnd} {v['name']}: ok={r.get('ok')} " + json.dumps(shown, default=str), flush=True)
+                print(
+                    f"round {rnd} {v['name']}: ok={r.get('ok')} " + json.dumps(shown, default=str), flush=True
+                )
                 if not r.get("ok"):
                     print(r.get("error", ""), flush=True)
                 (a.out / "runs.json").write_text(json.dumps(runs, indent=1))
     summary = summarize(runs, [v["name"] for v in variants])
-    (a.out / "summary.json").write_text(json.dumps({"command": " ".join(sys.argv), "summary": summary}, indent=1))
+    (a.out / "summary.json").write_text(
+        json.dumps({"command": " ".join(sys.argv), "summary": summary}, indent=1)
+    )
     print_table(summary)
     return 0
 
