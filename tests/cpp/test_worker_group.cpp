@@ -645,58 +645,6 @@ TEST(the_rounds_a_step_starts_and_resends_leave_in_one_send) {
   CHECK_EQ(k.retx_probe.load(), uint64_t{1});
 }
 
-// A window below the pool starts its rounds in trains: results that free room for fewer than half the
-// window + 1 rounds start nothing while rounds are out; the fifth of a window of 8 starts five rounds in
-// one send. Started one by one, every result would be a train of one: a system call here and a wake-up
-// at the switch per round (BENCHMARKS.md §9, issue 37).
-TEST(a_window_below_the_pool_starts_its_rounds_in_trains) {
-  Options o;
-  o.job = "t";
-  o.world = 2;
-  o.window = "8";
-  o.rto_initial_s = 1;  // no timer fires in this test
-  o.rto_max_s = 2;
-  JoinInfo j;
-  j.job_id = 7;
-  j.key = 0xC0FFEE;
-  j.slots = 16;
-  j.payload_bytes = 1440;
-  j.data_port = 9000;
-  RecordingTransport tx;
-  Counters k;
-  std::atomic<bool> cancel{false};
-  PathContext ctx;
-  ctx.opt = &o;
-  ctx.join = &j;
-  ctx.transport = &tx;
-  ctx.counters = &k;
-  ctx.cancel = &cancel;
-  SwitchAllreduce path(ctx, nullptr);
-  std::vector<float> data(64 * 360, 1.0f);
-  AllreduceOp op;
-  op.base = reinterpret_cast<uint8_t*>(data.data());
-  op.ch = make_chunking(data.size(), GS_ELEM_FLOAT32, j.payload_bytes);
-  op.seq = 1;
-  path.admit(&op);
-  CHECK_EQ(tx.batches.size(), size_t{1});
-  if (tx.batches.size() != 1 || tx.batches[0].size() != 8) return;
-  const std::vector<std::vector<uint8_t>> first = tx.batches[0];
-  std::vector<AllreduceOp*> finished;
-  for (size_t c = 0; c < 5; ++c) {  // the results of chunks 0..4, one step each
-    std::vector<uint8_t> result = first[c];
-    gs_header h;
-    gs_header_decode(result.data(), &h);
-    h.type = GS_MSG_RESULT;
-    gs_header_encode(&h, result.data());
-    const InPacket in{result.data(), static_cast<uint32_t>(result.size())};
-    const int64_t now = steady_now_ns();
-    CHECK(!path.take(&in, 1, now, &finished));
-    path.service(now, /*quiet=*/false, nullptr, /*own_transport=*/true, &finished);
-    CHECK_EQ(tx.batches.size(), c < 4 ? size_t{1} : size_t{2});
-  }
-  if (tx.batches.size() == 2) CHECK_EQ(tx.batches[1].size(), size_t{5});
-}
-
 // Rank 1's first DATA of slot 1 is lost and its timers would not fire before the allreduce times out:
 // rank 0's resend reaches the open round, whose HELD tells rank 1 that the round lacks it, and rank 1
 // resends at once (before HELD carried the contributors, rank 1 found its loss only by its timer).

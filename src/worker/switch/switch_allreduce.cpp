@@ -26,8 +26,6 @@ namespace {
 
 constexpr int64_t kNoticeCheckNs = 5'000'000;
 constexpr int64_t kAbortRecheckNs = 50'000'000;  // between two STATUS checks of ABORT datagrams
-// The largest train fill_window waits for: one UDP GSO write of the transport.
-constexpr unsigned kTrainRounds = 64;
 
 int64_t now_ns() {
   return steady_now_ns();
@@ -147,16 +145,8 @@ bool SwitchAllreduce::startable(uint64_t g) const {
 // the window: every rank always sends the chunk the others may all be waiting for, so ranks whose windows
 // differ (or shrank below the rounds already out) never wait on each other for good. Fixed (the whole pool)
 // needs none of this: every slot always carries its next chunk.
-//
-// Rounds start in trains: while rounds are out, room for fewer than a train's worth waits for more results
-// (unless fewer chunks than a train are left). Every move of the window (growth, a cut, a drain, a step of
-// the grid) otherwise cuts the window's train into pieces that travel apart for good, each a system call
-// and a wake-up at every host per round trip (docs/transport.md, "Trains").
 void SwitchAllreduce::fill_window(int64_t now) {
   const unsigned limit = window_now(now);
-  const unsigned train = std::min(kTrainRounds, limit / 2 + 1);
-  const uint64_t left = passed_.size() + (schedule_.end() - std::min(scan_, schedule_.end()));
-  const bool await_train = in_flight_ > 0 && in_flight_ + train > limit && left >= train;
   for (;;) {
     while (oldest_ < scan_ && schedule_.finished(oldest_)) ++oldest_;
     uint64_t g;
@@ -170,7 +160,7 @@ void SwitchAllreduce::fill_window(int64_t now) {
       }
       g = scan_;
     }
-    if ((in_flight_ >= limit || await_train) && g != oldest_) {
+    if (in_flight_ >= limit && g != oldest_) {
       window_limited_ = true;
       return;
     }
