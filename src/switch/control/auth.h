@@ -1,6 +1,7 @@
 // Tenants: the auth file (--auth-file) that names them, their secrets and quotas, and the operators
 // (docs/security.md). Pure parsing, no sockets, so that it can be unit tested and fuzzed; the
-// control plane's access.cpp uses the table to authenticate connections and enforce quotas.
+// control plane's Authenticator (authenticator.h) and Jobs use the table to authenticate connections
+// and enforce quotas.
 //
 // Format: one entry per line, fields separated by spaces, `#` starts a comment:
 //   tenant NAME secret=SECRET [max_jobs=N] [max_memory=BYTES]
