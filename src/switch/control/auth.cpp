@@ -60,14 +60,15 @@ bool apply_field(std::string_view field, const Quota& limits, Tenant* t, Quota* 
 
 int AuthTable::find(std::string_view name) const {
   for (size_t i = 0; i < tenants.size(); ++i)
-    if (tenants[i].name == name) return static_cast<int>(i);
+    if (!tenants[i].retired && tenants[i].name == name) return static_cast<int>(i);
   return -1;
 }
 
 int AuthTable::find_metrics_token(std::string_view token) const {
   int found = -1;
-  for (size_t i = 0; i < metrics_tokens.size(); ++i)
-    if (constant_time_equal(metrics_tokens[i], token)) found = static_cast<int>(i);
+  for (size_t i = 0; i < metrics_tokens.size(); ++i)  // a retired entry's token is empty
+    if (!metrics_tokens[i].empty() && constant_time_equal(metrics_tokens[i], token))
+      found = static_cast<int>(i);
   return found;
 }
 
@@ -192,6 +193,10 @@ std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& li
     *error = "--auth-file " + path + ": " + std::strerror(errno);
     return std::nullopt;
   }
+  if (!S_ISREG(st.st_mode)) {  // a directory reads as an empty file: say what it is instead
+    *error = "--auth-file " + path + ": not a regular file";
+    return std::nullopt;
+  }
   if (st.st_mode & (S_IRWXG | S_IRWXO)) {
     *error = "--auth-file " + path + " holds secrets but group or others may read it: chmod 600 " + path;
     return std::nullopt;
@@ -206,6 +211,49 @@ std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& li
   auto table = parse_auth_file(text.str(), limits, error, share_percent);
   if (!table) *error = "--auth-file " + path + ": " + *error;
   return table;
+}
+
+std::string AuthChange::summary() const {
+  return std::to_string(added) + " added, " + std::to_string(gone) + " removed, " +
+         std::to_string(new_secrets) + " with a new secret" +
+         (anonymous_gone ? ", anonymous JOINs no longer allowed" : "");
+}
+
+AuthTable merge_reloaded(const AuthTable& old, const AuthTable& fresh, AuthChange* change) {
+  AuthTable out;
+  out.anonymous = fresh.anonymous;
+  *change = AuthChange{};
+  change->anonymous_gone = old.anonymous && !fresh.anonymous;
+  std::vector<bool> placed(fresh.tenants.size(), false);
+  for (const Tenant& was : old.tenants) {
+    const int f = fresh.find(was.name);
+    const bool same_role = f >= 0 && !placed[f] && fresh.tenants[f].is_operator == was.is_operator;
+    AuthChange::What what = AuthChange::kKept;
+    if (same_role) {
+      placed[f] = true;
+      out.tenants.push_back(fresh.tenants[f]);
+      out.metrics_tokens.push_back(fresh.metrics_tokens[f]);
+      if (was.retired)
+        ++change->added;  // back in the file: its jobs that still run are its own again
+      else if (was.secret != fresh.tenants[f].secret)
+        what = AuthChange::kNewSecret, ++change->new_secrets;
+    } else {
+      Tenant retired = was;
+      retired.secret.clear();
+      if (!was.retired) what = AuthChange::kGone, ++change->gone;
+      retired.retired = true;
+      out.tenants.push_back(std::move(retired));
+      out.metrics_tokens.emplace_back();
+    }
+    change->tenants.push_back(what);
+  }
+  for (size_t f = 0; f < fresh.tenants.size(); ++f)
+    if (!placed[f]) {
+      out.tenants.push_back(fresh.tenants[f]);
+      out.metrics_tokens.push_back(fresh.metrics_tokens[f]);
+      ++change->added;
+    }
+  return out;
 }
 
 }  // namespace gradswitch::control

@@ -75,6 +75,66 @@ Authenticator::Authenticator(const SwitchConfig& config, Connections& conns, Con
 
 void Authenticator::use(AuthTable table) {
   table_ = std::make_shared<const AuthTable>(std::move(table));
+  publish();
+}
+
+void Authenticator::publish() {
+  std::lock_guard<std::mutex> lock(published_mutex_);
+  published_ = table_;
+}
+
+std::shared_ptr<const AuthTable> Authenticator::published() const {
+  std::lock_guard<std::mutex> lock(published_mutex_);
+  return published_;
+}
+
+std::optional<AuthChange> Authenticator::reload() {
+  if (!table_) {
+    GS_LOG_WARN("SIGHUP: this switch runs without --auth-file: there is no auth file to read again");
+    return std::nullopt;
+  }
+  std::string error;
+  auto fresh = load_auth_file(config_.auth_file, {config_.max_jobs, config_.max_memory}, &error,
+                              config_.tenant_share_percent);
+  if (!fresh) {
+    ++reload_failures_;
+    GS_LOG_ERROR("SIGHUP: refused the new auth file: %s; the tenants, secrets and quotas in force stay",
+                 error.c_str());
+    return std::nullopt;
+  }
+  AuthChange change;
+  table_ = std::make_shared<const AuthTable>(merge_reloaded(*table_, *fresh, &change));
+  publish();
+  ++reloads_;
+  GS_LOG_INFO("SIGHUP: auth file %s read again: %zu tenants and operators (%s); running jobs go on",
+              config_.auth_file.c_str(), fresh->tenants.size(), change.summary().c_str());
+  return change;
+}
+
+bool Authenticator::lost_tenant(const AuthChange& change, int tenant) {
+  if (tenant == kAnonymous) return change.anonymous_gone;
+  return static_cast<size_t>(tenant) < change.tenants.size() && change.tenants[tenant] == AuthChange::kGone;
+}
+
+void Authenticator::settle_connections(const AuthChange& change) {
+  for (auto& [id, cp] : conns_.all()) {
+    Conn& c = *cp;
+    // An AUTH answered later was checked against the old table: it is checked as of now instead.
+    const int tenant = c.auth_wait ? c.auth_wait->tenant : c.tenant;
+    if (tenant == kAnonymous || static_cast<size_t>(tenant) >= change.tenants.size()) continue;
+    const AuthChange::What what = change.tenants[tenant];
+    if (what == AuthChange::kKept || c.dead || c.closing) continue;
+    const std::string why =
+        "'" + table_->tenants[tenant].name + "' " +
+        (what == AuthChange::kGone ? "is no longer in the auth file" : "has a new secret") +
+        " (read again on SIGHUP)";
+    if (c.auth_wait) {
+      c.auth_wait->tenant = kAnonymous;
+      c.auth_wait->reply = "authentication failed: " + why + "; closing the connection";
+    } else if (Connections::outside_job(c)) {
+      conns_.close_with_error(c, GS_ERR_AUTH, why + ": authenticate again; closing the connection");
+    }
+  }
 }
 
 void Authenticator::handle_challenge(Conn& c, const Request& r) {
@@ -269,10 +329,11 @@ Viewer Authenticator::viewer_of(const Conn& c) const {
 }
 
 std::optional<Viewer> Authenticator::metrics_viewer(std::string_view bearer) const {
-  if (!table_) return Viewer{true, kAnonymous, std::nullopt};  // loopback trust, as on the control port
-  const int t = table_->find_metrics_token(bearer);
+  const std::shared_ptr<const AuthTable> table = published();
+  if (!table) return Viewer{true, kAnonymous, std::nullopt};  // loopback trust, as on the control port
+  const int t = table->find_metrics_token(bearer);
   if (t < 0) return std::nullopt;
-  return Viewer{table_->tenants[t].is_operator, t, std::nullopt};
+  return Viewer{table->tenants[t].is_operator, t, std::nullopt};
 }
 
 int Authenticator::owner_of(const AuthTable& t, std::string_view scoped) {
@@ -284,7 +345,8 @@ int Authenticator::owner_of(const AuthTable& t, std::string_view scoped) {
 }
 
 bool Authenticator::may_see_job(const Viewer& v, const JobStatus& s) const {
-  return may_see(v, s.job_id, table_ ? owner_of(*table_, s.name) : kAnonymous);
+  const std::shared_ptr<const AuthTable> table = published();
+  return may_see(v, s.job_id, table ? owner_of(*table, s.name) : kAnonymous);
 }
 
 std::string Authenticator::scoped_name(const Conn& c, const std::string& name) const {
@@ -298,6 +360,8 @@ std::string Authenticator::join_refusal(const Conn& c) const {
            "docs/protocol.md section 1.5); give the client its tenant and secret";
   if (c.tenant != kAnonymous && table_->tenants[c.tenant].is_operator)
     return "operator credentials watch and abort jobs; a job joins as a tenant";
+  if (c.tenant != kAnonymous && table_->tenants[c.tenant].retired)
+    return "'" + table_->tenants[c.tenant].name + "' is no longer in the auth file (read again on SIGHUP)";
   return "";
 }
 

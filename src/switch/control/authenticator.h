@@ -1,11 +1,13 @@
 // Who a control connection is (docs/security.md): the tenant table from --auth-file, CHALLENGE and
 // AUTH with their backoff and failure log, the handshake deadline, the per-tenant connection cap,
-// and what a connection or a metrics token may see.
+// what a connection or a metrics token may see, and re-reading the auth file (SIGHUP) without
+// dropping the jobs that run.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +28,20 @@ class Authenticator {
   void use(AuthTable table);
   bool on() const { return table_ != nullptr; }
   const AuthTable& table() const { return *table_; }
+
+  // Reads the auth file again (SIGHUP) and puts it in force for what comes from now on: AUTH,
+  // JOIN's checks and quotas, metrics tokens. A file that does not load is refused, logged with
+  // its file and line, and the table in force stays: nullopt (also without an auth file). What the
+  // change means for jobs (Jobs::settle_reload), then for connections (settle_connections), is the
+  // caller's to apply.
+  std::optional<AuthChange> reload();
+  // Closes the connections outside a job of a tenant that `change` removed or gave a new secret
+  // (they must authenticate again), and answers an AUTH held by the backoff against the new table.
+  void settle_connections(const AuthChange& change);
+  uint64_t reloads() const { return reloads_; }
+  uint64_t reload_failures() const { return reload_failures_; }
+  // Whether a job or connection of `tenant` lost its tenant at the reload `change`.
+  static bool lost_tenant(const AuthChange& change, int tenant);
 
   void handle_challenge(Conn& c, const Request& r);
   void handle_auth(Conn& c, const Request& r, uint64_t now_ns);
@@ -49,8 +65,9 @@ class Authenticator {
 
   // For the metrics endpoint's thread: the viewer a bearer token stands for (std::nullopt: refuse
   // the scrape; without an auth file every scrape sees everything, as every control connection
-  // does), and whether it may see a job (the rule of STATUS, STATS and JOBS: may_see). Safe there
-  // because the table is fixed before run().
+  // does), and whether it may see a job (the rule of STATUS, STATS and JOBS: may_see). They read a
+  // copy of the table that reload() replaces under a lock; indices are stable across reloads, so a
+  // viewer from one copy still names the same tenant in the next.
   std::optional<Viewer> metrics_viewer(std::string_view bearer) const;
   bool may_see_job(const Viewer& v, const JobStatus& s) const;
 
@@ -72,11 +89,16 @@ class Authenticator {
   // The AUTH failure log: a few lines per interval, then one summary line with the count.
   void log_failure(const Conn& c, const std::string& tenant, uint64_t now_ns);
   static int owner_of(const AuthTable& t, std::string_view scoped_name);
+  void publish();  // the metrics thread's copy of table_
+  std::shared_ptr<const AuthTable> published() const;
 
   const SwitchConfig& config_;
   Connections& conns_;
   ConnectionHandler& handler_;
-  std::shared_ptr<const AuthTable> table_;  // null without --auth-file
+  std::shared_ptr<const AuthTable> table_;  // the control thread's; null without --auth-file
+  mutable std::mutex published_mutex_;
+  std::shared_ptr<const AuthTable> published_;  // the metrics thread's
+  uint64_t reloads_ = 0, reload_failures_ = 0;
   std::map<uint32_t, Backoff> by_addr_;
   std::map<std::string, Backoff> by_tenant_;
   std::multimap<uint64_t, uint64_t> deferred_;  // answer time -> connection id

@@ -29,11 +29,23 @@ void ControlPlane::use_auth(AuthTable table) {
   conns_.set_authenticating(true);
 }
 
-void ControlPlane::run(const std::atomic<bool>& stop) {
+void ControlPlane::run(const std::atomic<bool>& stop, std::atomic<bool>* reload) {
   // A signal sets `stop` on another thread and does not interrupt this poll: looking every 10 ms
   // (not 100) lets SIGTERM abort the jobs promptly, while their allreduces are still in flight.
-  while (!stop.load(std::memory_order_relaxed)) step(10, monotonic_ns());
+  while (!stop.load(std::memory_order_relaxed)) {
+    if (reload && reload->exchange(false)) reload_auth();
+    step(10, monotonic_ns());
+  }
   shutdown_jobs(monotonic_ns());
+}
+
+void ControlPlane::reload_auth() {
+  if (std::optional<AuthChange> change = auth_.reload()) {
+    jobs_.settle_reload(*change);  // its ranks are outside a job then, and settled with the rest
+    auth_.settle_connections(*change);
+  }
+  gauges_.auth_reloads.store(auth_.reloads(), std::memory_order_relaxed);
+  gauges_.auth_reload_failures.store(auth_.reload_failures(), std::memory_order_relaxed);
 }
 
 void ControlPlane::step(int timeout_ms, uint64_t now_ns) {

@@ -48,7 +48,8 @@ class ControlPlane : private control::ConnectionHandler {
   // Serves until `stop` is set, then ends every job with ABORT(SHUTDOWN) semantics (engine
   // jobs aborted, pending joins answered with an error) and returns. Connections stay open
   // until close_all(), so that data threads can still answer DATA packets with ABORT.
-  void run(const std::atomic<bool>& stop);
+  // `reload` (a signal handler sets it: SIGHUP) makes it read the auth file again (reload_auth).
+  void run(const std::atomic<bool>& stop, std::atomic<bool>* reload = nullptr);
   // One poll() round of at most `timeout_ms`, at monotonic time `now_ns`.
   void step(int timeout_ms, uint64_t now_ns);
   void shutdown_jobs(uint64_t now_ns);
@@ -59,6 +60,9 @@ class ControlPlane : private control::ConnectionHandler {
   // scoped by tenant, quotas apply, and only operators see every job. Without it (the default)
   // every connection is anonymous and sees every job. Call before run().
   void use_auth(control::AuthTable table);
+  // Reads --auth-file again and puts it in force without dropping running jobs (docs/security.md,
+  // "Changing the auth file"); a file that does not load is refused and the table in force stays.
+  void reload_auth();
 
   // Extra `key=value ...` text appended to the total STATS reply and the stats log line.
   void add_stats_source(std::function<std::string()> source) { queries_.add_source(std::move(source)); }
@@ -79,6 +83,8 @@ class ControlPlane : private control::ConnectionHandler {
     std::atomic<uint64_t> reserved_bytes{0};  // memory of running and joining jobs
     std::atomic<uint64_t> jobs_started{0};
     std::atomic<uint64_t> connections{0};
+    std::atomic<uint64_t> auth_reloads{0};          // SIGHUP: the auth file read again and in force
+    std::atomic<uint64_t> auth_reload_failures{0};  // SIGHUP: a new auth file refused
   };
   const Gauges& gauges() const { return gauges_; }
 

@@ -538,6 +538,21 @@ void Jobs::shutdown(uint64_t /*now_ns*/) {
   conns_.flush_all();
 }
 
+void Jobs::settle_reload(const AuthChange& change) {
+  std::vector<std::string> lost;
+  for (auto& [name, p] : pending_)
+    if (Authenticator::lost_tenant(change, p->tenant)) lost.push_back(name);
+  for (const std::string& name : lost)
+    if (PendingJob* p = find_pending(name)) {
+      const std::string why = p->tenant == kAnonymous ? "the auth file no longer allows anonymous JOINs"
+                                                      : "tenant '" + auth_.table().tenants[p->tenant].name +
+                                                            "' is no longer in the auth file";
+      GS_LOG_INFO("job '%s': cancelled while joining: %s (read again on SIGHUP)", name.c_str(), why.c_str());
+      fail_pending(*p,
+                   {GS_ERR_AUTH, "job '" + name + "' was joining when " + why + " (read again on SIGHUP)"});
+    }
+}
+
 void Jobs::destroy_all() {
   for (auto& [id, j] : live_) engine_.destroy_job(id);
   live_.clear();

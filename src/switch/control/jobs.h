@@ -40,6 +40,9 @@ class Jobs {
   // Every job ends with ABORT(SHUTDOWN) semantics: engine jobs aborted, pending joins answered.
   void shutdown(uint64_t now_ns);
   void destroy_all();  // after every connection closed
+  // The auth file was read again: joining jobs of a tenant it no longer has are refused (their ranks
+  // answered ERR auth); running jobs go on.
+  void settle_reload(const AuthChange& change);
 
   const PendingMap& pending() const { return pending_; }
   const LiveMap& live() const { return live_; }

@@ -147,6 +147,8 @@ std::string Queries::stats_line(bool per_reason) const {
   line.add(GS_KEY_JOBS, jobs_.live().size())
       .add(GS_KEY_JOINING, jobs_.pending().size())
       .add(GS_KEY_JOBS_STARTED, jobs_.started());
+  if (auth_.on())
+    line.add(GS_KEY_AUTH_RELOADS, auth_.reloads()).add(GS_KEY_AUTH_RELOAD_FAILURES, auth_.reload_failures());
   std::string s = line.str();
   s.pop_back();  // the '\n'
 
