@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import secrets
 import signal
+import threading
 
 import pytest
 from test_switch_daemon import Daemon, Job, parse_ok, wait_for
@@ -176,6 +177,41 @@ def test_a_bad_new_auth_file_is_refused_and_the_running_job_is_unharmed(reloadab
     assert status == 200
     assert 'gradswitch_auth_reloads_total{result="refused"} 1' in body, body[-2000:]
     assert 'gradswitch_auth_reloads_total{result="ok"} 0' in body
+
+
+def test_reloads_while_metrics_are_scraped_keep_every_tenant_its_own(reloadable):
+    # The metrics endpoint's thread reads the table while the control thread replaces it: every scrape
+    # with alice's token, before, during and after 20 reloads that drop and restore bob, shows her job
+    # and never bob's, which runs on throughout (retired and restored with him).
+    d = reloadable
+    job, bobs = TenantJob(d, "alice", "steady"), TenantJob(d, "bob", "other")
+    # alice first in one file and second in the other: a table indexed by file order would give her
+    # index to bob, a scrape mixing two tables would show her his job.
+    files = [
+        auth_text({"bob": SECRETS["bob"], "alice": SECRETS["alice"]}),
+        auth_text({"alice": SECRETS["alice"], "carol": SECRETS["carol"]}),
+    ]
+    stop, seen = threading.Event(), []
+
+    def scrape() -> None:
+        while not stop.is_set():
+            status, _, body = http_get(d.metrics_port, f"Authorization: Bearer {token('alice')}\r\n")
+            seen.append((status, "alice/steady" in body, "bob/" in body))
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for n in range(1, 21):
+            rewrite(d, files[n % 2])
+            hangup(d, reloads=n)
+            job.allreduce_round(slot=n % 2, seq=n)
+            bobs.allreduce_round(slot=n % 2, seq=n)
+    finally:
+        stop.set()
+        scraper.join()
+    assert len(seen) > 20 and set(seen) == {(200, True, False)}, set(seen)
+    job.close()
+    bobs.close()
 
 
 def test_a_joining_job_of_a_removed_tenant_is_cancelled(reloadable):
