@@ -42,6 +42,8 @@ pip_packages=("scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.24")
 if [ $minimal -eq 0 ]; then
   # torch is pinned: the CPU wheel of this version is what this project is tested with.
   pip_packages+=(pytest ruff "torch==2.13.0" mpi4py matplotlib scikit-learn)
+  # torch's own distributed tests (tests/torch_upstream) import torch.testing._internal, which needs it.
+  pip_packages+=("expecttest==0.3.0")
 fi
 echo "==> pip install ${pip_packages[*]}"
 $PY -m pip install -q --disable-pip-version-check "${pip_packages[@]}"

@@ -1,12 +1,12 @@
-// RTT estimation and the RACK-style loss detector with single probes and undo (see loss_detector.h).
-#include "worker/loss_detector.h"
+// The RACK-style loss detector with single probes and undo (see loss_detector.h).
+#include "common/loss_detector.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
 
-namespace gradswitch::worker {
+namespace gradswitch {
 
 namespace {
 
@@ -29,33 +29,15 @@ constexpr int64_t kAskedGapNs = 100'000;
 
 }  // namespace
 
-void RttEstimator::sample(int64_t ns) {
-  if (ns <= 0) ns = 1;
-  double s = static_cast<double>(ns);
-  if (srtt_ns_ <= 0) {
-    srtt_ns_ = s;
-    rttvar_ns_ = s / 2;
-  } else {
-    rttvar_ns_ = 0.75 * rttvar_ns_ + 0.25 * std::fabs(srtt_ns_ - s);
-    srtt_ns_ = 0.875 * srtt_ns_ + 0.125 * s;
-  }
-  if (min_ns_ == 0 || ns < min_ns_) min_ns_ = ns;
-}
-
-int64_t RttEstimator::initial_rto(int64_t rto_min_ns, int64_t rto_max_ns) const {
-  if (srtt_ns_ <= 0) return std::min(rto_min_ns, rto_max_ns);
-  int64_t r = static_cast<int64_t>(srtt_ns_ + 4 * rttvar_ns_);
-  return std::clamp(r, std::min(rto_min_ns, rto_max_ns), rto_max_ns);
-}
-
 TimerFloor::TimerFloor(int64_t rto_min_ns, int64_t rto_max_ns)
     : rto_min_(rto_min_ns), rto_max_(std::max(rto_max_ns, rto_min_ns)), ns_(rto_min_ns) {}
 
 void TimerFloor::raise(int64_t wait_ns, int64_t now) {
   // At most a doubling per lesson: a stall that recurs raises the floor within a few resends, one
   // outlier (this host descheduled the worker while the answer waited in its socket) does not put
-  // it at rto_max for seconds (seen at 10% loss on the testbed: 11 ms to 200 ms in one answer, and
-  // every round of that rank's waiting 200 ms per try while the others held theirs for it).
+  // it at rto_max for seconds (seen under heavy loss on the testbed: the floor jumped to rto_max in
+  // one answer, and every round of that rank's waited that long per try while the others held
+  // theirs for it).
   const int64_t want = std::min(std::clamp(wait_ns + wait_ns / 4, rto_min_, rto_max_), 2 * ns_);
   if (want > ns_) ns_ = want;
   raised_ns_ = now;
@@ -251,4 +233,4 @@ int64_t LossDetector::rack_deadline(const RoundTimer& t, int64_t srtt, int64_t r
   return at;
 }
 
-}  // namespace gradswitch::worker
+}  // namespace gradswitch

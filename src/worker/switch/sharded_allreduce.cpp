@@ -1,5 +1,5 @@
 // A job striped over several switches (see sharded_allreduce.h).
-#include "worker/sharded_allreduce.h"
+#include "worker/switch/sharded_allreduce.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include "common/counter.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
-#include "worker/switch_notice.h"
+#include "worker/switch/switch_notice.h"
 
 namespace gradswitch::worker {
 

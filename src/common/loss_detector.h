@@ -4,7 +4,7 @@
 // peer proves unnecessary (DSACK, HELD, or the original answer arriving late) widens the
 // reordering window or raises the timer's floor, so the same delay does not fool it twice. It
 // knows only send times and deliveries, never packets, so the switch's window and the ring use it
-// alike, and tests drive it with a hand-made clock.
+// alike, a leaf switch's uplink (src/switch/uplink) too, and tests drive it with a hand-made clock.
 #pragma once
 
 #include <cstddef>
@@ -12,23 +12,9 @@
 #include <memory>
 #include <vector>
 
-namespace gradswitch::worker {
+#include "common/rtt_estimator.h"
 
-// Smoothed round-trip time and its variation (RFC 6298 gains), and the lowest sample seen.
-class RttEstimator {
- public:
-  void sample(int64_t ns);
-  bool has_sample() const { return srtt_ns_ > 0; }
-  double srtt_ns() const { return srtt_ns_; }
-  double rttvar_ns() const { return rttvar_ns_; }
-  int64_t min_ns() const { return min_ns_; }  // 0 before any sample
-  // A new round's first timeout: srtt + 4 rttvar within [rto_min, rto_max]; rto_min before any sample.
-  int64_t initial_rto(int64_t rto_min_ns, int64_t rto_max_ns) const;
-
- private:
-  double srtt_ns_ = 0, rttvar_ns_ = 0;
-  int64_t min_ns_ = 0;
-};
+namespace gradswitch {
 
 // The timer's floor learned from stalls: a resend proven spurious after a timeout, probe or request
 // raises it to 1.25x the resend's own round trip (at most a doubling per lesson); it halves after
@@ -185,4 +171,4 @@ class LossDetector {
   std::shared_ptr<TimerFloor> floor_;
 };
 
-}  // namespace gradswitch::worker
+}  // namespace gradswitch

@@ -31,6 +31,10 @@ std::string describe_abort(uint8_t reason, uint16_t rank, const std::map<std::st
 [[noreturn]] void throw_notice(const PathContext& ctx, const ControlClient& control, const SwitchNotice& n,
                                const AllreduceOp& op, bool started);
 
+// Before `next` enters an idle switch path: throws (started=false) the notice the control connection
+// brought meanwhile, if any (the switch ended the job between two allreduces); `control` may be null.
+void throw_idle_notice(const PathContext& ctx, ControlClient* control, const AllreduceOp& next);
+
 // A sharded job's switch (`ctx`, at `control`) that another rank lost first: `seen` is the abort its
 // LEAVE lost= caused at another of the job's switches (seen.lost() is this switch). Throws the
 // SwitchLostError that names this switch, as if this rank had seen it close.

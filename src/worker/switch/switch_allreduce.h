@@ -12,13 +12,14 @@
 #include <exception>
 #include <vector>
 
+#include "common/loss_detector.h"
 #include "common/rng.h"
 #include "worker/control.h"
-#include "worker/loss_detector.h"
 #include "worker/path.h"
 #include "worker/stream_schedule.h"
+#include "worker/switch/switch_notice.h"
+#include "worker/switch/window_controller.h"
 #include "worker/window.h"
-#include "worker/window_controller.h"
 
 namespace gradswitch::worker {
 
@@ -27,10 +28,15 @@ class SwitchAllreduce : public DataPath {
   // `control` (may be null in tests) tells of aborts and answers STATUS when an allreduce times out.
   SwitchAllreduce(const PathContext& ctx, ControlClient* control);
 
+  const char* name() const override { return "switch"; }
   void admit(AllreduceOp* op) override;
   // Throws TimeoutError / AbortedError / SwitchLostError / Error.
   void step(std::vector<AllreduceOp*>* finished) override;
   bool idle() const override { return schedule_.empty(); }
+  // The ring (algorithm auto) finishes what a lost switch left: the chunks that arrived count.
+  bool tracks_done() const override { return true; }
+  // An abort or a closed connection the control connection brought while no allreduce ran.
+  void resume(const AllreduceOp& next) override { throw_idle_notice(ctx_, control_, next); }
 
   // For a caller that shares the transport with other switches (sharding, sharded_allreduce.h)
   // and receives for all of them: whether a datagram is this switch's job's; handles datagrams of

@@ -23,7 +23,7 @@
 //   - The base round trip must be the same for every rank that shares a queue: a rank that started
 //     while another's queue stood takes that queue for its base, tolerates more queue than the
 //     others, and its window settles higher while theirs shrink (the latecomer advantage of delay-based
-//     control; measured: BENCHMARKS.md section 10). So, as BBR's ProbeRTT, every rank drains: for a
+//     control; measured: BENCHMARKS.md §10). So, as BBR's ProbeRTT, every rank drains: for a
 //     short while every second it keeps at most kDrainRounds in flight, the queue that the ranks built
 //     empties, and the round trips measured then are the path's. The drains are aligned to the wall
 //     clock, so the ranks of every job on hosts whose clocks agree drain at once without a word: one
@@ -101,8 +101,8 @@ class WindowController {
   bool on_loss(int64_t now);
   // A resend sent at `resent_ns` on evidence of loss was proven spurious. A cut is undone when every
   // resend since it (the one that made it included) was, within 4 periods of it, as Linux undoes a
-  // recovery on DSACK: one spurious resend does not undo a cut that a real loss also made (at 1% loss
-  // more than half the resends are spurious, the other ranks' resends of a round one rank lost).
+  // recovery on DSACK: one spurious resend does not undo a cut that a real loss also made (under
+  // random loss many resends are spurious, the other ranks' resends of a round one rank lost).
   // Returns whether it undid one.
   bool on_spurious(int64_t now, int64_t resent_ns);
 

@@ -1,5 +1,5 @@
 // Abort reasons and the switch going away, turned into errors (see switch_notice.h).
-#include "worker/switch_notice.h"
+#include "worker/switch/switch_notice.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -185,6 +185,11 @@ void throw_notice(const PathContext& ctx, const ControlClient& control, const Sw
               "gradswitch: " + ctx.job_text + " was aborted by the switch" + when + ": " +
                   describe_abort(reason, rank, n.kv, ctx, &op),
               control.endpoint());
+}
+
+void throw_idle_notice(const PathContext& ctx, ControlClient* control, const AllreduceOp& next) {
+  if (!control) return;
+  if (SwitchNotice n = control->poll_notice()) throw_notice(ctx, *control, n, next, /*started=*/false);
 }
 
 void throw_lost_elsewhere(const PathContext& ctx, const ControlClient& control, const SwitchLostError& seen,

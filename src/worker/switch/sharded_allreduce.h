@@ -16,7 +16,8 @@
 
 #include "worker/control.h"
 #include "worker/path.h"
-#include "worker/switch_allreduce.h"
+#include "worker/switch/switch_allreduce.h"
+#include "worker/switch/switch_notice.h"
 
 namespace gradswitch::worker {
 
@@ -38,9 +39,14 @@ class ShardedAllreduce : public DataPath {
   // `switches`: every switch of the job, in the order every rank gave them. They outlive this.
   ShardedAllreduce(const PathContext& ctx, const std::vector<SwitchRef>& switches);
 
+  const char* name() const override { return "switch"; }
   void admit(AllreduceOp* op) override;
   void step(std::vector<AllreduceOp*>* finished) override;
   bool idle() const override;
+  bool tracks_done() const override { return true; }
+  // What the first switch's control connection brought while no allreduce ran (the other switches'
+  // notices end the next allreduce instead, from its first step).
+  void resume(const AllreduceOp& next) override { throw_idle_notice(ctx_, shards_.front()->control, next); }
 
  private:
   struct Shard {

@@ -1,5 +1,5 @@
 // The streaming allreduce through the switch (see switch_allreduce.h).
-#include "worker/switch_allreduce.h"
+#include "worker/switch/switch_allreduce.h"
 
 #include <algorithm>
 #include <chrono>
@@ -17,8 +17,8 @@
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
 #include "worker/log.h"
-#include "worker/switch_notice.h"
-#include "worker/timeout_diagnosis.h"
+#include "worker/switch/switch_notice.h"
+#include "worker/switch/timeout_diagnosis.h"
 
 namespace gradswitch::worker {
 
@@ -380,9 +380,9 @@ void SwitchAllreduce::late_answer(const gs_header& h, int64_t now) {
   // The timer's floor learns only the resend's own round trip (its send to the answer to it): a
   // stall of the switch or of the path delays that answer too. The original's round trip also holds
   // the wait for a rank that was late for its own reasons (under loss: its previous round in the
-  // slot recovering a lost RESULT); learning it raised every rank's floor to 7-19 ms at 10% loss on
-  // the testbed (38 ms on loopback when it also learned from rounds completed by a resend), against
-  // an own round trip under 1 ms, and a later timer helps no rank that waits for another.
+  // slot recovering a lost RESULT); learning it raised every rank's floor far above its own round
+  // trip under loss (more so when it also learned from rounds completed by a resend: BENCHMARKS.md
+  // §10), and a later timer helps no rank that waits for another.
   int64_t sample = 0, wait = 0;
   if (h.type == GS_MSG_RESULT && !(h.flags & GS_FLAG_UNICAST)) {  // after the UNICAST answer
     if (d.multicast_seen) return;                                 // a duplicate of it
@@ -502,7 +502,7 @@ void SwitchAllreduce::step(std::vector<AllreduceOp*>* finished) {
   // results keep streaming): a worker that was descheduled for a while finds its results
   // queued, not lost, and must not retransmit the whole window. The rounds the results start and
   // the timers' resends leave in one send: where the host's CPU bounds the rate, time follows
-  // system calls and wake-ups more than packets (BENCHMARKS.md §10, session 17).
+  // system calls and wake-ups more than packets (BENCHMARKS.md §10, what bounds the lossy rows).
   const size_t got = receive_batch(wait_ns_);
   const int64_t now = now_ns();
   std::exception_ptr lost = take(in_.data(), got, now, finished);

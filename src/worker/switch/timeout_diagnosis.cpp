@@ -1,5 +1,5 @@
 // The diagnosis of an allreduce timeout through the switch (see timeout_diagnosis.h).
-#include "worker/timeout_diagnosis.h"
+#include "worker/switch/timeout_diagnosis.h"
 
 #include <algorithm>
 #include <sstream>
@@ -10,7 +10,7 @@
 #include "gradswitch/control.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
-#include "worker/switch_notice.h"
+#include "worker/switch/switch_notice.h"
 
 namespace gradswitch::worker {
 

@@ -1,5 +1,5 @@
 // The delay-based window controller (see window_controller.h).
-#include "worker/window_controller.h"
+#include "worker/switch/window_controller.h"
 
 #include <algorithm>
 #include <cmath>
@@ -86,8 +86,8 @@ bool WindowController::on_result(int64_t now, int64_t own_rtt_ns, bool window_li
 int64_t WindowController::tolerated_queue_ns() const {
   // With one tolerance for every window, AIMD on delay shares a queue by the ranks' estimates of
   // the base: the rank with the lowest estimate sees the most queue, cuts while the others grow,
-  // and nothing brings the windows back together (on the testbed, a job whose limiting rank's base
-  // was 15-30 us below the others' took 1.3-1.7x as long per allreduce). A tolerance that falls as
+  // and nothing brings the windows back together (on the testbed a job whose limiting rank's base
+  // was a little below the others' ran markedly slower: BENCHMARKS.md §10). A tolerance that falls as
   // the window grows lets the smaller window grow where the larger one is cut.
   const double lo = 1 / std::sqrt(kScaleMaxRounds);
   const double scale = std::clamp((1 / std::sqrt(std::max(cwnd_, 1.0)) - lo) / (1 - lo), 0.0, 1.0);
@@ -130,10 +130,9 @@ bool WindowController::undo_open(int64_t now) {
 bool WindowController::on_loss(int64_t now) {
   if (undo_open(now)) ++unproven_since_cut_;  // to be proven spurious too before the cut is undone
   // Only a loss behind a queue the delay rule is not holding is congestion; one cut per period. The
-  // rule holds the queue near its tolerance, so that at 1% loss nearly every period had both a loss
-  // and a queue above the tolerance, and halved: 88 cuts in a run where the delay rule cut 31 times,
-  // the window at 19-76 rounds (median 38-45) against a median of 69-79 without loss (BENCHMARKS.md
-  // section 10).
+  // rule holds the queue near its tolerance, so that under random loss nearly every period had both
+  // a loss and a queue above the tolerance, and halved: the loss cuts outnumbered the delay rule's and
+  // held the window well below its lossless size (BENCHMARKS.md §10).
   if ((cut_at_ >= 0 && now - cut_at_ < period_len_) || excess_queue_ns() <= target_ns_) return false;
   before_cut_ = cwnd_;
   cut_at_ = now;
