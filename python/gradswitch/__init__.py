@@ -25,6 +25,7 @@ _LAZY = {
     "Group": "._group",
     "Handle": "._group",
     "connect": "._group",
+    "ConnectOptions": "._group",
     "OPTIMIZERS": "._group",
     "decode_state": "._group",
 }
@@ -33,7 +34,16 @@ __all__ = [*sorted(_LAZY), "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._core import GradswitchError, GradswitchTimeout, JobAborted, SwitchLost  # noqa: F401
-    from ._group import ALGORITHMS, OPTIMIZERS, WIRES, Group, Handle, connect, decode_state  # noqa: F401
+    from ._group import (  # noqa: F401
+        ALGORITHMS,
+        OPTIMIZERS,
+        WIRES,
+        ConnectOptions,
+        Group,
+        Handle,
+        connect,
+        decode_state,
+    )
 
 
 def __getattr__(name: str):

@@ -6,6 +6,7 @@ import math
 import os
 import struct
 import threading
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -430,30 +431,105 @@ def _seconds_arg(name: str, value: Any) -> float:
     return float(value)
 
 
+@dataclass(frozen=True)
+class ConnectOptions:
+    """Every option of connect() with its default: connect() takes the defaults of the arguments it is not
+    given from here (or from its `options=`). `dataclasses.replace(opts, rank=r)` derives one rank's.
+
+    switch: "host:port" of the switch's control port (default "127.0.0.1:7700"), "host:port,host:port,..."
+        to shard the job over several switches, or None for the ring alone (needs `peers` and `token`).
+    job: the job's name at the switch (default "default"); 1..64 characters of [A-Za-z0-9._:-].
+    rank, world_size: this process's rank (default 0) in a job of `world_size` ranks (default 1, at most
+        64).
+    wire: how float tensors travel (default "float32"): float32, fixed32, float16, bfloat16 or float64.
+    timeout: seconds an allreduce may make no progress before GradswitchTimeout (default 30).
+    drop_rate, seed: the fraction of this worker's data packets dropped on purpose (default 0, for loss
+        tests) and the seed of the drops (default 0).
+    token: the JOIN token (default None: "gradswitch" with a switch; the ring without a switch needs one,
+        shared by every rank and by nobody else).
+    join_timeout: seconds to wait for every rank to join (default 120).
+    connect_timeout: seconds to wait for the switch's control port to answer (default 5).
+    shuffle_seed: test hook: permutes the order of each window's first packets (default 0: off).
+    optimizer, params: an optimizer job (default None: a plain allreduce job): the optimizer dict
+        (optimizer_keys()) and the initial parameters or their number.
+    algorithm: "switch" (default), "ring" or "auto" (the switch, then the ring when it is gone).
+    peers: the ring's "host:port" per rank, in rank order (default None: from the switch).
+    peer_exchange: internal (the torch backend): a callable from this rank's UDP port to every rank's
+        "host:port" (default None).
+    bind_ip: the data socket's local address (default None: the one that reaches the switch, else any).
+    tenant, secret_file: a switch with an auth file (default None: $GRADSWITCH_TENANT, and the secret from
+        $GRADSWITCH_SECRET or the file $GRADSWITCH_SECRET_FILE).
+
+    The values are checked by connect(), with the same errors whichever way they were given.
+    """
+
+    switch: str | None = "127.0.0.1:7700"
+    job: str = "default"
+    rank: int = 0
+    world_size: int = 1
+    wire: str = "float32"
+    timeout: float = 30.0
+    drop_rate: float = 0.0
+    seed: int = 0
+    token: str | None = None
+    join_timeout: float = 120.0
+    connect_timeout: float = 5.0
+    shuffle_seed: int = 0
+    optimizer: dict[str, Any] | None = None
+    params: Any = None
+    algorithm: str = "switch"
+    peers: list[str] | None = None
+    peer_exchange: Any = None
+    bind_ip: str | None = None
+    tenant: str | None = None
+    secret_file: str | os.PathLike | None = None
+
+
+class _Default:
+    """connect()'s default of an argument it was not given: the ConnectOptions field of that name (of
+    `options=`, when given). Its repr is the field's default, so help(connect) reads as the values."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return repr(getattr(ConnectOptions, self.name))
+
+
+# connect()'s defaults, by argument name (Any: each stands for its field's type).
+_DEFAULT: dict[str, Any] = {f.name: _Default(f.name) for f in fields(ConnectOptions)}
+
+
 def connect(
-    switch: str | None = "127.0.0.1:7700",
-    job: str = "default",
-    rank: int = 0,
-    world_size: int = 1,
+    switch: str | None = _DEFAULT["switch"],
+    job: str = _DEFAULT["job"],
+    rank: int = _DEFAULT["rank"],
+    world_size: int = _DEFAULT["world_size"],
     *,
-    wire: str = "float32",
-    timeout: float = 30.0,
-    drop_rate: float = 0.0,
-    seed: int = 0,
-    token: str | None = None,
-    join_timeout: float = 120.0,
-    connect_timeout: float = 5.0,
-    shuffle_seed: int = 0,
-    optimizer: dict[str, Any] | None = None,
-    params: Any = None,
-    algorithm: str = "switch",
-    peers: list[str] | None = None,
-    peer_exchange: Any = None,
-    bind_ip: str | None = None,
-    tenant: str | None = None,
-    secret_file: str | os.PathLike | None = None,
+    wire: str = _DEFAULT["wire"],
+    timeout: float = _DEFAULT["timeout"],
+    drop_rate: float = _DEFAULT["drop_rate"],
+    seed: int = _DEFAULT["seed"],
+    token: str | None = _DEFAULT["token"],
+    join_timeout: float = _DEFAULT["join_timeout"],
+    connect_timeout: float = _DEFAULT["connect_timeout"],
+    shuffle_seed: int = _DEFAULT["shuffle_seed"],
+    optimizer: dict[str, Any] | None = _DEFAULT["optimizer"],
+    params: Any = _DEFAULT["params"],
+    algorithm: str = _DEFAULT["algorithm"],
+    peers: list[str] | None = _DEFAULT["peers"],
+    peer_exchange: Any = _DEFAULT["peer_exchange"],
+    bind_ip: str | None = _DEFAULT["bind_ip"],
+    tenant: str | None = _DEFAULT["tenant"],
+    secret_file: str | os.PathLike | None = _DEFAULT["secret_file"],
+    options: ConnectOptions | None = None,
 ) -> Group:
     """Joins `job` as `rank` of `world_size` at the switch `switch` ("host:port" of its control port).
+
+    Every argument not given takes its default from `options` (a ConnectOptions), else from
+    ConnectOptions(), which documents each: `connect(options=opts, rank=r)` is opts with this rank.
 
     `switch` may list several switches, "host:port,host:port,...": the job is then sharded over them
     (every rank joins it on each, in the given order, and each allreduce's chunks are striped over
@@ -505,86 +581,121 @@ def connect(
     updated parameters into it. Group.set_lr(), state_get() and state_set() change the learning rate
     and checkpoint / restore between allreduces.
     """
-    if wire not in WIRES:
-        raise ValueError(f"gradswitch: unknown wire {wire!r}; expected one of {', '.join(WIRES)}")
-    if switch is not None and not isinstance(switch, str):
-        raise TypeError("gradswitch: switch must be a 'host:port' string (or None for the ring alone)")
-    if algorithm not in ALGORITHMS:
-        raise ValueError(
-            f"gradswitch: unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
+    given = {k: v for k, v in locals().items() if k != "options" and not isinstance(v, _Default)}
+    if options is None:
+        options = ConnectOptions()
+    elif not isinstance(options, ConnectOptions):
+        raise TypeError(
+            f"gradswitch: options= must be a gradswitch.ConnectOptions, got {type(options).__name__}"
         )
-    if switch is None and algorithm == "switch":
-        raise ValueError("gradswitch: algorithm='switch' needs a switch address")
-    if peers is not None:
-        if isinstance(peers, str) or not all(isinstance(p, str) for p in peers):
-            raise TypeError("gradswitch: peers must be a list of 'host:port' strings, one per rank")
-        peers = list(peers)
-    for name, value in (("job", job), ("token", token), ("bind_ip", bind_ip)):
-        if not isinstance(value, str) and not (value is None and name != "job"):
-            raise TypeError(f"gradswitch: {name} must be a string, got {type(value).__name__}")
-    world_size = _int_arg("world_size", world_size, 1, MAX_WORLD)
-    rank = _int_arg("rank", rank, 0, world_size - 1, f"0..world_size-1 = 0..{world_size - 1}")
-    seed = _int_arg("seed", seed, 0, 2**64 - 1)
-    shuffle_seed = _int_arg("shuffle_seed", shuffle_seed, 0, 2**64 - 1)
-    timeout = _seconds_arg("timeout", timeout)
-    join_timeout = _seconds_arg("join_timeout", join_timeout)
-    connect_timeout = _seconds_arg("connect_timeout", connect_timeout)
-    if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float, np.floating, np.integer)):
-        raise TypeError(f"gradswitch: drop_rate must be a number in [0, 1), got {drop_rate!r}")
-    if not 0.0 <= float(drop_rate) < 1.0:
-        raise ValueError(f"gradswitch: drop_rate must be in [0, 1), got {drop_rate!r}")
-    creds = credentials(tenant, secret_file) or ("", "")
-    algo, keys, n_params, initial = "", [], 0, None
-    if optimizer is not None:
-        if wire != "float32":
-            raise ValueError(
-                "gradswitch: an optimizer job needs wire='float32' (the switch holds fp32 parameters), "
-                f"got {wire!r}"
-            )
-        algo, keys = optimizer_keys(optimizer)
-        if params is None:
-            raise ValueError(
-                "gradswitch: connect(optimizer=...) needs params= (the initial parameters, or their number)"
-            )
-        if isinstance(params, (int, np.integer)) and not isinstance(params, bool):
-            n_params = int(params)
-        else:
-            initial = _float32_copy(params, "params")
-            n_params = initial.size
-        if not 1 <= n_params <= 0xFFFFFFFF:
-            raise ValueError(f"gradswitch: an optimizer job needs 1..4294967295 parameters, got {n_params}")
-    elif params is not None:
-        raise ValueError(
-            "gradswitch: params= needs optimizer= (it is the switch optimizer's initial parameters)"
-        )
-    native = _core.Group(
-        switch or "",
-        job,
-        rank,
-        world_size,
-        wire=wire,
-        timeout=timeout,
-        drop_rate=float(drop_rate),
-        seed=seed,
-        token=token or "",
-        join_timeout=join_timeout,
-        connect_timeout=connect_timeout,
-        shuffle_seed=shuffle_seed,
-        optimizer=algo,
-        params=n_params,
-        optimizer_keys=keys,
-        algorithm=algorithm,
-        peers=peers or [],
-        peer_exchange=peer_exchange,
-        bind_ip=bind_ip or "",
-        tenant=creds[0],
-        secret=creds[1],
-    )
-    group = Group(native, switch)
+    o = _checked(replace(options, **given))
+    creds = credentials(o.tenant, o.secret_file) or ("", "")
+    algo, keys, n_params, initial = _optimizer_args(o)
+    group = Group(_native_group(o, creds, algo, keys, n_params), o.switch)
     if initial is not None and group.rank == 0:
         try:
-            native.upload_params(initial)
+            group._native.upload_params(initial)
         except BaseException:
             group.close(abort=True)  # the other ranks then fail at once instead of timing out
             raise
     return group
+
+
+def _checked(o: ConnectOptions) -> ConnectOptions:
+    """The options checked (TypeError / ValueError in connect()'s words), with their numbers as int and
+    float and `peers` as a list."""
+    if o.wire not in WIRES:
+        raise ValueError(f"gradswitch: unknown wire {o.wire!r}; expected one of {', '.join(WIRES)}")
+    if o.switch is not None and not isinstance(o.switch, str):
+        raise TypeError("gradswitch: switch must be a 'host:port' string (or None for the ring alone)")
+    if o.algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"gradswitch: unknown algorithm {o.algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
+        )
+    if o.switch is None and o.algorithm == "switch":
+        raise ValueError("gradswitch: algorithm='switch' needs a switch address")
+    peers = o.peers
+    if peers is not None:
+        if isinstance(peers, str) or not all(isinstance(p, str) for p in peers):
+            raise TypeError("gradswitch: peers must be a list of 'host:port' strings, one per rank")
+        peers = list(peers)
+    for name, value in (("job", o.job), ("token", o.token), ("bind_ip", o.bind_ip)):
+        if not isinstance(value, str) and not (value is None and name != "job"):
+            raise TypeError(f"gradswitch: {name} must be a string, got {type(value).__name__}")
+    world_size = _int_arg("world_size", o.world_size, 1, MAX_WORLD)
+    checked = replace(
+        o,
+        world_size=world_size,
+        rank=_int_arg("rank", o.rank, 0, world_size - 1, f"0..world_size-1 = 0..{world_size - 1}"),
+        seed=_int_arg("seed", o.seed, 0, 2**64 - 1),
+        shuffle_seed=_int_arg("shuffle_seed", o.shuffle_seed, 0, 2**64 - 1),
+        timeout=_seconds_arg("timeout", o.timeout),
+        join_timeout=_seconds_arg("join_timeout", o.join_timeout),
+        connect_timeout=_seconds_arg("connect_timeout", o.connect_timeout),
+        peers=peers,
+    )
+    drop_rate = o.drop_rate
+    if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float, np.floating, np.integer)):
+        raise TypeError(f"gradswitch: drop_rate must be a number in [0, 1), got {drop_rate!r}")
+    if not 0.0 <= float(drop_rate) < 1.0:
+        raise ValueError(f"gradswitch: drop_rate must be in [0, 1), got {drop_rate!r}")
+    return replace(checked, drop_rate=float(drop_rate))
+
+
+def _optimizer_args(o: ConnectOptions) -> tuple[str, list[tuple[str, str]], int, np.ndarray | None]:
+    """An optimizer job's (algo, JOIN keys, number of parameters, initial parameters or None); ("", [], 0,
+    None) for a plain allreduce job."""
+    if o.optimizer is None:
+        if o.params is not None:
+            raise ValueError(
+                "gradswitch: params= needs optimizer= (it is the switch optimizer's initial parameters)"
+            )
+        return "", [], 0, None
+    if o.wire != "float32":
+        raise ValueError(
+            "gradswitch: an optimizer job needs wire='float32' (the switch holds fp32 parameters), "
+            f"got {o.wire!r}"
+        )
+    algo, keys = optimizer_keys(o.optimizer)
+    if o.params is None:
+        raise ValueError(
+            "gradswitch: connect(optimizer=...) needs params= (the initial parameters, or their number)"
+        )
+    initial = None
+    if isinstance(o.params, (int, np.integer)) and not isinstance(o.params, bool):
+        n_params = int(o.params)
+    else:
+        initial = _float32_copy(o.params, "params")
+        n_params = initial.size
+    if not 1 <= n_params <= 0xFFFFFFFF:
+        raise ValueError(f"gradswitch: an optimizer job needs 1..4294967295 parameters, got {n_params}")
+    return algo, keys, n_params, initial
+
+
+def _native_group(
+    o: ConnectOptions, creds: tuple[str, str], algo: str, keys: list[tuple[str, str]], n_params: int
+) -> _core.Group:
+    """Joins the job (the native Group: blocks until every rank joined)."""
+    return _core.Group(
+        o.switch or "",
+        o.job,
+        o.rank,
+        o.world_size,
+        wire=o.wire,
+        timeout=o.timeout,
+        drop_rate=o.drop_rate,
+        seed=o.seed,
+        token=o.token or "",
+        join_timeout=o.join_timeout,
+        connect_timeout=o.connect_timeout,
+        shuffle_seed=o.shuffle_seed,
+        optimizer=algo,
+        params=n_params,
+        optimizer_keys=keys,
+        algorithm=o.algorithm,
+        peers=o.peers or [],
+        peer_exchange=o.peer_exchange,
+        bind_ip=o.bind_ip or "",
+        tenant=creds[0],
+        secret=creds[1],
+    )

@@ -10,8 +10,9 @@ namespace gradswitch::mpi {
 // How MPI_FLOAT / MPI_DOUBLE buffers travel: as their own type (native), or all as one wire type.
 enum class FloatWire { kNative, kFloat32, kFixed32, kFloat64 };
 
-// Below this many bytes a reduction goes to MPI (PMPI): its latency wins there. Measured on the
-// testbed (BENCHMARKS.md, "MPI programs through the switch"); GRADSWITCH_MPI_MIN_BYTES overrides it.
+// Below this many bytes a reduction goes to MPI (PMPI): its latency wins there, where every reduction
+// through the switch still ends with a small MPI agreement (BENCHMARKS.md §8, small messages).
+// GRADSWITCH_MPI_MIN_BYTES overrides it.
 inline constexpr size_t kDefaultMinBytes = 256 * 1024;
 // An operation that makes no progress for this long falls back to MPI (GRADSWITCH_MPI_TIMEOUT).
 inline constexpr double kDefaultTimeoutS = 60.0;

@@ -62,7 +62,7 @@ class UnsupportedType : public Error {
   using Error::Error;
 };
 
-// Text for a gs_abort_reason, e.g. "rank 2 left the job" (worker/switch_notice.cpp has the
+// Text for a gs_abort_reason, e.g. "rank 2 left the job" (worker/switch/switch_notice.cpp has the
 // fuller one that uses what the switch says about the abort).
 std::string abort_reason_text(uint8_t reason, uint16_t rank);
 

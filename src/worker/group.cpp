@@ -1,5 +1,5 @@
 // A worker's Group: connect/JOIN, the queue of operations and its thread, optimizer-job requests,
-// and the checks every allreduce passes before a data path (switch_allreduce.h) runs it.
+// and the checks every allreduce passes before a data path (path.h) runs it.
 #include "worker/group.h"
 
 #include <arpa/inet.h>
@@ -16,7 +16,8 @@
 #include "gradswitch/wire.h"
 #include "worker/log.h"
 #include "worker/ring/ring_peers.h"
-#include "worker/switch_notice.h"
+#include "worker/switch/sharded_allreduce.h"
+#include "worker/switch/switch_allreduce.h"
 
 namespace gradswitch::worker {
 
@@ -161,10 +162,8 @@ Options with_window_env(Options o) {
   return o;
 }
 
-}  // namespace
-
-std::unique_ptr<Group> Group::connect(const Options& requested) {
-  const Options opt = with_window_env(requested);
+// The job's identity and what travels: wire, world size and rank, names, credentials, types.
+void check_job(const Options& opt) {
   parse_wire(opt.wire);
   if (opt.world < 1 || opt.world > GS_MAX_WORLD)
     throw InvalidArgument("gradswitch: world_size must be in 1.." + std::to_string(GS_MAX_WORLD) + ", got " +
@@ -189,6 +188,11 @@ std::unique_ptr<Group> Group::connect(const Options& requested) {
                               : "gradswitch: tenant '" + opt.tenant +
                                     "' needs its secret (GRADSWITCH_SECRET or GRADSWITCH_SECRET_FILE)");
   job_types(opt);  // checks Options::types
+}
+
+// How the allreduces run: the test hooks and timeout, the algorithm and the switches it needs, what an
+// optimizer job allows, the ring's pool.
+void check_paths(const Options& opt) {
   if (!(opt.drop_rate >= 0.0 && opt.drop_rate < 1.0))
     throw InvalidArgument("gradswitch: drop_rate must be in [0, 1)");
   if (!(opt.timeout_s > 0.0)) throw InvalidArgument("gradswitch: timeout must be > 0");
@@ -209,7 +213,11 @@ std::unique_ptr<Group> Group::connect(const Options& requested) {
       opt.ring_payload_bytes > GS_MAX_PAYLOAD_BYTES)
     throw InvalidArgument("gradswitch: ring_slots must be in 1..65535 and ring_payload_bytes in 64.." +
                           std::to_string(GS_MAX_PAYLOAD_BYTES));
-  // An explicit ring: this rank receives on its own entry's port, also when a switch is used.
+}
+
+// An explicit ring (Options::peers): this rank receives on its own entry's port, also when a switch is
+// used. Empty without one.
+std::vector<RingPeer> given_ring_peers(const Options& opt) {
   std::vector<RingPeer> given;
   if (!opt.peers.empty()) given = resolve_peers(opt.peers, opt.world);
   // Without a switch the ring's job_id and key derive from job, token and world size (§7): a token
@@ -226,10 +234,12 @@ std::unique_ptr<Group> Group::connect(const Options& requested) {
         " derives the job's id and key from the job name, world size and token: pass token=, a secret "
         "every rank of the job is given (e.g. secrets.token_hex(16), shared by your launcher); there is no "
         "default");
-  bool gso = opt.gso;
-  if (const char* e = std::getenv("GRADSWITCH_GSO")) gso = std::string(e) == "1";
-  bool gro = opt.gro;
-  if (const char* e = std::getenv("GRADSWITCH_GRO")) gro = std::string(e) == "1";
+  return given;
+}
+
+// What JOIN adds to the job's name and size: an optimizer job's algorithm, parameters and keys, and
+// the job's types=. Checks the optimizer's.
+std::string join_keys(const Options& opt) {
   std::string extra;
   if (!opt.optimizer.empty()) {
     if (!valid_key(opt.optimizer))
@@ -255,54 +265,85 @@ std::unique_ptr<Group> Group::connect(const Options& requested) {
   } else if (!opt.optimizer_keys.empty() || opt.params != 0) {
     throw InvalidArgument("gradswitch: optimizer keys and params need an optimizer (Options::optimizer)");
   }
-  Timeline::for_rank(opt.rank);  // a timeline that cannot be written fails here, before the JOIN
   if (!opt.types.empty()) extra += " " GS_KEY_TYPES "=" + opt.types;
-  std::unique_ptr<ControlClient> control;
-  std::string unreachable;  // why the switch could not be reached (algorithm auto)
-  if (!opt.switch_addr.empty()) {
-    std::string host;
-    uint16_t port = 0;
-    split_host_port(switch_list(opt.switch_addr).front(), &host, &port);
-    try {
-      control = std::make_unique<ControlClient>(host, port, opt.connect_timeout_s);
-    } catch (const InvalidArgument&) {
-      throw;
-    } catch (const Error& e) {
-      if (opt.algorithm != "auto") throw;
-      unreachable = e.what();
-    }
+  return extra;
+}
+
+// The control connections to the job's switches: none without a switch address, or (algorithm auto)
+// when one cannot be reached, and why.
+struct Switches {
+  std::unique_ptr<ControlClient> control;  // the first switch's
+  std::vector<SwitchLink> more;            // a sharded job's others
+  std::string unreachable;                 // why the switch could not be reached (algorithm auto)
+};
+
+Switches reach_switches(const Options& opt) {
+  Switches sw;
+  if (opt.switch_addr.empty()) return sw;
+  std::string host;
+  uint16_t port = 0;
+  split_host_port(switch_list(opt.switch_addr).front(), &host, &port);
+  try {
+    sw.control = std::make_unique<ControlClient>(host, port, opt.connect_timeout_s);
+    sw.more = connect_more_switches(opt);
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const Error& e) {
+    if (opt.algorithm != "auto") throw;
+    sw.unreachable = e.what();
+    sw.control.reset();
   }
-  std::vector<SwitchLink> more;  // a sharded job's other switches
-  if (control) {
-    try {
-      more = connect_more_switches(opt);
-    } catch (const InvalidArgument&) {
-      throw;
-    } catch (const Error& e) {
-      if (opt.algorithm != "auto") throw;
-      unreachable = e.what();
-      control.reset();
-    }
+  return sw;
+}
+
+// The data socket (GRADSWITCH_GSO / GRADSWITCH_GRO override the options' offloads).
+std::unique_ptr<Transport> data_transport(const Options& opt, const Switches& sw,
+                                          const std::vector<RingPeer>& given) {
+  bool gso = opt.gso;
+  if (const char* e = std::getenv("GRADSWITCH_GSO")) gso = std::string(e) == "1";
+  bool gro = opt.gro;
+  if (const char* e = std::getenv("GRADSWITCH_GRO")) gro = std::string(e) == "1";
+  return make_udp_transport(data_bind_address(opt, sw.control.get(), sw.more), opt.sockbuf_bytes, gso, gro,
+                            given.empty() ? 0 : given[opt.rank].port);
+}
+
+// JOIN at every switch of the job (blocks until every rank joined each).
+std::unique_ptr<Group> join_switches(const Options& opt, std::unique_ptr<Transport> transport, Switches sw,
+                                     const std::vector<RingPeer>& given, const std::string& extra) {
+  if (!opt.tenant.empty()) sw.control->authenticate(opt.tenant, opt.secret, opt.join_timeout_s);
+  // With a switch the token only names the job at JOIN (its ids are the switch's random ones).
+  const std::string token = opt.token.empty() ? std::string(kDefaultJoinToken) : opt.token;
+  JoinInfo ji = sw.control->join(opt.job, opt.world, opt.rank, opt.wire, token, transport->local_port(),
+                                 opt.join_timeout_s, extra);
+  // Every rank joins its switches in the same order: each JOIN completes once all have made it.
+  for (SwitchLink& l : sw.more) {
+    l.join = l.control->join(opt.job, opt.world, opt.rank, opt.wire, token, transport->local_port(),
+                             opt.join_timeout_s, extra);
+    l.ipv4_be = l.control->peer_ipv4_be();
+    ji.payload_bytes = std::min(ji.payload_bytes, l.join.payload_bytes);  // one chunking for all
   }
-  auto transport = make_udp_transport(data_bind_address(opt, control.get(), more), opt.sockbuf_bytes, gso,
-                                      gro, given.empty() ? 0 : given[opt.rank].port);
-  if (control) {
-    if (!opt.tenant.empty()) control->authenticate(opt.tenant, opt.secret, opt.join_timeout_s);
-    // With a switch the token only names the job at JOIN (its ids are the switch's random ones).
-    const std::string token = opt.token.empty() ? std::string(kDefaultJoinToken) : opt.token;
-    JoinInfo ji = control->join(opt.job, opt.world, opt.rank, opt.wire, token, transport->local_port(),
-                                opt.join_timeout_s, extra);
-    // Every rank joins its switches in the same order: each JOIN completes once all have made it.
-    for (SwitchLink& l : more) {
-      l.join = l.control->join(opt.job, opt.world, opt.rank, opt.wire, token, transport->local_port(),
-                               opt.join_timeout_s, extra);
-      l.ipv4_be = l.control->peer_ipv4_be();
-      ji.payload_bytes = std::min(ji.payload_bytes, l.join.payload_bytes);  // one chunking for all
-    }
-    uint32_t ip = control->peer_ipv4_be();
-    return std::make_unique<Group>(opt, std::move(transport), std::move(control), ji, ip, given,
-                                   std::move(more));
-  }
+  const uint32_t ip = sw.control->peer_ipv4_be();
+  return std::make_unique<Group>(opt, std::move(transport), std::move(sw.control), ji, ip, given,
+                                 std::move(sw.more));
+}
+
+}  // namespace
+
+std::unique_ptr<Group> Group::connect(const Options& requested) {
+  const Options opt = with_window_env(requested);
+  check_job(opt);
+  check_paths(opt);
+  std::vector<RingPeer> given = given_ring_peers(opt);
+  const std::string extra = join_keys(opt);
+  Timeline::for_rank(opt.rank);  // a timeline that cannot be written fails here, before the JOIN
+  Switches sw = reach_switches(opt);
+  auto transport = data_transport(opt, sw, given);
+  if (sw.control) return join_switches(opt, std::move(transport), std::move(sw), given, extra);
+  return join_ring(opt, std::move(transport), std::move(given), sw.unreachable);
+}
+
+std::unique_ptr<Group> Group::join_ring(const Options& opt, std::unique_ptr<Transport> transport,
+                                        std::vector<RingPeer> given, const std::string& unreachable) {
   // No switch: the ring alone, on addresses the application gives.
   if (given.empty() && opt.exchange_peers)
     given = resolve_peers(opt.exchange_peers(transport->local_port()), opt.world);
@@ -357,25 +398,12 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
   ctx_.cancel = &cancel_;
   ctx_.job_text = describe_job();
   timeline_ = Timeline::for_rank(opt_.rank);
-  if (!more_switches_.empty()) {
-    std::vector<SwitchRef> all = {SwitchRef{control_.get(), &join_, switch_ipv4_be_}};
-    for (SwitchLink& l : more_switches_) all.push_back(SwitchRef{l.control.get(), &l.join, l.ipv4_be});
-    switch_path_ = std::make_unique<ShardedAllreduce>(ctx_, all);
-  } else if (control_ || join_.data_port != 0) {
-    switch_path_ = std::make_unique<SwitchAllreduce>(ctx_, control_.get());
-  }
   ring_cfg_.peers = ring_peers.empty() ? parse_join_peers(join_.peers, opt_.world) : std::move(ring_peers);
   ring_cfg_.job_id = join_.job_id;
   ring_cfg_.key = join_.key;
   ring_cfg_.slots = join_.slots;
   ring_cfg_.payload_bytes = join_.payload_bytes;
-  if (opt_.algorithm == "ring" || !switch_path_) {
-    if (ring_cfg_.peers.empty())
-      throw Error("gradswitch: " + describe_job() +
-                  " cannot run the ring: no peer addresses (the switch at " + opt_.switch_addr +
-                  " did not send peers=; pass peers= instead)");
-    start_ring("");
-  }
+  choose_path();
   if (log_enabled(LogLevel::kInfo))
     log_line(LogLevel::kInfo, opt_.rank,
              describe_job() + " joined" +
@@ -385,6 +413,26 @@ Group::Group(const Options& opt, std::unique_ptr<Transport> transport, std::uniq
                  " data thread(s), algorithm " + algorithm() +
                  (timeline_ ? ", timeline " + timeline_->path() : std::string()));
   thread_ = std::thread([this] { thread_main(); });
+}
+
+void Group::choose_path() {
+  const bool has_switch = !more_switches_.empty() || control_ || join_.data_port != 0;
+  if (has_switch && opt_.algorithm != "ring") {
+    if (more_switches_.empty()) return use_path(std::make_unique<SwitchAllreduce>(ctx_, control_.get()));
+    std::vector<SwitchRef> all = {SwitchRef{control_.get(), &join_, switch_ipv4_be_}};
+    for (SwitchLink& l : more_switches_) all.push_back(SwitchRef{l.control.get(), &l.join, l.ipv4_be});
+    return use_path(std::make_unique<ShardedAllreduce>(ctx_, all));
+  }
+  if (ring_cfg_.peers.empty())
+    throw Error("gradswitch: " + describe_job() + " cannot run the ring: no peer addresses (the switch at " +
+                opt_.switch_addr + " did not send peers=; pass peers= instead)");
+  start_ring("");
+}
+
+void Group::use_path(std::unique_ptr<DataPath> p) {
+  path_ = std::move(p);
+  path_serves_idle_.store(path_->serves_when_idle());
+  algorithm_.store(path_->name());
 }
 
 void Group::warn(const std::string& what) const {
@@ -401,14 +449,13 @@ void Group::start_ring(const std::string& why) {
     if (control_) control_->close();
     for (SwitchLink& l : more_switches_) l.control->close();
   }
-  switch_path_.reset();
+  path_.reset();  // the switch's, if it ran
   // The ring's datagrams come only from its peers (§7); the switch has no say in it any more.
   std::vector<SourceRange> peers;
   for (unsigned r = 0; r < ring_cfg_.peers.size(); ++r)
     if (r != opt_.rank) peers.push_back(SourceRange{ring_cfg_.peers[r].ipv4_be, ring_cfg_.peers[r].port, 1});
   transport_->accept_from(peers, &counters_.dropped_foreign);
-  ring_path_ = std::make_unique<RingAllreduce>(ctx_, ring_cfg_);
-  ring_active_.store(true);
+  use_path(std::make_unique<RingAllreduce>(ctx_, ring_cfg_));
 }
 
 Group::~Group() {
@@ -442,7 +489,7 @@ Handle Group::enqueue(Op op) {
     std::lock_guard<std::mutex> lk(qmu_);
     if (stopping_) throw Error("gradswitch: the group of job '" + opt_.job + "' is closed");
     queue_.push_back(std::move(op));
-    if (ring_active_.load()) transport_->wake();  // the thread may be serving the ring
+    if (path_serves_idle_.load()) transport_->wake();  // the thread may be serving the path
   }
   qcv_.notify_one();
   return Handle(st);

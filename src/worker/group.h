@@ -29,8 +29,7 @@
 #include "worker/options.h"
 #include "worker/path.h"
 #include "worker/ring/ring_allreduce.h"
-#include "worker/sharded_allreduce.h"
-#include "worker/switch_allreduce.h"
+#include "worker/switch/sharded_allreduce.h"
 #include "worker/timeline.h"
 #include "worker/transport.h"
 
@@ -71,7 +70,7 @@ class Group {
   // a timeout then reports without STATUS). A JoinInfo with data_port 0 means no switch: the
   // ring alone. `ring_peers` (else the JoinInfo's peers=) are the ring's addresses.
   // `more_switches`: a job sharded over several switches (Options::switch_addr lists them): the
-  // others beyond the first (`control`, `join`), joined the same way (sharded_allreduce.h).
+  // others beyond the first (`control`, `join`), joined the same way (switch/sharded_allreduce.h).
   Group(const Options& opt, std::unique_ptr<Transport> transport, std::unique_ptr<ControlClient> control,
         const JoinInfo& join, uint32_t switch_ipv4_be, std::vector<RingPeer> ring_peers = {},
         std::vector<SwitchLink> more_switches = {});
@@ -121,7 +120,7 @@ class Group {
   const JoinInfo& join_info() const { return join_; }
   uint32_t next_seq() const { return seq_; }  // racy when operations are queued
   // "switch" or "ring": where allreduces run now (a fallback changes it once).
-  std::string algorithm() const { return ring_active_.load() ? "ring" : "switch"; }
+  std::string algorithm() const { return algorithm_.load(); }
 
  private:
   struct Op {
@@ -134,6 +133,10 @@ class Group {
     uint8_t wire = 0;           // 0: the group's wire
     int64_t queued_ns = 0;      // when it was queued (timeline, debug log)
   };
+  // Group::connect's last step without a switch (none given, or unreachable with algorithm auto:
+  // `unreachable` says why): the ring alone, on the addresses the application gives.
+  static std::unique_ptr<Group> join_ring(const Options& opt, std::unique_ptr<Transport> transport,
+                                          std::vector<RingPeer> given, const std::string& unreachable);
   Handle enqueue(Op op);
   void require_optimizer(const char* what) const;
   double control_timeout(size_t bytes) const;
@@ -147,7 +150,10 @@ class Group {
     AllreduceTimes times;       // likewise (ar.times points here when either is on)
   };
   void thread_main();
-  DataPath& path();  // the active data path
+  // The data path, chosen once here: the ring (algorithm ring, or no switch), else the switch's
+  // (ShardedAllreduce for a job over several switches).
+  void choose_path();
+  void use_path(std::unique_ptr<DataPath> p);
   // Validates a queued allreduce and describes it for the data path (seq, chunks, exponents);
   // false when there is nothing to sum. Throws for bad arguments or a failed group.
   bool prepare(Flight& f);
@@ -182,11 +188,13 @@ class Group {
 
   // Data-plane state (background thread only).
   PathContext ctx_;
-  std::unique_ptr<DataPath> switch_path_;       // SwitchAllreduce or ShardedAllreduce; null without a switch
-  std::vector<SwitchLink> more_switches_;       // a sharded job: the switches beyond the first
-  std::unique_ptr<RingAllreduce> ring_path_;    // once the ring runs
-  RingConfig ring_cfg_;                         // peers empty: no ring possible
-  std::atomic<bool> ring_active_{false};        // read by enqueue() to wake the serving thread
+  std::unique_ptr<DataPath> path_;         // choose_path()'s; the ring's after a fallback
+  std::vector<SwitchLink> more_switches_;  // a sharded job: the switches beyond the first
+  RingConfig ring_cfg_;                    // peers empty: no ring possible
+  // The path's serves_when_idle() and name(), for enqueue() (to wake the serving thread) and
+  // algorithm() on other threads.
+  std::atomic<bool> path_serves_idle_{false};
+  std::atomic<const char*> algorithm_{"switch"};
   std::list<std::unique_ptr<Flight>> flights_;  // admitted, in order
   std::vector<AllreduceOp*> finished_;
   uint32_t seq_ = 0;

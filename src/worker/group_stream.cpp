@@ -8,7 +8,6 @@
 #include "gradswitch/wire.h"
 #include "worker/group.h"
 #include "worker/log.h"
-#include "worker/switch_notice.h"
 
 namespace gradswitch::worker {
 
@@ -28,11 +27,6 @@ void complete(Handle::State& st, std::exception_ptr err) {
 }
 
 }  // namespace
-
-DataPath& Group::path() {
-  if (ring_path_) return *ring_path_;
-  return *switch_path_;
-}
 
 void Group::thread_main() {
   for (;;) {
@@ -78,7 +72,7 @@ void Group::thread_main() {
     finished_.clear();
     std::exception_ptr failed;
     try {
-      path().step(&finished_);
+      path_->step(&finished_);
     } catch (...) {
       failed = std::current_exception();
     }
@@ -92,18 +86,18 @@ void Group::thread_main() {
     }
     if (failed) stream_failed(failed);
   }
-  // A rank that finished first still holds sums its previous rank may ask for again.
-  if (ring_path_ && !cancel_.load()) ring_path_->linger(std::min(opt_.timeout_s, 1.0));
+  // A rank that finished first may hold what its peers still ask for (the ring's sums).
+  if (!cancel_.load()) path_->linger(std::min(opt_.timeout_s, 1.0));
 }
 
 void Group::wait_for_work(std::unique_lock<std::mutex>& lk) {
-  if (!ring_path_) {
+  if (!path_->serves_when_idle()) {
     qcv_.wait(lk);
     return;
   }
-  // Answer the neighbours' resent partials while idle; enqueue() and close() wake the transport.
+  // The path works while idle (the ring answers resent partials); enqueue() and close() wake it.
   lk.unlock();
-  ring_path_->serve(100'000'000);
+  path_->serve(100'000'000);
   lk.lock();
 }
 
@@ -116,29 +110,26 @@ void Group::admit(Op&& op) {
   }
   try {
     if (!prepare(*f)) return complete(*f->op.state, nullptr);  // nothing to sum
-    if (!ring_path_) {
+    if (path_->tracks_done()) {
       f->done.assign(f->ar.ch.chunks, 0);
       f->ar.done = &f->done;
-    } else {
-      counter_add(counters_.ring_allreduces);
     }
   } catch (...) {
     return finish(*f, std::current_exception());
   }
-  // The switch may have ended the job while this rank was between allreduces.
-  if (!ring_path_ && control_ && flights_.empty()) {
-    if (SwitchNotice n = control_->poll_notice()) {
+  // The switch may have ended the job while this rank was between allreduces: that fails (or hands
+  // to the ring) this allreduce as a failed step would.
+  if (flights_.empty()) {
+    try {
+      path_->resume(f->ar);
+    } catch (...) {
       flights_.push_back(std::move(f));
-      try {
-        throw_notice(ctx_, *control_, n, flights_.back()->ar, /*started=*/false);
-      } catch (...) {
-        stream_failed(std::current_exception());
-      }
+      stream_failed(std::current_exception());
       return;
     }
   }
   try {
-    path().admit(&f->ar);  // the ring refuses float64 before sending anything
+    path_->admit(&f->ar);  // the ring refuses float64 before sending anything
   } catch (...) {
     return finish(*f, std::current_exception());
   }
@@ -173,10 +164,7 @@ void Group::fall_back(const std::string& why) {
              " chunks in flight were already summed by the switch); this group does "
              "not go back to the switch.");
   // The allreduces in flight, in order; the chunks the switch finished here count as held sums.
-  for (auto& f : flights_) {
-    counter_add(counters_.ring_allreduces);
-    ring_path_->admit(&f->ar);
-  }
+  for (auto& f : flights_) path_->admit(&f->ar);
 }
 
 void Group::finish(Flight& f, std::exception_ptr err) {

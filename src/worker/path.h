@@ -38,7 +38,7 @@ struct AllreduceTimes {
   };
   int64_t first_send_ns = 0, first_result_ns = 0, last_result_ns = 0;
   uint64_t retransmissions = 0;
-  // The adaptive window (window_controller.h) when the last result came: its rounds (drains aside)
+  // The adaptive window (switch/window_controller.h) when the last result came: its rounds (drains aside)
   // and the base round trip it measures queueing against; 0 without the adaptive window.
   unsigned window_rounds = 0;
   int64_t base_rtt_ns = 0;
@@ -75,11 +75,16 @@ struct AllreduceOp {
   AllreduceTimes* times = nullptr;  // set when the timeline is on
 };
 
-// How an allreduce moves: through the switch's window or along the ring. Allreduces admitted in
-// order stream back to back through one window (stream_schedule.h).
+// How an allreduce moves: through the switch's window (one switch, or a job sharded over several)
+// or along the ring. Allreduces admitted in order stream back to back through one window
+// (stream_schedule.h). The Group chooses a path once, at connect (and hands a lost switch's
+// allreduces to the ring once, algorithm auto), and asks the path what differs between them: what it
+// does between allreduces, whether its allreduces track their chunks for a fallback, its name.
 class DataPath {
  public:
   virtual ~DataPath() = default;
+  // "switch" or "ring": what Group::algorithm() says while this path runs the allreduces.
+  virtual const char* name() const = 0;
   // Adds an allreduce behind those admitted before it (the op must stay valid until it finished).
   virtual void admit(AllreduceOp* op) = 0;
   // Receives, detects losses and sends once, waiting at most until the next timer or a wake();
@@ -89,6 +94,22 @@ class DataPath {
   virtual void step(std::vector<AllreduceOp*>* finished) = 0;
   // No allreduce admitted and unfinished.
   virtual bool idle() const = 0;
+
+  // Whether the allreduces admitted here must mark in op.done the chunks whose sums arrived: a path
+  // whose allreduces another may have to finish (the switch's, for the ring) does.
+  virtual bool tracks_done() const { return false; }
+  // Before `next` is admitted into a path with nothing in flight: throws, as step() would, what the
+  // path learned while it was idle (the switch ended the job between two allreduces).
+  virtual void resume(const AllreduceOp& next) {}
+  // Whether the path has work while no allreduce is in flight (the ring answers its neighbours'
+  // resent partials): the Group then calls serve() instead of sleeping, and wakes the transport
+  // when it queues an operation.
+  virtual bool serves_when_idle() const { return false; }
+  // Serves the network until `timeout_ns` passed or the transport was woken (serves_when_idle()).
+  virtual void serve(int64_t timeout_ns) {}
+  // Before the group closes: serves what the peers may still ask of this rank, at most `max_s`
+  // seconds. Returns whether they said they need nothing more.
+  virtual bool linger(double max_s) { return true; }
 };
 
 }  // namespace gradswitch::worker

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/loss_detector.h"
 #include "gradswitch/wire.h"
-#include "worker/loss_detector.h"
 
 namespace gradswitch::worker {
 

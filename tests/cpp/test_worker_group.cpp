@@ -29,7 +29,7 @@
 #include "worker/control.h"
 #include "worker/group.h"
 #include "worker/ring/ring_allreduce.h"
-#include "worker/switch_allreduce.h"
+#include "worker/switch/switch_allreduce.h"
 
 using namespace gradswitch;
 using namespace gradswitch::worker;
@@ -581,9 +581,8 @@ class RecordingTransport : public Transport {
 };
 
 // A step whose results start rounds and whose timers resend others makes one send, not two: a
-// resend sent apart from the rounds started beside it costs a system call of its own (at 1% loss on
-// the testbed 6,700 of the 18,000 sendmmsg calls more than without loss; BENCHMARKS.md §10,
-// session 17).
+// resend sent apart from the rounds started beside it costs a system call of its own (where the host's
+// CPU bounds the rate, loss costs system calls more than packets: BENCHMARKS.md §10).
 TEST(the_rounds_a_step_starts_and_resends_leave_in_one_send) {
   Options o;
   o.job = "t";
@@ -730,14 +729,14 @@ class DelayingTransport : public FakeTransport {
 // fix (Karn's rule kept exactly the stalled rounds out of the estimate) every stall cost resends.
 // With the adaptive window rank 1 is a round ahead by the stall and its probes make the switch ask
 // rank 0 for rounds it sent 20 ms before the request came: until such requests taught the floor
-// too (and were taken as crossing the DATA within it), every later stall cost 20-70 resends.
+// too (and were taken as crossing the DATA within it), every later stall cost resends.
 // The floor rises at most a doubling per lesson (4, 8, 16, then 1.25 x 24 = 30 ms): under heavy CPU
 // load (ASan, two busy loops on 2 cores) the first stall now and then fools the timer only 2-4
-// times, and the second stall finishes the lesson; the third and fourth must not be fooled. (With a
-// 30 ms stall the fourth lesson stopped at 32 ms, within the jitter of that load; resends answered
-// at once by the late original teach nothing more.) The fake switch has two threads, so rank 0 has
-// two detectors: until they shared the floor, one of them now and then learned only the part of the
-// stall its late resends saw (22 ms of 30) and later stalls cost resends again.
+// times, and the second stall finishes the lesson; the third and fourth must not be fooled. (A
+// stall a little longer than the floor's last step is within the jitter of that load; resends
+// answered at once by the late original teach nothing more.) The fake switch has two threads, so
+// rank 0 has two detectors: until they shared the floor, one of them now and then learned only the
+// part of the stall its late resends saw, and later stalls cost resends again.
 static void stall_fools_the_timer_once(const char* window) {
   std::fprintf(stderr, "  window %s\n", window);
   FakeSwitch sw(2, 8, 1440);

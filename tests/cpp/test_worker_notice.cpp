@@ -16,8 +16,8 @@
 #include "harness.h"
 #include "worker/control.h"
 #include "worker/errors.h"
-#include "worker/switch_notice.h"
-#include "worker/timeout_diagnosis.h"
+#include "worker/switch/switch_notice.h"
+#include "worker/switch/timeout_diagnosis.h"
 
 using namespace gradswitch;
 using namespace gradswitch::worker;

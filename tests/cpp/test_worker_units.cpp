@@ -9,11 +9,11 @@
 
 #include "common/header.h"
 #include "common/kernels.h"
+#include "common/loss_detector.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
 #include "worker/chunk_codec.h"
 #include "worker/errors.h"
-#include "worker/loss_detector.h"
 #include "worker/stream_schedule.h"
 #include "worker/window.h"
 

@@ -1,4 +1,4 @@
-// The worker's window controller alone (worker/window_controller.h, docs/protocol.md section 4.2)
+// The worker's window controller alone (worker/switch/window_controller.h, docs/protocol.md section 4.2)
 // on a hand-made clock: growth while the window is used, the cut on queueing delay, the tolerance
 // that falls as the window grows (and shares a queue evenly between ranks whose bases disagree),
 // which round trips count as delay (and a window that grows while none does), loss with and without
@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "harness.h"
-#include "worker/window_controller.h"
+#include "worker/switch/window_controller.h"
 
 using namespace gradswitch::worker;
 

@@ -488,6 +488,10 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
             pass
 
     def abort(self) -> None:
+        # Cancels the running and queued allreduces (they fail now rather than after their timeout)
+        # and drops the job without LEAVE, so the switch ends it for the other ranks too.
+        if self.channel.group is not None:
+            self.channel.group.close(abort=True)
         self.channel.close()
         try:
             self._gloo.abort()

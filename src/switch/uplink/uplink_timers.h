@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "worker/loss_detector.h"
+#include "common/loss_detector.h"
 
 namespace gradswitch {
 
@@ -34,8 +34,8 @@ class UplinkTimers {
  private:
   struct JobTimers {
     explicit JobTimers(int64_t rto_min, int64_t rto_max) : loss(rto_min, rto_max) {}
-    worker::LossDetector loss;
-    std::vector<worker::RoundTimer> timers;  // by slot
+    LossDetector loss;
+    std::vector<RoundTimer> timers;  // by slot
     int64_t last_sent_ns = 0;
   };
   static constexpr int64_t kForgetNs = 30'000'000'000;

@@ -367,6 +367,7 @@ bool RingAllreduce::carries(const Chunking& ch) {
 }
 
 void RingAllreduce::admit(AllreduceOp* op) {
+  counter_add(ctx_.counters->ring_allreduces);  // also the one it refuses, as the Group counted them
   const AllreduceOp& o = *op;
   if (!carries(o.ch))
     throw UnsupportedType("gradswitch: the ring carries float32 and int32 tensors on 32- and 16-bit wires; " +

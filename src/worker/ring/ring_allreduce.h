@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "common/loss_detector.h"
 #include "common/rng.h"
 #include "worker/chunk_codec.h"
-#include "worker/loss_detector.h"
 #include "worker/path.h"
 #include "worker/stream_schedule.h"
 #include "worker/window.h"
@@ -40,6 +40,8 @@ class RingAllreduce : public DataPath {
  public:
   RingAllreduce(const PathContext& ctx, const RingConfig& cfg);
 
+  const char* name() const override { return "ring"; }
+
   // Whether the ring can reduce these chunks (float64 travels only through the switch).
   static bool carries(const Chunking& ch);
 
@@ -47,7 +49,8 @@ class RingAllreduce : public DataPath {
   // chunk) marks chunks whose sum the tensor already holds (an allreduce the switch left
   // unfinished): this rank contributes that sum instead of an input, and the sum wins over any
   // partial. Reads the input at op.input(), writes the sums to op.base (none when it is null).
-  // step() throws TimeoutError / Error; idle, it serves the neighbours until woken.
+  // step() throws TimeoutError / Error; idle, it serves the neighbours until woken. Each admitted
+  // allreduce counts in Counters::ring_allreduces.
   void admit(AllreduceOp* op) override;
   void step(std::vector<AllreduceOp*>* finished) override;
   bool idle() const override { return schedule_.empty(); }
@@ -57,11 +60,12 @@ class RingAllreduce : public DataPath {
   // Answers the neighbours' resent partials of finished rounds and keeps packets that already
   // belong to allreduces not admitted here yet, until `timeout_ns` passed or the transport was
   // woken.
-  void serve(int64_t timeout_ns);
+  bool serves_when_idle() const override { return true; }
+  void serve(int64_t timeout_ns) override;
 
   // Before the group closes: serves until the previous rank said it holds every sum of the last
   // allreduce (RING_DONE), at most `max_s` seconds. Returns whether it did.
-  bool linger(double max_s);
+  bool linger(double max_s) override;
 
   const RingConfig& config() const { return cfg_; }
 
