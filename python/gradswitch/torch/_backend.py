@@ -33,6 +33,7 @@ from torch.futures import Future
 import gradswitch
 
 from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel
+from ._guards import refuse_undistributed_accelerate
 
 BACKEND_NAME = "gradswitch"
 _KEY = "gradswitch/"
@@ -547,6 +548,7 @@ for _name in _GLOO_OPS:
 
 
 def _create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupGradswitch:
+    refuse_undistributed_accelerate()
     return ProcessGroupGradswitch(
         dist_opts.store,
         dist_opts.group_rank,
