@@ -38,9 +38,16 @@ def main() -> int:
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
     import gradswitch.torch  # noqa: F401 - the backend alone, as a user who did not import gradswitch.accelerate
 
+    if "--late" in sys.argv:  # the group first, Accelerate imported only afterwards
+        os.environ["MASTER_PORT"] = os.environ["GRADSWITCH_TEST_PORT"]
+        dist.init_process_group("gradswitch")
+        print("late-loaded", "accelerate.state" in sys.modules, flush=True)
+        print("late-no-cpu", outcome(state), flush=True)
+        return 0
     cases = [
         ("stock-no-cpu", lambda: state(backend="gradswitch")),
         ("stock-cpu", lambda: state(cpu=True, backend="gradswitch")),
+        ("stock-preinit-no-cpu", lambda: dist.init_process_group("gradswitch") or state()),
         ("stock-preinit-cpu", lambda: dist.init_process_group("gradswitch") or state(cpu=True)),
         ("patch", lambda: __import__("gradswitch.accelerate") and "patched"),
         ("no-cpu", lambda: state(backend="gradswitch")),

@@ -123,11 +123,13 @@ def test_accelerate_never_runs_undistributed(transformers, switch_factory, tmp_p
     proc = run_launcher([sys.executable, str(CASES), "--trainer"], env, timeout=180)
     got = dict(line.partition(" ")[::2] for line in proc.stdout.splitlines())
     undistributed = "RuntimeError gradswitch: Accelerate set up DistributedType.NO"
-    # without gradswitch.accelerate: no cpu=True started the group undistributed (every process alone)
+    # gradswitch.torch alone (no gradswitch.accelerate imported) gives Accelerate the same checks: on
+    # main, stock-cpu was "ValueError Your assigned backend gradswitch is not available" and
+    # stock-preinit-no-cpu ran undistributed with no error
     assert got["stock-no-cpu"].startswith(undistributed), got
-    assert got["stock-cpu"].startswith("ValueError Your assigned backend gradswitch is not available"), got
-    # a group initialised first is used as it is (Accelerate's state calls it gloo)
-    assert got["stock-preinit-cpu"] == "ok DistributedType.MULTI_CPU gloo gradswitch", got
+    assert got["stock-cpu"] == "ok DistributedType.MULTI_CPU gradswitch gradswitch", got
+    assert got["stock-preinit-no-cpu"].startswith(undistributed), got
+    assert got["stock-preinit-cpu"] == "ok DistributedType.MULTI_CPU gradswitch gradswitch", got
     # with it
     for case in ("no-cpu", "preinit-no-cpu", "trainer-no-cpu"):
         assert got[case].startswith(undistributed), (case, got)
@@ -140,3 +142,15 @@ def test_accelerate_never_runs_undistributed(transformers, switch_factory, tmp_p
     assert got["trainer-cpu"].startswith("ok ParallelMode.DISTRIBUTED") and got["trainer-cpu"].endswith(
         " gradswitch"
     ), got
+
+
+def test_a_group_made_before_accelerate_is_imported_is_never_run_undistributed(
+    accelerate, switch_factory, tmp_path
+):
+    switch = switch_factory(binary=_binary(), threads=1)
+    env = {"GRADSWITCH_SWITCH": switch.address, "GRADSWITCH_TEST_PORT": str(_free_port())}
+    env.update(HF_HOME=str(tmp_path / "hf-home"), HF_HUB_OFFLINE="1")
+    proc = run_launcher([sys.executable, str(CASES), "--late"], env, timeout=120)
+    got = dict(line.partition(" ")[::2] for line in proc.stdout.splitlines())
+    assert got["late-loaded"] == "False", got
+    assert got["late-no-cpu"].startswith("RuntimeError gradswitch: Accelerate set up DistributedType.NO"), got

@@ -5,10 +5,19 @@ to DistributedType.NO and then still calls init_process_group with the backend i
 process would then train alone, on its own data, with no error. The backend refuses to be started
 that way (`refuse_undistributed_accelerate`, called at group creation); gradswitch.accelerate refuses
 it before any group is made and lets Accelerate use the backend properly.
+
+Some runs never call the backend at all: a gradswitch group made before Accelerate's state (the
+"pre-initialised" way) on a CPU machine without cpu=True, or backend "gradswitch" asked for while a
+group of another backend exists; Accelerate would set DistributedType.NO and train each process alone.
+So importing gradswitch.torch gives Accelerate gradswitch.accelerate's checks, now if accelerate.state
+is imported, or as soon as it is (`patch_accelerate_when_loaded`); runs of other backends are untouched.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.util
 import sys
 
 NOT_DISTRIBUTED = (
@@ -33,3 +42,41 @@ def refuse_undistributed_accelerate() -> None:
                 raise RuntimeError(NOT_DISTRIBUTED)
             return
         frame = frame.f_back
+
+
+_ACCELERATE_STATE = "accelerate.state"
+
+
+def _patch_accelerate() -> None:
+    importlib.import_module("gradswitch.accelerate")
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Applies gradswitch.accelerate's patch right after accelerate.state has been executed (once)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _ACCELERATE_STATE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_patch(module):
+            exec_module(module)
+            _patch_accelerate()
+
+        spec.loader.exec_module = exec_then_patch
+        return spec
+
+
+def patch_accelerate_when_loaded() -> None:
+    """Gives Accelerate gradswitch.accelerate's checks, whether accelerate.state is already imported or
+    is imported later (no effect on runs that ask for other backends; nothing without Accelerate)."""
+    if _ACCELERATE_STATE in sys.modules:
+        _patch_accelerate()
+    elif importlib.util.find_spec("accelerate") is not None and not any(
+        isinstance(f, _PatchAfterImport) for f in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _PatchAfterImport())
