@@ -174,9 +174,11 @@ class Runner:
                 if rid not in ids:
                     continue
                 if g.get(key) and o.get("worker"):
+                    # the switch's data thread also per GB of DATA it receives: N workers' gradients
+                    data = f" ({g[key] / g['workers']:.2f} s/GB of DATA)" if key == "switch" else ""
                     got[rid] = (
                         o["worker"] / g[key],
-                        f"gradswitch {key} {g[key]:.2f} s/GB, gloo worker {o['worker']:.2f} s/GB",
+                        f"gradswitch {key} {g[key]:.2f} s/GB{data}, gloo worker {o['worker']:.2f} s/GB",
                     )
                 else:
                     got[rid] = RowError(f"the suite's cpu run of gradswitch or gloo failed (see {d})")

@@ -484,6 +484,7 @@ def cpu_table(recs) -> list[dict]:
                 "switch": per(ex.get("switch_data_cpu_s")),
                 "daemon": per(ex.get("switch_cpu_s")),
                 "gb": gb,
+                "workers": r["workers"],
             }
         )
     return rows
@@ -505,16 +506,18 @@ def section_cpu(recs, lines: list[str]) -> None:
         "rank 0's timed window. Gradient generation and checking are outside the timed calls. Kernel work "
         "done in softirq on behalf of another process (tbf, bridge, a receiver's stack) is not attributed.",
         "",
-        "| system | per worker (s/GB) | host (s/GB) | switch data threads (s/GB) | switch daemon (s/GB) |",
-        "|---|---:|---:|---:|---:|",
+        "| system | per worker (s/GB) | host (s/GB) | switch data threads (s/GB) "
+        "| the same per GB of DATA received | switch daemon (s/GB) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {LABELS[r['system']]} | {r['error']} | | | |")
+            lines.append(f"| {LABELS[r['system']]} | {r['error']} | | | | |")
             continue
+        per_data = r["switch"] / r["workers"] if r["switch"] is not None else None  # N gradients of DATA
         lines.append(
             f"| {LABELS[r['system']]} | {cell(r['worker'])} | {cell(r['host'])} | {cell(r['switch'])} "
-            f"| {cell(r['daemon'])} |"
+            f"| {cell(per_data)} | {cell(r['daemon'])} |"
         )
     lines.append("")
 

@@ -42,6 +42,14 @@ pip_packages=("scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.24")
 if [ $minimal -eq 0 ]; then
   # torch is pinned: the CPU wheel of this version is what this project is tested with.
   pip_packages+=(pytest ruff "torch==2.13.0" mpi4py matplotlib scikit-learn)
+  # the training frameworks the backend is tested under (tests/python/test_lightning.py,
+  # test_accelerate.py), pinned to the versions tested with torch 2.13.0
+  pip_packages+=("pytorch-lightning==2.6.6" "accelerate==1.15.0" "transformers==5.24.0")
+  # Ray Train and torchft (tests/python/test_ray_train.py, test_torchft.py; docs/torch.md): releases
+  # with wheels for this Python that accept torch 2.13.0, installed beside the pinned torch.
+  pip_packages+=("ray[train]==2.60.0" "torchft==0.2.0")
+  # torch's own distributed tests (tests/torch_upstream) import torch.testing._internal, which needs it.
+  pip_packages+=("expecttest==0.3.0")
 fi
 echo "==> pip install ${pip_packages[*]}"
 $PY -m pip install -q --disable-pip-version-check "${pip_packages[@]}"

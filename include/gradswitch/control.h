@@ -142,6 +142,9 @@ extern "C" {
 #define GS_KEY_JOBS "jobs"
 #define GS_KEY_JOINING "joining"
 #define GS_KEY_JOBS_STARTED "jobs_started"
+/* an operator's STATS total, with an auth file: its re-reads (SIGHUP) put in force, and refused */
+#define GS_KEY_AUTH_RELOADS "auth_reloads"
+#define GS_KEY_AUTH_RELOAD_FAILURES "auth_reload_failures"
 #define GS_KEY_DROPS "drops"
 #define GS_KEY_DROP_PREFIX "drop." /* drop.<reason> */
 

@@ -1,4 +1,5 @@
-// gradswitchd: options -> config -> engine, control plane, backend -> run until SIGINT/SIGTERM.
+// gradswitchd: options -> config -> engine, control plane, backend -> run until SIGINT/SIGTERM;
+// SIGHUP reads the auth file again.
 #include <signal.h>
 
 #include <atomic>
@@ -34,6 +35,12 @@ constexpr int kShutdownGraceMs = 200;
 std::atomic<bool> g_stop{false};
 void on_signal(int) {
   g_stop.store(true);
+}
+// A signal handler may only store to a lock-free atomic: the control thread does the reload.
+std::atomic<bool> g_reload{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+void on_hangup(int) {
+  g_reload.store(true);
 }
 
 std::unique_ptr<Backend> make_backend(Engine& engine, const CommandLine& cl, std::string* error) {
@@ -79,6 +86,16 @@ int main(int argc, char** argv) {
   set_log_level(config.log_level);
   set_log_format(config.log_format);
 
+  // Before the control port listens: a SIGHUP (a reload) that comes as soon as the port answers must
+  // not meet the default action, which ends the process.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_handler = on_hangup;
+  sigaction(SIGHUP, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
   Engine engine(EngineConfig{config.threads, config.max_jobs, !config.uplink.empty()});
   ControlPlane control(engine, config);
   if (!config.auth_file.empty()) {
@@ -119,12 +136,6 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
   log_plain(LogLevel::kInfo, "gradswitchd %s: control %s, data %s, mtu %u (payload %u B), simd %s",
             GRADSWITCH_VERSION, control.describe().c_str(), backend->describe().c_str(), config.mtu,
             config.payload_bytes(), kernels().name);
@@ -137,7 +148,7 @@ int main(int argc, char** argv) {
   // lcore is the thread that initialised it.
   std::atomic<bool> data_stop{false};
   std::thread control_thread([&] {
-    control.run(g_stop);
+    control.run(g_stop, &g_reload);
     for (uint64_t end = monotonic_ns() + kShutdownGraceMs * 1'000'000ull; monotonic_ns() < end;)
       control.step(10, monotonic_ns());
     data_stop.store(true);

@@ -1,7 +1,8 @@
 // Tenants (src/switch/control/auth.h): the auth file's grammar and errors, quotas and their
 // defaults; the AUTH, ABORT and JOIN types= parsers; the proofs of the challenge-response
-// (src/common/challenge.h); the metrics endpoint's tokens and who sees which job; and the
-// protected-mode checks of the configuration.
+// (src/common/challenge.h); the metrics endpoint's tokens and who sees which job; the table that
+// replaces the one in force when the file is read again (SIGHUP); and the protected-mode checks of
+// the configuration.
 #include <string>
 
 #include "common/challenge.h"
@@ -92,6 +93,8 @@ TEST(auth_file_errors_name_the_line) {
   CHECK(fails_with("tenant a secret=" + kSecret + " max_jobs\n", "expected key=value"));
   CHECK(fails_with("", "nobody could use the switch"));
   CHECK(fails_with("defaults max_jobs=2\n", "nobody could use the switch"));
+  std::string why;  // a directory (one way a reloaded file is unreadable, even for root) says so
+  CHECK(!load_auth_file("/", kLimits, &why) && why == "--auth-file /: not a regular file");
 }
 
 TEST(auth_and_abort_requests) {
@@ -169,6 +172,46 @@ TEST(who_sees_a_job) {
   CHECK(may_see(alice, 7, 0) && !may_see(alice, 7, 1) && !may_see(alice, 7, kAnonymous));
   CHECK(may_see(rank, 7, kAnonymous) && !may_see(rank, 8, kAnonymous));  // an anonymous rank: its job
   CHECK(!may_see(Viewer{}, 7, kAnonymous));                              // anonymous use shares no tenant
+}
+
+TEST(a_reloaded_table_keeps_every_index_and_retires_what_left) {
+  std::string e;
+  const std::string other = "fedcba9876543210fedcba";
+  auto old = parse("tenant alice secret=" + kSecret + "\ntenant bob secret=" + kSecret +
+                       "\noperator ops secret=" + kSecret + "\nanonymous\n",
+                   &e);
+  // bob goes, alice gets a new secret and another quota, ops becomes a tenant, carol comes.
+  auto fresh = parse("tenant carol secret=" + kSecret + "\ntenant alice secret=" + other +
+                         " max_jobs=2\ntenant ops secret=" + kSecret + "\n",
+                     &e);
+  CHECK(old && fresh);
+  AuthChange change;
+  const AuthTable t = merge_reloaded(*old, *fresh, &change);
+  CHECK(t.tenants.size() == 5 && t.metrics_tokens.size() == 5);
+  // The old indices name the same entries: alice stays 0 with the new secret and quota.
+  CHECK(t.tenants[0].name == "alice" && t.tenants[0].secret == other && t.tenants[0].quota.max_jobs == 2 &&
+        !t.tenants[0].retired && t.metrics_tokens[0] == metrics_token(other, "alice"));
+  // bob is retired at 1: no secret, no token, found by no name; so is the operator whose role changed.
+  CHECK(t.tenants[1].name == "bob" && t.tenants[1].retired && t.tenants[1].secret.empty() &&
+        t.metrics_tokens[1].empty() && t.find("bob") == -1);
+  CHECK(t.tenants[2].name == "ops" && t.tenants[2].retired && t.tenants[2].is_operator);
+  CHECK(t.find("ops") == 4 && !t.tenants[4].is_operator && t.find("carol") == 3);
+  CHECK(t.find_metrics_token("") == -1 && t.find_metrics_token(metrics_token(kSecret, "bob")) == -1);
+  CHECK(change.tenants.size() == 3 && change.tenants[0] == AuthChange::kNewSecret &&
+        change.tenants[1] == AuthChange::kGone && change.tenants[2] == AuthChange::kGone);
+  CHECK(change.added == 2 && change.gone == 2 && change.new_secrets == 1 && change.anonymous_gone &&
+        !t.anonymous);
+  CHECK(change.summary() == "2 added, 2 removed, 1 with a new secret, anonymous JOINs no longer allowed");
+  // bob back in a later file: his old index again, and his jobs that still run are his own again.
+  auto back = parse("tenant bob secret=" + kSecret + "\ntenant alice secret=" + other + "\n", &e);
+  CHECK(back.has_value());
+  AuthChange again;
+  const AuthTable u = merge_reloaded(t, *back, &again);
+  CHECK(u.tenants.size() == 5 && u.find("bob") == 1 && !u.tenants[1].retired && u.tenants[0].name == "alice");
+  CHECK(u.tenants[3].retired && u.tenants[4].retired && u.find("carol") == -1 && u.find("ops") == -1);
+  CHECK(again.tenants[0] == AuthChange::kKept && again.tenants[1] == AuthChange::kKept &&
+        again.tenants[2] == AuthChange::kKept && again.tenants[3] == AuthChange::kGone);
+  CHECK(again.added == 1 && again.gone == 2 && again.new_secrets == 0 && !again.anonymous_gone);
 }
 
 TEST(a_reachable_metrics_host_needs_tokens_or_insecure) {

@@ -63,6 +63,7 @@ def test_the_unit_is_hardened(tmp_path):
         assert s.get(key) == [value], (key, s.get(key))
     assert "CapabilityBoundingSet" in s and s["CapabilityBoundingSet"] == []  # no capability at all
     assert s["RestrictAddressFamilies"] == ["AF_INET AF_UNIX"]
+    assert s["ExecReload"] == ["/bin/kill -HUP $MAINPID"]  # SIGHUP re-reads the auth file
     # systemd's own rating of the sandbox: at most 2.0 of 10 ("OK"; the unit rates 1.2). On a copy: next to
     # the unit in the source tree, the drop-in would be read too.
     unit = installed_copy(tmp_path, drop_in=False) / UNIT.name

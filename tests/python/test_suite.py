@@ -146,4 +146,4 @@ def test_cpu_per_gb_is_in_call_cpu_over_timed_bytes():
     suite_report.section_cpu(
         [rec("gradswitch", worker_cpu_s=[0.1, 0.3], switch_data_cpu_s=0.05, switch_cpu_s=0.06)], lines
     )
-    assert "| gradswitch (in-network) | 1.00 | – | 0.25 | 0.30 |" in lines
+    assert "| gradswitch (in-network) | 1.00 | – | 0.25 | 0.12 | 0.30 |" in lines  # DATA: 2 workers' worth

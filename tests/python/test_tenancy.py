@@ -35,7 +35,8 @@ from test_switch_daemon import (
     wait_for,
 )
 
-SECRETS = {name: secrets.token_hex(32) for name in ("alice", "bob", "ops")}
+# carol is in no file here: test_tenancy_reload adds her.
+SECRETS = {name: secrets.token_hex(32) for name in ("alice", "bob", "ops", "carol")}
 AUTH_FILE = f"""# the tenants of a shared switch
 defaults max_jobs=8
 tenant alice secret={SECRETS["alice"]}

@@ -9,6 +9,10 @@
 - ChunkedOverlap: uniform-chunk overlap of backward and communication (paper 001's PCCO);
 - DistributedOptimizer, broadcast_parameters, broadcast_optimizer_state: Horovod-style API;
 - SwitchOptimizer: a torch.optim.Optimizer whose update runs in the switch (docs/optimizer.md).
+
+Importing it also gives Accelerate (and the Hugging Face Trainer) gradswitch.accelerate's handling of
+backend "gradswitch", now or whenever Accelerate is imported: no run that asks for gradswitch is ever
+left undistributed (docs/torch.md, section 9).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 if not _dist.is_available():  # pragma: no cover
     raise ImportError("gradswitch.torch needs a PyTorch built with torch.distributed")
 
+from . import _guards
 from ._backend import (
     BACKEND_NAME,
     SUPPORTED_OPS,
@@ -47,6 +52,7 @@ from .overlap import ChunkedOverlap
 from .switch_optimizer import SwitchOptimizer
 
 register()
+_guards.patch_accelerate_when_loaded()
 
 __all__ = [
     "BACKEND_NAME",

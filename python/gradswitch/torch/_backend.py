@@ -33,6 +33,7 @@ from torch.futures import Future
 import gradswitch
 
 from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel
+from ._guards import refuse_undistributed_accelerate
 
 BACKEND_NAME = "gradswitch"
 _KEY = "gradswitch/"
@@ -487,6 +488,10 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
             pass
 
     def abort(self) -> None:
+        # Cancels the running and queued allreduces (they fail now rather than after their timeout)
+        # and drops the job without LEAVE, so the switch ends it for the other ranks too.
+        if self.channel.group is not None:
+            self.channel.group.close(abort=True)
         self.channel.close()
         try:
             self._gloo.abort()
@@ -543,6 +548,7 @@ for _name in _GLOO_OPS:
 
 
 def _create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupGradswitch:
+    refuse_undistributed_accelerate()
     return ProcessGroupGradswitch(
         dist_opts.store,
         dist_opts.group_rank,

@@ -12,8 +12,11 @@ issues the same allreduces in the same order (the switch pairs chunks by positio
 - CUDA tensors go through pinned host buffers in fixed-size pieces: the device-to-host copy of piece
   i+1 runs while piece i is on the network, and the host-to-device copy of piece i while piece i+1 is.
 
-A completer thread waits the handles in order and completes the futures (callbacks chained on them run
-on that thread, as with torch's own backends).
+Completer threads wait the handles in order, one at a time, and complete the futures; callbacks chained
+on a future run on the thread that completes it, as with torch's own backends. A callback may itself
+issue an allreduce and wait for it (PowerSGD's hook does, from the callback of its first allreduce):
+so a thread releases its turn before it completes a future, and a spare thread (started when none is
+idle) takes the next handle meanwhile.
 """
 
 from __future__ import annotations
@@ -85,10 +88,11 @@ class Channel:
         self.busy_s = 0.0  # union of intervals with at least one operation in flight
         self._inflight = 0
         self._busy_since = 0.0
-        self._completer = threading.Thread(
-            target=self._complete_loop, name="gradswitch-complete", daemon=True
-        )
-        self._completer.start()
+        self._turn = threading.Lock()  # the completer that waits the next handle holds it
+        self._completers: list[threading.Thread] = []
+        self._in_callbacks = 0  # completers completing a future (running its callbacks)
+        with self._cv:
+            self._start_completer()
         self._stager: threading.Thread | None = None
         _live_channels.add(self)
 
@@ -157,7 +161,9 @@ class Channel:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        for t in (self._stager, self._completer):
+        with self._cv:
+            threads = [self._stager, *self._completers]
+        for t in threads:
             if t is not None and t is not threading.current_thread():
                 t.join(timeout=60)
         if self._owns_group and self.group is not None:
@@ -311,27 +317,58 @@ class Channel:
         return ("cuda", tensor, average, fut, (src, pieces, cs))
 
     # ------------------------------------------------------------------ completion
+    def _start_completer(self) -> None:
+        """Caller holds self._cv."""
+        t = threading.Thread(target=self._complete_loop, name="gradswitch-complete", daemon=True)
+        self._completers.append(t)
+        t.start()
+
+    def _next_item(self):
+        """The next operation to finish, in issue order; None once closed and drained."""
+        with self._cv:
+            while not self._done_q and not (self._closed and not self._stage_pending and not self._stage_q):
+                self._cv.wait()
+            return self._done_q.popleft() if self._done_q else None
+
     def _complete_loop(self) -> None:
-        while True:
+        try:
+            while self._complete_one():
+                pass
+        finally:
             with self._cv:
-                while not self._done_q and not (
-                    self._closed and not self._stage_pending and not self._stage_q
-                ):
-                    self._cv.wait()
-                if not self._done_q:
-                    return
-                kind, tensor, average, fut, extra = self._done_q.popleft()
+                self._completers.remove(threading.current_thread())
+
+    def _complete_one(self) -> bool:
+        """Waits the next operation (holding the turn), then completes its future (not holding it).
+        False when this thread should stop: closed and drained, or enough others are idle."""
+        with self._turn:
+            item = self._next_item()
+            if item is None:
+                return False
+            kind, tensor, average, fut, extra = item
+            error = None
             try:
                 if kind == "cpu":
                     self._finish_cpu(tensor, average, *extra)
                 else:
                     self._finish_cuda(tensor, average, *extra)
             except BaseException as e:  # noqa: BLE001 - reported through the future
-                self._end()
-                fut.set_exception(e)
-                continue
+                error = e
             self._end()
-            fut.set_result(tensor)
+            with self._cv:
+                self._in_callbacks += 1
+                if len(self._completers) - self._in_callbacks < 1 and not self._closed:
+                    self._start_completer()  # it takes the next handle should a callback block
+        try:
+            if error is None:
+                fut.set_result(tensor)
+            else:
+                fut.set_exception(error)
+        finally:
+            with self._cv:
+                self._in_callbacks -= 1
+                idle = len(self._completers) - self._in_callbacks
+        return idle <= 2  # two idle threads are enough: one waits, one is ready for the next callback
 
     def _finish_cpu(self, tensor, average, buf, handle) -> None:
         handle.wait()

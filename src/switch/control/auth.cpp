@@ -60,14 +60,15 @@ bool apply_field(std::string_view field, const Quota& limits, Tenant* t, Quota* 
 
 int AuthTable::find(std::string_view name) const {
   for (size_t i = 0; i < tenants.size(); ++i)
-    if (tenants[i].name == name) return static_cast<int>(i);
+    if (!tenants[i].retired && tenants[i].name == name) return static_cast<int>(i);
   return -1;
 }
 
 int AuthTable::find_metrics_token(std::string_view token) const {
   int found = -1;
-  for (size_t i = 0; i < metrics_tokens.size(); ++i)
-    if (constant_time_equal(metrics_tokens[i], token)) found = static_cast<int>(i);
+  for (size_t i = 0; i < metrics_tokens.size(); ++i)  // a retired entry's token is empty
+    if (!metrics_tokens[i].empty() && constant_time_equal(metrics_tokens[i], token))
+      found = static_cast<int>(i);
   return found;
 }
 
@@ -99,77 +100,92 @@ Quota default_quota(const Quota& limits, unsigned percent) {
   return q;
 }
 
+namespace {
+
+// An entry as read, before the quotas it leaves out are filled in.
+struct Entry {
+  Tenant t;
+  bool has_quota[2] = {false, false};  // max_jobs, max_memory given
+};
+
+// A line's fields: its comment cut, split on blanks.
+std::vector<std::string_view> fields_of(std::string_view line) {
+  if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+  std::vector<std::string_view> fields;
+  for (size_t i = 0; i < line.size();) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+    const size_t start = i;
+    while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r') ++i;
+    if (i > start) fields.push_back(line.substr(start, i - start));
+  }
+  return fields;
+}
+
+// One entry's fields into `p`; "" or what is wrong with it. `entries`: the named ones before it.
+std::string parse_entry(const std::vector<std::string_view>& fields, const Quota& limits,
+                        const std::vector<Entry>& entries, Entry* p) {
+  const std::string_view kind = fields[0];
+  if (kind != "tenant" && kind != "operator" && kind != "anonymous" && kind != "defaults")
+    return "unknown entry '" + std::string(kind.substr(0, 40)) + "' (tenant, operator, anonymous, defaults)";
+  const bool named = kind == "tenant" || kind == "operator";
+  p->t.is_operator = kind == "operator";
+  if (named) {
+    if (fields.size() < 2 || !is_valid_tenant_name(fields[1]))
+      return std::string(kind) + " needs a name of [A-Za-z0-9._-]{1,64}";
+    p->t.name = fields[1];
+    if (std::any_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.t.name == p->t.name; }))
+      return "'" + p->t.name + "' is named twice";
+  }
+  std::string why;
+  for (size_t f = named ? 2 : 1; f < fields.size(); ++f) {
+    if (!apply_field(fields[f], limits, named ? &p->t : nullptr, p->t.is_operator ? nullptr : &p->t.quota,
+                     &why))
+      return why;
+    if (fields[f].rfind("max_jobs=", 0) == 0) p->has_quota[0] = true;
+    if (fields[f].rfind("max_memory=", 0) == 0) p->has_quota[1] = true;
+  }
+  if (named && p->t.secret.empty()) return std::string(kind) + " '" + p->t.name + "' needs secret=";
+  return "";
+}
+
+}  // namespace
+
 std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& limits, std::string* error,
                                          unsigned share_percent) {
-  AuthTable table;
   Quota defaults = default_quota(limits, share_percent);
-  struct Pending {
-    Tenant t;
-    bool has_quota[2] = {false, false};  // max_jobs, max_memory given
-  };
-  std::vector<Pending> entries;
-  std::optional<Pending> anonymous;
+  std::vector<Entry> entries;
+  std::optional<Entry> anonymous;
   size_t line_no = 0;
   for (size_t pos = 0; pos <= text.size();) {
     size_t nl = text.find('\n', pos);
     if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = text.substr(pos, nl - pos);
+    const std::vector<std::string_view> fields = fields_of(text.substr(pos, nl - pos));
     pos = nl + 1;
     ++line_no;
-    if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    std::vector<std::string_view> fields;
-    for (size_t i = 0; i < line.size();) {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
-      const size_t start = i;
-      while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r') ++i;
-      if (i > start) fields.push_back(line.substr(start, i - start));
-    }
     if (fields.empty()) continue;
-    auto fail = [&](const std::string& why) {
+    Entry p;
+    std::string why = parse_entry(fields, limits, entries, &p);
+    if (why.empty() && fields[0] == "anonymous" && anonymous) why = "a second 'anonymous' entry";
+    if (!why.empty()) {
       *error = "line " + std::to_string(line_no) + ": " + why;
       return std::nullopt;
-    };
-    const std::string_view kind = fields[0];
-    std::string why;
-    if (kind != "tenant" && kind != "operator" && kind != "anonymous" && kind != "defaults")
-      return fail("unknown entry '" + std::string(kind.substr(0, 40)) +
-                  "' (tenant, operator, anonymous, defaults)");
-    const bool named = kind == "tenant" || kind == "operator";
-    Pending p;
-    p.t.is_operator = kind == "operator";
-    if (named) {
-      if (fields.size() < 2 || !is_valid_tenant_name(fields[1]))
-        return fail(std::string(kind) + " needs a name of [A-Za-z0-9._-]{1,64}");
-      p.t.name = fields[1];
-      if (std::any_of(entries.begin(), entries.end(), [&](const Pending& e) { return e.t.name == p.t.name; }))
-        return fail("'" + p.t.name + "' is named twice");
     }
-    for (size_t f = named ? 2 : 1; f < fields.size(); ++f) {
-      if (!apply_field(fields[f], limits, named ? &p.t : nullptr, p.t.is_operator ? nullptr : &p.t.quota,
-                       &why))
-        return fail(why);
-      if (fields[f].rfind("max_jobs=", 0) == 0) p.has_quota[0] = true;
-      if (fields[f].rfind("max_memory=", 0) == 0) p.has_quota[1] = true;
-    }
-    if (named && p.t.secret.empty()) return fail(std::string(kind) + " '" + p.t.name + "' needs secret=");
-    if (kind == "defaults") {
+    if (fields[0] == "defaults") {
       if (p.has_quota[0]) defaults.max_jobs = p.t.quota.max_jobs;
       if (p.has_quota[1]) defaults.max_memory = p.t.quota.max_memory;
-      continue;
-    }
-    if (kind == "anonymous") {
-      if (anonymous) return fail("a second 'anonymous' entry");
+    } else if (fields[0] == "anonymous") {
       anonymous = std::move(p);
-      continue;
+    } else {
+      entries.push_back(std::move(p));
     }
-    entries.push_back(std::move(p));
   }
   // `defaults` may come anywhere in the file: quotas an entry leaves out are filled in at the end.
-  auto fill = [&](Pending& p) {
+  auto fill = [&](Entry& p) {
     if (!p.has_quota[0]) p.t.quota.max_jobs = defaults.max_jobs;
     if (!p.has_quota[1]) p.t.quota.max_memory = defaults.max_memory;
   };
-  for (Pending& p : entries) {
+  AuthTable table;
+  for (Entry& p : entries) {
     fill(p);
     table.metrics_tokens.push_back(metrics_token(p.t.secret, p.t.name));
     table.tenants.push_back(std::move(p.t));
@@ -192,6 +208,10 @@ std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& li
     *error = "--auth-file " + path + ": " + std::strerror(errno);
     return std::nullopt;
   }
+  if (!S_ISREG(st.st_mode)) {  // a directory reads as an empty file: say what it is instead
+    *error = "--auth-file " + path + ": not a regular file";
+    return std::nullopt;
+  }
   if (st.st_mode & (S_IRWXG | S_IRWXO)) {
     *error = "--auth-file " + path + " holds secrets but group or others may read it: chmod 600 " + path;
     return std::nullopt;
@@ -206,6 +226,49 @@ std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& li
   auto table = parse_auth_file(text.str(), limits, error, share_percent);
   if (!table) *error = "--auth-file " + path + ": " + *error;
   return table;
+}
+
+std::string AuthChange::summary() const {
+  return std::to_string(added) + " added, " + std::to_string(gone) + " removed, " +
+         std::to_string(new_secrets) + " with a new secret" +
+         (anonymous_gone ? ", anonymous JOINs no longer allowed" : "");
+}
+
+AuthTable merge_reloaded(const AuthTable& old, const AuthTable& fresh, AuthChange* change) {
+  AuthTable out;
+  out.anonymous = fresh.anonymous;
+  *change = AuthChange{};
+  change->anonymous_gone = old.anonymous && !fresh.anonymous;
+  std::vector<bool> placed(fresh.tenants.size(), false);
+  for (const Tenant& was : old.tenants) {
+    const int f = fresh.find(was.name);
+    const bool same_role = f >= 0 && !placed[f] && fresh.tenants[f].is_operator == was.is_operator;
+    AuthChange::What what = AuthChange::kKept;
+    if (same_role) {
+      placed[f] = true;
+      out.tenants.push_back(fresh.tenants[f]);
+      out.metrics_tokens.push_back(fresh.metrics_tokens[f]);
+      if (was.retired)
+        ++change->added;  // back in the file: its jobs that still run are its own again
+      else if (was.secret != fresh.tenants[f].secret)
+        what = AuthChange::kNewSecret, ++change->new_secrets;
+    } else {
+      Tenant retired = was;
+      retired.secret.clear();
+      if (!was.retired) what = AuthChange::kGone, ++change->gone;
+      retired.retired = true;
+      out.tenants.push_back(std::move(retired));
+      out.metrics_tokens.emplace_back();
+    }
+    change->tenants.push_back(what);
+  }
+  for (size_t f = 0; f < fresh.tenants.size(); ++f)
+    if (!placed[f]) {
+      out.tenants.push_back(fresh.tenants[f]);
+      out.metrics_tokens.push_back(fresh.metrics_tokens[f]);
+      ++change->added;
+    }
+  return out;
 }
 
 }  // namespace gradswitch::control

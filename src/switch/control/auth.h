@@ -1,6 +1,7 @@
 // Tenants: the auth file (--auth-file) that names them, their secrets and quotas, and the operators
 // (docs/security.md). Pure parsing, no sockets, so that it can be unit tested and fuzzed; the
-// control plane's access.cpp uses the table to authenticate connections and enforce quotas.
+// control plane's Authenticator (authenticator.h) and Jobs use the table to authenticate connections
+// and enforce quotas.
 //
 // Format: one entry per line, fields separated by spaces, `#` starts a comment:
 //   tenant NAME secret=SECRET [max_jobs=N] [max_memory=BYTES]
@@ -32,6 +33,9 @@ struct Tenant {
   std::string secret;
   bool is_operator = false;  // sees and may abort every job; joins none
   Quota quota;
+  // Gone from the auth file at a reload (merge_reloaded): kept so that the jobs it still runs keep
+  // their tenant; no AUTH, no metrics token, no name lookup finds it.
+  bool retired = false;
 };
 
 // The tenant of an unauthenticated connection and of its jobs.
@@ -42,7 +46,7 @@ struct AuthTable {
   std::optional<Quota> anonymous;  // set: JOIN without AUTH is allowed, under this shared quota
   // Per tenant (same index): its metrics token, metrics_token(secret, name).
   std::vector<std::string> metrics_tokens;
-  // The tenant named `name`, or -1.
+  // The tenant named `name` (not a retired one), or -1.
   int find(std::string_view name) const;
   // The tenant whose metrics token `token` is, or -1. Compares with every entry's token, each in
   // constant time and without stopping at a match, so that the time taken tells nothing.
@@ -80,6 +84,22 @@ std::optional<AuthTable> parse_auth_file(std::string_view text, const Quota& lim
 // Reads `path` (it must not be readable by group or others: it holds secrets) and parses it.
 std::optional<AuthTable> load_auth_file(const std::string& path, const Quota& limits, std::string* error,
                                         unsigned share_percent = kDefaultTenantSharePercent);
+
+// What re-reading the auth file changed (SIGHUP, docs/security.md "Changing the auth file"), per
+// index of the table in force before.
+struct AuthChange {
+  enum What : uint8_t { kKept, kNewSecret, kGone };  // kGone: removed, or now of the other role
+  std::vector<What> tenants;
+  bool anonymous_gone = false;  // unauthenticated JOINs were allowed and are no longer
+  size_t added = 0, new_secrets = 0, gone = 0;
+  std::string summary() const;  // "1 added, 1 removed, 1 with a new secret"
+};
+
+// The table that replaces `old` when the file is read again: `fresh`'s entries and quotas, each
+// entry that `old` had at the same index (so that a job's or a connection's tenant index keeps
+// naming the same tenant), a removed entry kept there as a retired one, and new entries after them.
+// An entry whose role changed is retired and its name given to a new entry.
+AuthTable merge_reloaded(const AuthTable& old, const AuthTable& fresh, AuthChange* change);
 
 // [A-Za-z0-9._-]{1,64}: tenant names (no '/' and no ':', so that "tenant/job" reads back).
 bool is_valid_tenant_name(std::string_view s);

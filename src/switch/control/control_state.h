@@ -1,5 +1,5 @@
-// The records the control plane's files share: a connection, a job waiting for its ranks, and a
-// running job. Internal to src/switch/control (the ControlPlane class keeps them private).
+// The records the control plane's types share: a connection, a job waiting for its ranks, and a
+// running job. Internal to src/switch/control: Connections owns the first, Jobs the other two.
 #pragma once
 
 #include <cstdint>
@@ -10,23 +10,24 @@
 #include <string>
 #include <vector>
 
-#include "switch/control/control_plane.h"
+#include "switch/control/auth.h"
+#include "switch/control/parse.h"
+#include "switch/engine/engine.h"
 
-namespace gradswitch {
+namespace gradswitch::control {
 
 // Buffered input behind a JOIN whose reply is held (more withdraws the JOIN: a connection that is
 // not read could close unnoticed), or behind a STATE_GET payload going out (reading pauses).
 inline constexpr size_t kMaxPausedInput = 64 * 1024;
-using control::kAnonymous;  // the tenant of an unauthenticated connection and its jobs (auth.h)
 
-struct ControlPlane::Conn {
+struct Conn {
   // kUplink: a leaf's own connection to its spine, carrying one member's JOIN (docs/protocol.md §8).
   enum class Role { kNone, kPending, kJoined, kLeft, kUplink };
   uint64_t id = 0;
   int fd = -1;
   uint32_t peer_ipv4_be = 0;
   std::string peer;  // "a.b.c.d:port", for messages
-  control::LineFramer in;
+  LineFramer in;
   std::string out;
   bool eof = false;      // the peer closed its side
   int last_errno = 0;    // why the connection failed, when it did (a leaf's spine unreachable)
@@ -35,12 +36,12 @@ struct ControlPlane::Conn {
   uint64_t drain_deadline_ns = 0;
   bool dead = false;  // close at the end of this step
   Role role = Role::kNone;
-  // Who it is (access.cpp): the tenant after AUTH, and whether it sees every job and may ABORT
+  // Who it is (Authenticator): the tenant after AUTH, and whether it sees every job and may ABORT
   // (an operator, or anyone on a switch without --auth-file).
   int tenant = kAnonymous;
   bool privileged = false;
   std::string nonce;  // the CHALLENGE awaiting its AUTH, "" for none
-  // An AUTH whose answer backoff defers (access.cpp): checked on arrival, answered at `at_ns`; the
+  // An AUTH whose answer backoff defers (Authenticator): checked on arrival, answered at `at_ns`; the
   // connection's later requests wait for it, as behind a held JOIN.
   struct DeferredAuth {
     uint64_t at_ns = 0;
@@ -48,8 +49,9 @@ struct ControlPlane::Conn {
     std::string reply;        // the OK line, or the ERR auth message
   };
   std::optional<DeferredAuth> auth_wait;
-  // With an auth file (server.cpp): since when it has been outside a job (the handshake deadline of
-  // an unauthenticated connection), and since when its input has ended in an incomplete line (0: not).
+  // With an auth file (Authenticator::check_deadlines): since when it has been outside a job (the handshake
+  // deadline of an unauthenticated connection), and since when its input has ended in an incomplete line (0:
+  // not).
   uint64_t outside_since_ns = 0;
   uint64_t partial_since_ns = 0;
   std::string job_name;  // kPending, kJoined, kLeft, kUplink: the job's scoped name ("tenant/name")
@@ -67,11 +69,11 @@ struct ControlPlane::Conn {
     enum Kind { kParams, kState, kDiscard } kind = kDiscard;
     uint64_t total = 0, done = 0;
     uint32_t job_id = 0;
-    uint64_t param_offset = 0;    // kParams: first element written
-    control::StateHeader expect;  // kState: what the header must say
-    uint8_t header[control::kStateHeaderBytes] = {};
-    control::Error error;  // kDiscard: the reply once the payload is consumed
-    std::string ok;        // the reply on success
+    uint64_t param_offset = 0;  // kParams: first element written
+    StateHeader expect;         // kState: what the header must say
+    uint8_t header[kStateHeaderBytes] = {};
+    Error error;     // kDiscard: the reply once the payload is consumed
+    std::string ok;  // the reply on success
   };
   std::optional<BinaryIn> bin;
   // Raw bytes sent after `out` (STATE_GET): borrowed from the job's optimizer, which lives as long
@@ -89,7 +91,7 @@ struct ControlPlane::Conn {
   bool input_paused() const { return !stream.empty() && in.buffered() > kMaxPausedInput; }
 };
 
-struct ControlPlane::PendingJob {
+struct PendingJob {
   std::string name, token;  // name: scoped ("tenant/name" for a tenant's job)
   int tenant = kAnonymous;
   uint32_t types = 0;  // JOIN types=: extra element types
@@ -111,7 +113,7 @@ struct ControlPlane::PendingJob {
   std::map<std::string, std::string> spine_reply;
 };
 
-struct ControlPlane::LiveJob {
+struct LiveJob {
   uint32_t id = 0;
   int tenant = kAnonymous;
   JobSpec spec;
@@ -137,13 +139,11 @@ struct ControlPlane::LiveJob {
   uint64_t start_ns = 0, last_request_ns = 0;
 };
 
-namespace control {
 // Texts of replies, events and log lines that several files write (queries.cpp defines them).
 // ` mismatch_seq=.. mismatch_offset=.. mismatch_ranks=a,b ...`: the two contributions that could not
 // be summed (held, arriving).
 std::string mismatch_keys(const Mismatch& m);
 std::string ranks_text(uint64_t mask);         // "0,3,5"
 std::string endpoint_text(const Endpoint& e);  // "10.0.0.1:7701"
-}  // namespace control
 
-}  // namespace gradswitch
+}  // namespace gradswitch::control

@@ -1,27 +1,26 @@
-// Requests of optimizer jobs (docs/protocol.md section 1.3): PARAMS and STATE_SET (binary
-// uploads written into the job's memory as they arrive), SETLR, and STATE_GET (streamed from it).
+// Requests of optimizer jobs (see optimizer_requests.h): PARAMS, STATE_SET, SETLR and STATE_GET.
+#include "switch/control/optimizer_requests.h"
+
 #include <atomic>
 #include <bit>
 
-#include "switch/control/control_plane.h"
-#include "switch/control/control_state.h"
-
-namespace gradswitch {
-
-using namespace control;
+namespace gradswitch::control {
 
 // The state blob is the switch's memory as it is: little-endian floats and counters.
 static_assert(std::endian::native == std::endian::little,
               "the STATE_GET/STATE_SET layout assumes little-endian");
 
-Optimizer* ControlPlane::joined_optimizer(Conn& c, const std::string& verb, Error* err) {
+OptimizerRequests::OptimizerRequests(Engine& engine, const SwitchConfig& config, Connections& conns)
+    : engine_(engine), config_(config), conns_(conns) {}
+
+Optimizer* OptimizerRequests::joined_optimizer(Conn& c, const std::string& verb, Error* err) {
   if (c.role != Conn::Role::kJoined) {
     *err = {kErrState,
             verb + " needs a connection that has joined an optimizer job (JOIN ... optimizer=...)"};
     return nullptr;
   }
   Optimizer* opt = engine_.job_optimizer(c.job_id);
-  if (!opt && is_leaf()) {
+  if (!opt && !config_.uplink.empty()) {  // a leaf
     *err = {kErrState, "job '" + c.job_name + "' runs through this leaf switch, whose spine (" +
                            config_.uplink + ") holds the parameters and optimizes; " + verb +
                            " is not relayed to the spine: the parameters start as zeros there"};
@@ -35,15 +34,20 @@ Optimizer* ControlPlane::joined_optimizer(Conn& c, const std::string& verb, Erro
   return opt;
 }
 
-void ControlPlane::handle_upload(Conn& c, const Request& r) {
+void OptimizerRequests::handle_upload(Conn& c, const Request& r) {
   auto length = binary_length(r);
   if (!length)
-    return close_with_error(
+    return conns_.close_with_error(
         c, kErrBadRequest,
         r.verb + (r.verb == GS_VERB_PARAMS ? " needs count=<0..4294967295>" : " needs bytes=<n>") +
             ": the length of the payload that follows is unknown; closing the connection");
+  c.bin = plan_upload(c, r, *length);
+  // The dispatcher feeds it from the bytes already buffered and those still to come.
+}
+
+Conn::BinaryIn OptimizerRequests::plan_upload(Conn& c, const Request& r, uint64_t total) {
   Conn::BinaryIn b;
-  b.total = *length;
+  b.total = total;
   b.job_id = c.job_id;
   Error err;
   Optimizer* opt = joined_optimizer(c, r.verb, &err);
@@ -85,11 +89,45 @@ void ControlPlane::handle_upload(Conn& c, const Request& r) {
     b.kind = Conn::BinaryIn::kDiscard;
     b.error = err;
   }
-  c.bin = std::move(b);
-  // process_lines() feeds it from the bytes already buffered and those still to come.
+  return b;
 }
 
-void ControlPlane::feed_binary(Conn& c) {
+size_t OptimizerRequests::take_state(Conn& c, Optimizer* opt, size_t want) {
+  Conn::BinaryIn& b = *c.bin;
+  if (b.done < kStateHeaderBytes) {
+    want = std::min<size_t>(want, kStateHeaderBytes - b.done);
+    c.in.take(reinterpret_cast<char*>(b.header) + b.done, want);
+    if (b.done + want == kStateHeaderBytes) {
+      Error err;
+      if (auto decoded = decode_state_header(b.header, b.expect, &err)) {
+        b.expect = *decoded;  // what it said: the job's layout, and the lr to set at the end
+      } else {
+        b.kind = Conn::BinaryIn::kDiscard;
+        b.error = err;
+      }
+    }
+    return want;
+  }
+  const uint64_t array_bytes = b.expect.params * 4;
+  const uint64_t pos = b.done - kStateHeaderBytes;
+  const uint64_t a = pos / array_bytes;
+  char* dst;
+  uint64_t room;
+  if (a < b.expect.arrays) {
+    float* arr = a == 0 ? opt->params() : opt->state(static_cast<unsigned>(a - 1));
+    dst = reinterpret_cast<char*>(arr) + (pos - a * array_bytes);
+    room = array_bytes - (pos - a * array_bytes);
+  } else {
+    const uint64_t off = pos - b.expect.arrays * array_bytes;
+    dst = reinterpret_cast<char*>(opt->steps()) + off;
+    room = uint64_t{b.expect.chunks} * 4 - off;
+  }
+  want = static_cast<size_t>(std::min<uint64_t>(want, room));
+  c.in.take(dst, want);
+  return want;
+}
+
+void OptimizerRequests::feed(Conn& c) {
   Conn::BinaryIn& b = *c.bin;
   while (b.done < b.total) {
     const size_t avail = c.in.buffered();
@@ -100,43 +138,19 @@ void ControlPlane::feed_binary(Conn& c) {
       b.kind = Conn::BinaryIn::kDiscard;
       b.error = {kErrState, "the job ended during the upload"};
     }
-    if (b.kind == Conn::BinaryIn::kDiscard) {
+    if (b.kind == Conn::BinaryIn::kDiscard)
       c.in.take(nullptr, want);
-    } else if (b.kind == Conn::BinaryIn::kParams) {
+    else if (b.kind == Conn::BinaryIn::kParams)
       c.in.take(reinterpret_cast<char*>(opt->params() + b.param_offset) + b.done, want);
-    } else if (b.done < kStateHeaderBytes) {
-      want = std::min<size_t>(want, kStateHeaderBytes - b.done);
-      c.in.take(reinterpret_cast<char*>(b.header) + b.done, want);
-      if (b.done + want == kStateHeaderBytes) {
-        Error err;
-        if (auto decoded = decode_state_header(b.header, b.expect, &err)) {
-          b.expect = *decoded;  // what it said: the job's layout, and the lr to set at the end
-        } else {
-          b.kind = Conn::BinaryIn::kDiscard;
-          b.error = err;
-        }
-      }
-    } else {
-      const uint64_t array_bytes = b.expect.params * 4;
-      const uint64_t pos = b.done - kStateHeaderBytes;
-      const uint64_t a = pos / array_bytes;
-      char* dst;
-      uint64_t room;
-      if (a < b.expect.arrays) {
-        float* arr = a == 0 ? opt->params() : opt->state(static_cast<unsigned>(a - 1));
-        dst = reinterpret_cast<char*>(arr) + (pos - a * array_bytes);
-        room = array_bytes - (pos - a * array_bytes);
-      } else {
-        const uint64_t off = pos - b.expect.arrays * array_bytes;
-        dst = reinterpret_cast<char*>(opt->steps()) + off;
-        room = uint64_t{b.expect.chunks} * 4 - off;
-      }
-      want = static_cast<size_t>(std::min<uint64_t>(want, room));
-      c.in.take(dst, want);
-    }
+    else
+      want = take_state(c, opt, want);
     b.done += want;
   }
-  // Complete.
+  finish_upload(c);
+}
+
+void OptimizerRequests::finish_upload(Conn& c) {
+  Conn::BinaryIn& b = *c.bin;
   if (b.kind == Conn::BinaryIn::kState)
     if (Optimizer* opt = engine_.job_optimizer(b.job_id)) opt->set_lr(b.expect.lr);
   // The data threads read what was written only after this reply reached rank 0 (a step needs its
@@ -145,26 +159,26 @@ void ControlPlane::feed_binary(Conn& c) {
   Conn::BinaryIn done = std::move(b);
   c.bin.reset();
   if (done.kind == Conn::BinaryIn::kDiscard)
-    reply_error(c, done.error.code, done.error.message);
+    conns_.reply_error(c, done.error.code, done.error.message);
   else
-    reply(c, done.ok);
+    conns_.reply(c, done.ok);
 }
 
-void ControlPlane::handle_setlr(Conn& c, const Request& r) {
+void OptimizerRequests::handle_setlr(Conn& c, const Request& r) {
   Error err;
   auto lr = parse_setlr(r, &err);
-  if (!lr) return reply_error(c, err.code, err.message);
+  if (!lr) return conns_.reply_error(c, err.code, err.message);
   Optimizer* opt = joined_optimizer(c, GS_VERB_SETLR, &err);
-  if (!opt) return reply_error(c, err.code, err.message);
+  if (!opt) return conns_.reply_error(c, err.code, err.message);
   opt->set_lr(*lr);
-  reply(c, Line(GS_REPLY_OK).add(GS_KEY_LR, format_float(*lr)).str());
+  conns_.reply(c, Line(GS_REPLY_OK).add(GS_KEY_LR, format_float(*lr)).str());
 }
 
-void ControlPlane::handle_state_get(Conn& c, const Request& r) {
+void OptimizerRequests::handle_state_get(Conn& c, const Request& r) {
   Error err;
-  if (!parse_no_args(r, &err)) return reply_error(c, err.code, err.message);
+  if (!parse_no_args(r, &err)) return conns_.reply_error(c, err.code, err.message);
   Optimizer* opt = joined_optimizer(c, GS_VERB_STATE_GET, &err);
-  if (!opt) return reply_error(c, err.code, err.message);
+  if (!opt) return conns_.reply_error(c, err.code, err.message);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const StateHeader h = state_header_for(opt->spec(), config_.payload_bytes() / 4, opt->lr());
   const uint64_t bytes = state_blob_bytes(h);
@@ -190,7 +204,7 @@ void ControlPlane::handle_state_get(Conn& c, const Request& r) {
   steps.owned.assign(reinterpret_cast<const char*>(opt->steps()), size_t{h.chunks} * 4);
   steps.len = steps.owned.size();
   c.stream.push_back(std::move(steps));
-  reply(c, line);  // sends the line, the header and then the stream as the peer reads
+  conns_.reply(c, line);  // sends the line, the header and then the stream as the peer reads
 }
 
-}  // namespace gradswitch
+}  // namespace gradswitch::control

@@ -213,6 +213,13 @@ void Collector::totals(Exposition& e, const std::vector<JobView>& jobs) const {
   e.sample({}, g.reserved_bytes.load(std::memory_order_relaxed));
   e.family("gradswitch_control_connections", Type::kGauge, "Open control-plane connections.");
   e.sample({}, g.connections.load(std::memory_order_relaxed));
+  if (!config_.auth_file.empty()) {
+    e.family("gradswitch_auth_reloads_total", Type::kCounter,
+             "Re-reads of the auth file (SIGHUP): put in force (ok) or refused, the table in force kept "
+             "(refused).");
+    e.sample({{"result", "ok"}}, g.auth_reloads.load(std::memory_order_relaxed));
+    e.sample({{"result", "refused"}}, g.auth_reload_failures.load(std::memory_order_relaxed));
+  }
 
   uint64_t running = 0, aborted = 0, open_total = 0;
   for (const JobView& j : jobs) {

@@ -1,8 +1,7 @@
-// A leaf switch's control plane (--uplink; docs/protocol.md §8): each rack member's JOIN is
-// forwarded to the spine on a connection of its own, the job starts at the leaf once the spine has
-// every rank, and from then on the two levels end together: a member that leaves or disconnects
-// does the same at the spine, and the spine ending the job (or going away) ends the leaf's job, which
-// tells every member why.
+// A leaf switch's side of its spine (see leaf_uplink.h): forwarded JOINs, the spine's replies and
+// events, and the two levels ending together.
+#include "switch/control/leaf_uplink.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,12 +12,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "switch/control/control_plane.h"
-#include "switch/control/control_state.h"
+#include "switch/control/jobs.h"
 
-namespace gradswitch {
-
-using namespace control;
+namespace gradswitch::control {
 
 namespace {
 
@@ -62,15 +58,18 @@ std::optional<uint64_t> reply_number(const std::map<std::string, std::string>& k
 
 }  // namespace
 
-bool ControlPlane::is_leaf() const {
-  return !config_.uplink.empty();
+LeafUplink::LeafUplink(Engine& engine, const SwitchConfig& config, Connections& conns, Jobs& jobs)
+    : engine_(engine), config_(config), conns_(conns), jobs_(jobs) {}
+
+void LeafUplink::spine_address(uint32_t* ip_be, uint16_t* port) const {
+  std::string why;
+  config_detail::parse_ipv4_port(config_.uplink, ip_be, port, &why);
 }
 
-void ControlPlane::forward_join(Conn& member, const Request& join, PendingJob& p) {
+void LeafUplink::forward_join(Conn& member, const Request& join, PendingJob& p) {
   uint32_t spine_ip = 0;
   uint16_t spine_port = 0;
-  std::string why;
-  config_detail::parse_ipv4_port(config_.uplink, &spine_ip, &spine_port, &why);
+  spine_address(&spine_ip, &spine_port);
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -88,13 +87,13 @@ void ControlPlane::forward_join(Conn& member, const Request& join, PendingJob& p
       (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS)) {
     const std::string err = std::strerror(errno);
     if (fd >= 0) ::close(fd);
-    return fail_pending(p, {kErrState, "job '" + p.name + "': cannot reach the spine switch at " +
-                                           config_.uplink + " (--uplink): " + err});
+    return jobs_.fail_pending(p, {kErrState, "job '" + p.name + "': cannot reach the spine switch at " +
+                                                 config_.uplink + " (--uplink): " + err});
   }
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   auto up = std::make_unique<Conn>();
-  up->id = next_conn_id_++;
+  up->id = conns_.new_id();
   up->fd = fd;
   up->peer_ipv4_be = spine_ip;
   up->peer = config_.uplink;
@@ -106,10 +105,10 @@ void ControlPlane::forward_join(Conn& member, const Request& join, PendingJob& p
   p.uplink_conn[member.rank] = up->id;
   GS_LOG_DEBUG("job '%s': rank %u's JOIN forwarded to the spine %s", p.name.c_str(), member.rank,
                config_.uplink.c_str());
-  conns_.emplace(up->id, std::move(up));  // its output goes once the connection is up (poll: POLLOUT)
+  conns_.add(std::move(up));  // its output goes once the connection is up (poll: POLLOUT)
 }
 
-void ControlPlane::process_spine_lines(Conn& up, uint64_t now_ns) {
+void LeafUplink::process_lines(Conn& up, uint64_t now_ns) {
   std::string line;
   while (!up.dead) {
     auto next = up.in.next(&line);
@@ -121,20 +120,20 @@ void ControlPlane::process_spine_lines(Conn& up, uint64_t now_ns) {
       return;
     }
     if (line.rfind("EVENT ", 0) == 0) {
-      spine_event(up, line);
+      event(up, line);
       continue;
     }
     if (up.uplink_expect.empty()) continue;  // nothing asked: not ours to answer
     const Conn::UplinkReply what = up.uplink_expect.front();
     up.uplink_expect.pop_front();
-    if (what == Conn::UplinkReply::kJoin) spine_join_reply(up, line, now_ns);
+    if (what == Conn::UplinkReply::kJoin) join_reply(up, line, now_ns);
   }
 }
 
-void ControlPlane::spine_join_reply(Conn& up, const std::string& line, uint64_t now_ns) {
-  auto it = pending_.find(up.job_name);
-  if (it == pending_.end() || it->second->uplink_conn[up.rank] != up.id) return;  // cancelled meanwhile
-  PendingJob& p = *it->second;
+void LeafUplink::join_reply(Conn& up, const std::string& line, uint64_t now_ns) {
+  PendingJob* pp = jobs_.find_pending(up.job_name);
+  if (!pp || pp->uplink_conn[up.rank] != up.id) return;  // cancelled meanwhile
+  PendingJob& p = *pp;
   if (line.rfind("OK", 0) != 0) {
     std::string code = kErrState, message = line;
     if (line.rfind("ERR ", 0) == 0) {
@@ -149,42 +148,48 @@ void ControlPlane::spine_join_reply(Conn& up, const std::string& line, uint64_t 
       if (code == k) known = k;
     GS_LOG_INFO("job '%s': the spine %s refused rank %u: %s", p.name.c_str(), up.peer.c_str(), up.rank,
                 line.c_str());
-    return fail_pending(p, {known, "the spine switch at " + up.peer + " (this switch's --uplink) refused " +
-                                       "the job: " + message});
+    return jobs_.fail_pending(p, {known, "the spine switch at " + up.peer +
+                                             " (this switch's --uplink) refused " + "the job: " + message});
   }
   if (p.spine_reply.empty()) p.spine_reply = reply_keys(line);
-  if (++p.uplink_ok == p.joined) start_leaf_job(p, now_ns);
+  if (++p.uplink_ok == p.joined) start_job(p, now_ns);
 }
 
-void ControlPlane::start_leaf_job(PendingJob& p, uint64_t now_ns) {
+bool LeafUplink::spine_job(PendingJob& p, UplinkSpec* up) {
   const auto& kv = p.spine_reply;
   auto job_id = reply_number(kv, "job_id", 1, UINT32_MAX), key = reply_number(kv, "key", 0, UINT32_MAX),
        slots = reply_number(kv, "slots", 1, UINT16_MAX),
        payload = reply_number(kv, "payload", 8, GS_MAX_PAYLOAD_BYTES),
        data_port = reply_number(kv, "data_port", 1, 65535), threads = reply_number(kv, "threads", 1, 65535);
-  if (!job_id || !key || !slots || !payload || !data_port || !threads || *data_port + *threads - 1 > 65535)
-    return fail_pending(p, {kErrState, "the spine switch at " + config_.uplink +
-                                           " answered the JOIN without a usable job_id, key, slots, payload, "
-                                           "data_port or threads"});
-  JobSpec spec = new_spec(p);
-  auto up = std::make_shared<UplinkSpec>();
+  if (!job_id || !key || !slots || !payload || !data_port || !threads || *data_port + *threads - 1 > 65535) {
+    jobs_.fail_pending(p, {kErrState, "the spine switch at " + config_.uplink +
+                                          " answered the JOIN without a usable job_id, key, slots, payload, "
+                                          "data_port or threads"});
+    return false;
+  }
   up->job_id = static_cast<uint32_t>(*job_id);
   up->key = static_cast<uint32_t>(*key);
   up->slots = static_cast<uint16_t>(*slots);
   up->payload_bytes = static_cast<uint32_t>(*payload) & ~3u;
   uint32_t spine_ip = 0;
   uint16_t spine_port = 0;
-  std::string why;
-  config_detail::parse_ipv4_port(config_.uplink, &spine_ip, &spine_port, &why);
+  spine_address(&spine_ip, &spine_port);
   for (uint64_t t = 0; t < *threads; ++t)
     up->data_threads.push_back(Endpoint{spine_ip, htons(static_cast<uint16_t>(*data_port + t))});
+  return true;
+}
+
+void LeafUplink::start_job(PendingJob& p, uint64_t now_ns) {
+  auto up = std::make_shared<UplinkSpec>();
+  if (!spine_job(p, up.get())) return;
+  JobSpec spec = jobs_.new_spec(p);
   // The rack's rounds must fit the spine's slots and packets; 16-bit sums go up as fp32.
   spec.slots = std::min(spec.slots, up->slots);
   const bool half = spec.wire == GS_ELEM_FLOAT16 || spec.wire == GS_ELEM_BFLOAT16;
   const uint32_t fit = half ? (up->payload_bytes / 2) & ~3u : up->payload_bytes;
   spec.payload_bytes = std::min(spec.payload_bytes, fit);
   if (spec.optimizer && spec.payload_bytes != up->payload_bytes)
-    return fail_pending(
+    return jobs_.fail_pending(
         p, {kErrConflict, "job '" + p.name + "' optimizes at the spine, whose chunks are " +
                               std::to_string(up->payload_bytes / 4) + " elements, but this leaf's " +
                               "packets hold " + std::to_string(spec.payload_bytes / 4) +
@@ -194,70 +199,70 @@ void ControlPlane::start_leaf_job(PendingJob& p, uint64_t now_ns) {
     if (p.conn[r]) {
       if (!spec.members) up->rank = r;  // the lowest member stands for the rack at the spine
       spec.members |= uint64_t{1} << r;
-      spec.endpoints.push_back(Endpoint{conns_.at(p.conn[r])->peer_ipv4_be, htons(p.port[r])});
+      spec.endpoints.push_back(Endpoint{conns_.at(p.conn[r]).peer_ipv4_be, htons(p.port[r])});
     }
   spec.uplink = up;
   // The members see one job: the spine's peers (every worker's own address) and optimizer keys.
   std::string tail;
   for (const char* k : {"peers", "optimizer", "params", "chunk", "state_bytes"})
-    if (auto it = kv.find(k); it != kv.end()) tail += std::string(" ") + k + "=" + it->second;
+    if (auto it = p.spine_reply.find(k); it != p.spine_reply.end())
+      tail += std::string(" ") + k + "=" + it->second;
   std::vector<uint16_t> leader(p.world);
   for (uint16_t r = 0; r < p.world; ++r) leader[r] = r;
-  launch(p, spec, std::move(leader), tail, now_ns);
+  jobs_.launch(p, spec, std::move(leader), tail, now_ns);
 }
 
-void ControlPlane::withdraw_upward(PendingJob& p, uint16_t rank) {
-  close_upward(p.uplink_conn[rank]);
+void LeafUplink::withdraw(PendingJob& p, uint16_t rank) {
+  close(p.uplink_conn[rank]);
   if (p.uplink_conn[rank] && p.uplink_ok > 0) {
     // The spine had started the job with this rank: it cannot start here without it.
     p.uplink_conn[rank] = 0;
-    return fail_pending(p, {kErrState, "job '" + p.name + "': rank " + std::to_string(rank) +
-                                           " withdrew as the spine started the job"});
+    return jobs_.fail_pending(p, {kErrState, "job '" + p.name + "': rank " + std::to_string(rank) +
+                                                 " withdrew as the spine started the job"});
   }
   p.uplink_conn[rank] = 0;
 }
 
-void ControlPlane::depart_upward(LiveJob& j, uint16_t rank, bool graceful) {
-  auto it = conns_.find(j.uplink_conn[rank]);
-  if (it == conns_.end()) return;
+void LeafUplink::depart(LiveJob& j, uint16_t rank, bool graceful) {
+  Conn* up = conns_.find(j.uplink_conn[rank]);
+  if (!up) return;
   if (graceful) {  // the spine learns it as from the member itself; the connection stays until the job ends
-    it->second->uplink_expect.push_back(Conn::UplinkReply::kLeave);
-    reply(*it->second, "LEAVE\n");
+    up->uplink_expect.push_back(Conn::UplinkReply::kLeave);
+    conns_.reply(*up, "LEAVE\n");
     return;
   }
-  close_upward(j.uplink_conn[rank]);  // the spine aborts its job naming this rank
+  close(j.uplink_conn[rank]);  // the spine aborts its job naming this rank
   j.uplink_conn[rank] = 0;
 }
 
-void ControlPlane::close_upward(uint64_t conn_id) {
-  auto it = conns_.find(conn_id);
-  if (conn_id == 0 || it == conns_.end()) return;
-  it->second->uplink_closed_by_us = true;
-  it->second->dead = true;  // closed at the end of this step (sweep)
+void LeafUplink::close(uint64_t conn_id) {
+  Conn* up = conn_id ? conns_.find(conn_id) : nullptr;
+  if (!up) return;
+  up->uplink_closed_by_us = true;
+  up->dead = true;  // closed at the end of this step (sweep)
 }
 
-void ControlPlane::spine_lost(Conn& up) {
+void LeafUplink::lost(Conn& up) {
   if (up.uplink_closed_by_us) return;
   const std::string why = "lost the spine switch at " + up.peer + " (--uplink): its control connection " +
                           (up.last_errno ? std::string("failed: ") + std::strerror(up.last_errno) : "closed");
-  if (auto it = pending_.find(up.job_name);
-      it != pending_.end() && it->second->uplink_conn[up.rank] == up.id) {
-    it->second->uplink_conn[up.rank] = 0;
-    return fail_pending(*it->second, {kErrState, "job '" + up.job_name + "': " + why});
+  if (PendingJob* p = jobs_.find_pending(up.job_name); p && p->uplink_conn[up.rank] == up.id) {
+    p->uplink_conn[up.rank] = 0;
+    return jobs_.fail_pending(*p, {kErrState, "job '" + up.job_name + "': " + why});
   }
-  auto it = live_.find(up.job_id);
-  if (it == live_.end() || it->second->aborted) return;
-  LiveJob& j = *it->second;
+  LiveJob* jp = jobs_.find_live(up.job_id);
+  if (!jp || jp->aborted) return;
+  LiveJob& j = *jp;
   for (uint64_t& cid : j.uplink_conn)
     if (cid == up.id) cid = 0;
   engine_.abort_from_uplink(j.id, 0, GS_RANK_ALL);
-  note_abort(j, why);
+  jobs_.note_abort(j, why);
 }
 
-void ControlPlane::spine_event(Conn& up, const std::string& line) {
-  auto it = live_.find(up.job_id);
-  if (up.job_id == 0 || it == live_.end() || it->second->aborted) return;
-  LiveJob& j = *it->second;
+void LeafUplink::event(Conn& up, const std::string& line) {
+  LiveJob* jp = up.job_id ? jobs_.find_live(up.job_id) : nullptr;
+  if (!jp || jp->aborted) return;
+  LiveJob& j = *jp;
   auto kv = reply_keys(line);
   const uint8_t reason = gs_abort_reason_from_name(kv[GS_KEY_REASON].c_str());
   auto rank = parse_number(kv["rank"], GS_RANK_ALL - 1);
@@ -266,11 +271,11 @@ void ControlPlane::spine_event(Conn& up, const std::string& line) {
     if (k.rfind("mismatch_", 0) == 0) j.spine_event_keys += " " + k + "=" + v;
   engine_.abort_from_uplink(j.id, reason ? reason : static_cast<uint8_t>(GS_ABORT_OPERATOR),
                             rank ? static_cast<uint16_t>(*rank) : GS_RANK_ALL);
-  note_abort(j, "the spine switch at " + up.peer + " aborted the job (" + kv["reason"] + ", rank " +
-                    kv["rank"] + ")");
+  jobs_.note_abort(j, "the spine switch at " + up.peer + " aborted the job (" + kv["reason"] + ", rank " +
+                          kv["rank"] + ")");
 }
 
-std::string ControlPlane::uplink_keys(const LiveJob& j, const JobStatus& s) const {
+std::string LeafUplink::uplink_keys(const LiveJob& j, const JobStatus& s) const {
   Line keys("");
   keys.add(GS_KEY_UPLINK_REASON, s.uplink_reason ? gs_abort_reason_name(s.uplink_reason) : GS_UPLINK_LOST)
       .add(GS_KEY_UPLINK_RANK,
@@ -281,4 +286,4 @@ std::string ControlPlane::uplink_keys(const LiveJob& j, const JobStatus& s) cons
   return text;
 }
 
-}  // namespace gradswitch
+}  // namespace gradswitch::control
