@@ -29,6 +29,7 @@ import socket
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -67,6 +68,11 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per worker")
     p.add_argument("--json", default=None, help="rank 0 writes the results here")
+    p.add_argument(
+        "--stats",
+        action="store_true",
+        help="per configuration through the switch: every rank's iteration times and worker counters",
+    )
     return p.parse_args(argv)
 
 
@@ -84,6 +90,7 @@ def expand_configs(args) -> list[str]:
 def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=None) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    import gradswitch.timeline as _timeline
     import gradswitch.torch as gst
 
     torch.manual_seed(0)
@@ -108,7 +115,12 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=N
     x = torch.randn(args.batch, args.inputs, generator=g)
     y = torch.randint(0, args.classes, (args.batch,), generator=g)
     it_t, bwd_t = [], []
+    gs_group = gst.gradswitch_group() if args.stats and name.startswith("gs-") else None
+    stats0 = None
     for i in range(args.warmup + args.iters):
+        if gs_group and i == args.warmup:
+            stats0 = gs_group.group.stats()
+            cpu0 = _thread_cpu()
         dist.barrier(group=gloo_pg)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -118,6 +130,9 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=N
         t2 = time.perf_counter()
         opt.step()
         t3 = time.perf_counter()
+        if gs_group and _timeline.enabled():  # the iteration beside its buckets, for their timing in it
+            end = time.monotonic_ns()
+            _timeline.span(rank, "bench: iterations", f"iteration {i}", end - int((t3 - t0) * 1e9), end)
         if i >= args.warmup:
             it_t.append(t3 - t0)
             bwd_t.append(t2 - t1)
@@ -128,12 +143,46 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=N
     # every rank's medians; report the slowest rank (the iteration ends when the last rank is done)
     med = torch.tensor([statistics.median(it_t), statistics.median(bwd_t)], dtype=torch.float64)
     dist.all_reduce(med, op=dist.ReduceOp.MAX, group=gloo_pg)
-    return {
+    out = {
         "config": name,
         "iteration_s": med[0].item(),
         "backward_comm_s": med[1].item(),
         "loss": final.item() / world,
     }
+    if gs_group:
+        out["per_rank"] = _rank_stats(gloo_pg, it_t, stats0, gs_group.group.stats(), cpu0)
+    return out
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of this process's threads by name (Linux; {} elsewhere)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for task in Path("/proc/self/task").glob("*") if Path("/proc/self/task").exists() else []:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _rank_stats(gloo_pg, it_t: list[float], before: dict, after: dict, cpu0: dict) -> list[dict]:
+    """Every rank's iteration times, the worker counters its measured iterations moved and the CPU
+    seconds its threads spent in them (--stats)."""
+    cpu = _thread_cpu()
+    mine = {
+        "iterations_ms": [round(t * 1e3, 1) for t in it_t],
+        "counters": {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)},
+        "thread_cpu_s": {
+            k: round(v - cpu0.get(k, 0.0), 3) for k, v in cpu.items() if v - cpu0.get(k, 0.0) > 0.005
+        },
+    }
+    every: list = [None] * dist.get_world_size(gloo_pg)
+    dist.all_gather_object(every, mine, group=gloo_pg)
+    return every
 
 
 def worker(rank: int, world: int, args) -> list[dict]:
@@ -176,6 +225,8 @@ def worker(rank: int, world: int, args) -> list[dict]:
                 f"{r['backward_comm_s'] * 1e3:8.1f} ms   loss {r['loss']:.5f}",
                 flush=True,
             )
+            for rk, st in enumerate(r.get("per_rank", [])):
+                print(f"  rank {rk}: {st['iterations_ms']} ms  {json.dumps(st['counters'])}", flush=True)
     local = next((r for r in results if r["config"] == "local"), None)
     for r in results:
         r["exposed_comm_s"] = r["backward_comm_s"] - local["backward_comm_s"] if local else None

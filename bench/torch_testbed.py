@@ -30,6 +30,7 @@ def main() -> int:
     p.add_argument("--slots", type=int, default=256, help="gradswitchd --slots")
     p.add_argument("--out", type=Path, default=Path("/tmp/torch-testbed"))
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--stats", action="store_true", help="torch_iteration.py --stats: per-rank counters")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     with Testbed(workers=a.workers, rate=a.rate, name="tt") as tb:
@@ -75,7 +76,7 @@ def main() -> int:
                 "1",
                 "--json",
                 str(a.out / f"rank{r}.json"),
-            ]
+            ] + (["--stats"] if a.stats else [])
             with open(a.out / f"rank{r}.log", "w") as log:
                 # gloo binds to the address of the namespace's link, not the hostname's
                 procs.append(
