@@ -41,7 +41,8 @@ PY=${PYTHON:-python3}
 pip_packages=("scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.24")
 if [ $minimal -eq 0 ]; then
   # torch is pinned: the CPU wheel of this version is what this project is tested with.
-  pip_packages+=(pytest ruff "torch==2.13.0" mpi4py matplotlib scikit-learn)
+  # kubernetes-validate ships the Kubernetes API schemas (tests/python/test_deploy_kubernetes.py runs offline).
+  pip_packages+=(pytest ruff "torch==2.13.0" mpi4py matplotlib scikit-learn "kubernetes-validate==1.37.0")
 fi
 echo "==> pip install ${pip_packages[*]}"
 $PY -m pip install -q --disable-pip-version-check "${pip_packages[@]}"
