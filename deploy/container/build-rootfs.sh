@@ -7,7 +7,7 @@
 #   deploy/container/build-rootfs.sh KIND [IMAGE]     prints the image's name
 #     build    compilers and toml++: Containerfile.switch's BUILD_IMAGE   (localhost/gradswitch-base:build)
 #     runtime  libc and libstdc++ only: its RUNTIME_IMAGE                 (localhost/gradswitch-base:runtime)
-#     python   Python 3, numpy and pip: a stand-in for Containerfile.worker's PyTorch BASE
+#     python   Python 3, numpy, pip, libstdc++: a stand-in for Containerfile.worker's PyTorch BASE
 #                                                                        (localhost/gradswitch-base:python)
 #
 # Environment: SUITE (default: the host's VERSION_CODENAME), SOURCES (default: the host's deb822 or
@@ -17,7 +17,7 @@ kind=${1:-}
 case "$kind" in
   build) variant=apt packages=build-essential,cmake,ninja-build,pkg-config,libtomlplusplus-dev ;;
   runtime) variant=essential packages=libstdc++6 ;;
-  python) variant=essential packages=python3,python3-numpy,python3-pip ;;
+  python) variant=essential packages=python3,python3-numpy,python3-pip,libstdc++6 ;;
   *) echo "usage: $0 build|runtime|python [IMAGE]" >&2; exit 2 ;;
 esac
 image=${2:-localhost/gradswitch-base:$kind}
