@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from _deploy import ROOT, config_with, require, run_ranks, shipped_config_for_test, wait_ping
 from conftest import require_or_skip
 
@@ -170,6 +171,56 @@ def start_switch(podman: str, image: str, tmp_path: Path) -> tuple[Container, di
     return switch, keys
 
 
+def kubernetes_init_container(podman: str, image: str, tmp_path: Path) -> None:
+    """deploy/kubernetes/switch.yaml's init container, run in the image as the pod runs it: it copies a
+    Secret's file (root's, group-readable by the pod's fsGroup) into memory, mode 0600, as the switch's
+    user, where the ConfigMap's auth-file points."""
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "switch.yaml").read_text()))
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = deploy["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    src, dst = Path(init["command"][-2]), Path(init["command"][-1])
+    secret = tmp_path / "secret-volume"
+    secret.mkdir()
+    (secret / src.name).write_text("tenant train secret=" + "ab" * 32 + "\n")
+    os.chown(secret / src.name, 0, pod["securityContext"]["fsGroup"])
+    (secret / src.name).chmod(0o440)
+    run = tmp_path / "run"
+    run.mkdir()
+    os.chown(run, int(USER), int(USER))
+    user = f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+    sh(
+        [
+            podman,
+            *podman_global(),
+            "run",
+            "--rm",
+            *run_options(),
+            "--network",
+            "none",
+            "--read-only",
+            "--cap-drop",
+            "ALL",
+            "--user",
+            user,
+            "--group-add",
+            str(pod["securityContext"]["fsGroup"]),
+            "-v",
+            f"{secret}:{src.parent}:ro",
+            "-v",
+            f"{run}:{dst.parent}",
+            "--entrypoint",
+            init["command"][0],
+            image,
+            *init["command"][1:],
+        ],
+        120,
+        "the init container",
+    )
+    st = (run / dst.name).stat()
+    assert (st.st_mode & 0o777, st.st_uid) == (0o600, int(USER)), oct(st.st_mode)
+
+
 def worker_ranks(podman: str, image: str, tmp_path: Path, keys: dict, world: int = 2) -> list[str]:
     """`world` containers of the worker image running the check program against the switch."""
     secret = secret_copy(keys["secret_file"], tmp_path / "train.secret.owned")
@@ -241,6 +292,7 @@ def test_the_switch_image_runs_sandboxed_and_sums_exactly_for_ranks_outside_and_
         "podman run sh",
     )
     assert listing.split() == [USER], listing
+    kubernetes_init_container(podman, image, tmp_path)
     switch, keys = start_switch(podman, image, tmp_path)
     try:
         run_ranks(f"127.0.0.1:{keys['control_port']}", 3, keys["secret_file"], job="from-outside")
