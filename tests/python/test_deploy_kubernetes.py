@@ -5,7 +5,7 @@ ServiceMonitor) against their CRDs' schemas vendored in k8s_crd_schemas/ with th
 checked as Kubernetes PodTemplateSpecs; the pieces name each other consistently (ports, probes, mounts,
 the Service's DNS name); and the real gradswitchd runs the ConfigMap's config with the example Secret's
 auth file, answers the probes where they point, and sums exactly for ranks started with the training
-pods' command and environment."""
+pods' command and environment (the PyTorchJob's and the TrainJob's, under torchrun)."""
 
 from __future__ import annotations
 
@@ -228,6 +228,11 @@ def test_the_switch_pod_is_pinned_hardened_and_names_its_config_consistently():
     # The command reads the ConfigMap where it is mounted; the ports it opens are the pod's and the
     # Service's; the auth file is where the init container puts the Secret's `auth` key.
     assert c["command"][:1] == ["/usr/bin/gradswitchd"] and c["command"][1] == "--config"
+    # ... where the switch's image puts the daemon, with the user the pod runs as.
+    image = (ROOT / "deploy" / "container" / "Containerfile.switch").read_text()
+    assert re.search(r"^COPY --from=build \S+/gradswitchd /usr/bin/gradswitchd$", image, re.M), image
+    user = f"{spec['securityContext']['runAsUser']}:{spec['securityContext']['runAsGroup']}"
+    assert re.search(rf"^USER {user}$", image, re.M), image
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert mounts[c["command"][2]]["subPath"] == "gradswitchd.toml"
     ports = {p["name"]: (p["containerPort"], p["protocol"]) for p in c["ports"]}
@@ -343,7 +348,7 @@ def example_auth_file(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return dst, secrets
 
 
-def test_the_configmap_runs_the_real_switch_which_answers_the_probes_and_sums_for_the_training_pods(tmp_path):
+def test_the_configmap_runs_the_real_switch_which_answers_the_probes_and_sums_for_the_training_jobs(tmp_path):
     text, config = configmap_config()
     spec, c = switch_pod()
     auth, secrets = example_auth_file(tmp_path)
@@ -379,46 +384,61 @@ def test_the_configmap_runs_the_real_switch_which_answers_the_probes_and_sums_fo
         assert http_get(url)[0] == 401
         status, body = http_get(url, metrics_token("ops", secrets["ops"]))
         assert status == 200 and "gradswitch_max_jobs 64" in body, (status, body[:500])
-        run_pytorchjob_ranks(tmp_path, control, secrets[TENANT])
+        run_training_pods(tmp_path, control, secrets[TENANT])
     finally:
         rc = sw.stop()
     assert rc == 0, sw.log()
     assert f"from {auth}" in sw.log() and '"msg"' in sw.log(), sw.log()
 
 
-def run_pytorchjob_ranks(tmp_path: Path, control: int, secret: str) -> None:
-    """The PyTorchJob's master and worker, as processes with its command and environment and what the
-    training operator adds (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK); the switch and the secret file
-    moved to this test's."""
+def pod_command(command: list[str]) -> list[str]:
+    """A training pod's command as a process here: this Python (and torchrun as its module), the
+    example from the source tree, fewer elements."""
+    head = [sys.executable, "-m", "torch.distributed.run"] if command[0] == "torchrun" else [sys.executable]
+    return [*head, str(ROOT / "examples" / Path(command[1]).name), *command[2:], "--elements", "65536"]
+
+
+def run_pods(pods: list[tuple[list[str], dict]], world: int) -> None:
+    """Starts each (argv, env) and checks that ranks 0 .. world-1 each summed every element exactly."""
+    procs = [
+        subprocess.Popen(
+            argv, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for argv, env in pods
+    ]
+    outs = "".join(p.communicate(timeout=180)[0] for p in procs)
+    assert all(p.returncode == 0 for p in procs), outs
+    for rank in range(world):
+        assert f"OK rank {rank} of {world}: 3 allreduces of 65536 floats, every element exact" in outs, outs
+
+
+def run_training_pods(tmp_path: Path, control: int, secret: str) -> None:
+    """The PyTorchJob's master and worker, then the TrainJob's nodes, as processes with their command
+    and environment plus what the training operator (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) or
+    Trainer's torch runtime (torchrun's PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR,
+    PET_MASTER_PORT) sets; the switch and the secret file moved to this test's."""
     secret_file = tmp_path / "tenant.secret"
     secret_file.write_text(secret + "\n")
-    job = find("PyTorchJob")
-    specs = job["spec"]["pytorchReplicaSpecs"]
+    moved = {"GRADSWITCH_SWITCH": f"127.0.0.1:{control}", "GRADSWITCH_SECRET_FILE": str(secret_file)}
+    specs = find("PyTorchJob")["spec"]["pytorchReplicaSpecs"]
     roles = ["Master"] * specs["Master"]["replicas"] + ["Worker"] * specs["Worker"]["replicas"]
-    master_port = pick_ports(0)[0]
-    procs = []
+    master = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(pick_ports(0)[0]), "WORLD_SIZE": str(len(roles))}
+    pods = []
     for rank, role in enumerate(roles):
-        (pc,) = specs[role]["template"]["spec"]["containers"]
-        env = {**os.environ, **{e["name"]: e["value"] for e in pc["env"]}}
-        env.update(
-            GRADSWITCH_SWITCH=f"127.0.0.1:{control}",
-            GRADSWITCH_SECRET_FILE=str(secret_file),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(master_port),
-            WORLD_SIZE=str(len(roles)),
-            RANK=str(rank),
-        )
-        argv = [
-            sys.executable,
-            str(ROOT / "examples" / Path(pc["command"][1]).name),
-            *pc["command"][2:],
-            "--elements",
-            "65536",
-        ]
-        procs.append(
-            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        )
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    for rank, (p, out) in enumerate(zip(procs, outs, strict=True)):
-        want = f"OK rank {rank} of {len(roles)}: 3 allreduces of 65536 floats, every element exact"
-        assert p.returncode == 0 and want in out, (rank, out)
+        (c,) = specs[role]["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in c["env"]} | moved | master | {"RANK": str(rank)}
+        pods.append((pod_command(c["command"]), env))
+    run_pods(pods, len(roles))
+    trainer = find("TrainJob")["spec"]["trainer"]
+    nodes, per_node = trainer["numNodes"], trainer["numProcPerNode"]
+    pet = {
+        "PET_NNODES": str(nodes),
+        "PET_NPROC_PER_NODE": str(per_node),
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(pick_ports(0)[0]),
+    }
+    env = {e["name"]: e["value"] for e in trainer["env"]} | moved | pet
+    run_pods(
+        [(pod_command(trainer["command"]), env | {"PET_NODE_RANK": str(n)}) for n in range(nodes)],
+        nodes * per_node,
+    )
