@@ -117,6 +117,9 @@ class Container:
         running, code = out.split()
         return running == "true", int(code)
 
+    def running(self) -> bool:
+        return self.state()[0]
+
     def logs(self) -> str:
         p = subprocess.run([self.podman, "logs", self.name], capture_output=True, text=True, timeout=60)
         return p.stdout + p.stderr
@@ -166,8 +169,7 @@ def start_switch(podman: str, image: str, tmp_path: Path) -> tuple[Container, di
     auth = secret_copy(keys["auth"], tmp_path / "auth.owned")
     mounts = ["-v", f"{config}:/etc/gradswitch/gradswitchd.toml:ro", "-v", f"{auth}:/etc/gradswitch/auth:ro"]
     switch = Container(podman, image, sandboxed() + mounts, [])  # the image's own CMD: --config ...
-    alive = lambda: switch.state()[0]  # noqa: E731
-    wait_ping(keys["control_port"], alive, switch.logs, f"the container {switch.name}", timeout=60)
+    wait_ping(keys["control_port"], switch.running, switch.logs, f"the container {switch.name}", timeout=60)
     return switch, keys
 
 
@@ -317,7 +319,7 @@ def test_the_switch_image_runs_sandboxed_and_sums_exactly_for_ranks_outside_and_
         )
         worker = build("Containerfile.worker", "localhost/gradswitch-worker:test", BASE=base_image("python"))
         worker_ranks(podman, worker, tmp_path, keys)
-        assert switch.state()[0], switch.logs()
+        assert switch.running(), switch.logs()
     finally:
         try:
             rc = switch.stop()
