@@ -5,7 +5,8 @@ root, no capabilities and the host's network; ranks outside it sum exactly throu
 image from Containerfile.worker (on a Debian root with Python and numpy standing in for a PyTorch image)
 runs two ranks in containers against it. Root only. Cold, the three base images and the switch's build
 take minutes (docs/deploy.md, "Container image", says how many); the tarballs are cached under
-build/container/ and podman caches the layers, so a rerun takes seconds."""
+build/container/ (or $GRADSWITCH_CONTAINER_CACHE) and podman caches the layers, so a rerun takes
+seconds."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from _deploy import ROOT, config_with, require, run_ranks, shipped_config_for_te
 from conftest import require_or_skip
 
 CONTAINER = ROOT / "deploy" / "container"
-CACHE = ROOT / "build" / "container"
+# The base images' tarballs; another checkout's cache may be given.
+CACHE = Path(os.environ.get("GRADSWITCH_CONTAINER_CACHE") or ROOT / "build" / "container")
 USER = "65532"
 
 
@@ -299,7 +301,7 @@ def test_the_switch_image_runs_sandboxed_and_sums_exactly_for_ranks_outside_and_
     try:
         run_ranks(f"127.0.0.1:{keys['control_port']}", 3, keys["secret_file"], job="from-outside")
         # The worker image: the wheel built here with this Python (the stand-in base has the same).
-        wheels = CACHE / "wheels"
+        wheels = ROOT / "build" / "container" / "wheels"  # Containerfile.worker's WHEELS, in the context
         shutil.rmtree(wheels, ignore_errors=True)
         sh(
             [
