@@ -6,11 +6,18 @@ their tests count its OK lines.
     GRADSWITCH_SWITCH=10.0.0.1:7700 GRADSWITCH_TENANT=train GRADSWITCH_SECRET_FILE=/run/secrets/gs \\
         python examples/allreduce_check.py --rank 0 --world-size 2 --job check
     torchrun --nproc-per-node 2 examples/allreduce_check.py --torch   # through torch.distributed
+    torchrun --nproc-per-node 2 examples/allreduce_check.py --ddp     # DistributedDataParallel training
 
 Rank r contributes (i mod 1000) + 7 r + k at element i in round k, so the sum is known exactly: every
 partial sum is an integer below 2^24, exact in float32 in any order. Prints one line
 "OK rank R of W: ROUNDS allreduces of N floats, every element exact" and exits 0, or says which element
 was wrong and exits 1.
+
+--ddp trains a bias-free linear layer of N weights, from zero, with DistributedDataParallel over the
+"gradswitch" backend and SGD at learning rate 1: rank r's input in step k is the contribution above and
+its loss the output times the world size, so its gradient is world * input, DDP's average of them is the
+sum above, and after step k every weight is minus the sum of the sums so far, exactly. Prints
+"OK rank R of W: ROUNDS DDP steps of N weights, every weight exact".
 """
 
 from __future__ import annotations
@@ -64,7 +71,10 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--torch", action="store_true",
                    help="allreduce through torch.distributed's 'gradswitch' backend (under torchrun)")
+    p.add_argument("--ddp", action="store_true", help="train with DistributedDataParallel (under torchrun)")
     a = p.parse_args()
+    if a.ddp:
+        return run_ddp(a)
     if a.torch:
         return run_torch(a)
     if a.rank is None or a.world_size is None:
@@ -98,6 +108,35 @@ def run_torch(a) -> int:
     finally:
         dist.destroy_process_group()
     ok(rank, world, a)
+    return 0
+
+
+def run_ddp(a) -> int:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    import gradswitch.torch  # noqa: F401 - registers the "gradswitch" backend
+
+    dist.init_process_group("gradswitch")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        layer = torch.nn.Linear(a.elements, 1, bias=False)
+        torch.nn.init.zeros_(layer.weight)
+        model = DistributedDataParallel(layer)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        want = np.zeros(a.elements, dtype=np.float64)
+        for k in range(a.rounds):
+            opt.zero_grad()
+            x = torch.from_numpy(contribution(a.elements, rank, k)).unsqueeze(0)
+            (model(x).sum() * world).backward()  # DDP divides by the world size: the gradient is the sum
+            opt.step()
+            want -= expected(a.elements, world, k)
+            check(layer.weight.detach().numpy()[0], want.astype(np.float32), rank, k)
+    finally:
+        dist.destroy_process_group()
+    print(f"OK rank {rank} of {world}: {a.rounds} DDP steps of {a.elements} weights, every weight exact",
+          flush=True)
     return 0
 
 

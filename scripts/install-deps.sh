@@ -50,6 +50,8 @@ if [ $minimal -eq 0 ]; then
   pip_packages+=("ray[train]==2.60.0" "torchft==0.2.0")
   # torch's own distributed tests (tests/torch_upstream) import torch.testing._internal, which needs it.
   pip_packages+=("expecttest==0.3.0")
+  # kubernetes-validate ships the Kubernetes API schemas (tests/python/test_deploy_kubernetes.py runs offline).
+  pip_packages+=("kubernetes-validate==1.37.0")
 fi
 echo "==> pip install ${pip_packages[*]}"
 $PY -m pip install -q --disable-pip-version-check "${pip_packages[@]}"

@@ -68,6 +68,28 @@ def shipped_config_for_test(directory: Path, threads: int | None = None) -> tupl
     return path, {**keys, "secret_file": secret_file, "auth": auth}
 
 
+def wait_ping(port: int, alive, log, what: str, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
+    """Until the switch's control port answers PING; fails with `log()`'s tail when `alive()` turns
+    false (it exited) or after `timeout` seconds."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if not alive():
+            raise SwitchError(f"{what} exited:\n{log()[-3000:]}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5) as s:
+                s.settimeout(2)
+                s.sendall(b"PING\n")
+                if read_reply(s, bytearray()).startswith("OK"):
+                    return
+        except (OSError, SwitchError):
+            pass
+        if time.monotonic() > deadline:
+            raise SwitchError(f"{what} did not answer PING in {timeout} s:\n{log()[-3000:]}")
+        time.sleep(0.05)
+
+
 class Process:
     """A gradswitchd started from an exact command line; ready when its control port answers PING."""
 
@@ -82,23 +104,7 @@ class Process:
         return self.log_path.read_text(errors="replace")
 
     def wait_ping(self, port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
-        import socket
-
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise SwitchError(f"{self.argv} exited with rc={self.proc.returncode}:\n{self.log()[-3000:]}")
-            try:
-                with socket.create_connection((host, port), timeout=0.5) as s:
-                    s.settimeout(2)
-                    s.sendall(b"PING\n")
-                    if read_reply(s, bytearray()).startswith("OK"):
-                        return
-            except (OSError, SwitchError):
-                pass
-            if time.monotonic() > deadline:
-                raise SwitchError(f"{self.argv} did not answer PING in {timeout} s:\n{self.log()[-3000:]}")
-            time.sleep(0.05)
+        wait_ping(port, lambda: self.proc.poll() is None, self.log, str(self.argv), host, timeout)
 
     def stop(self, timeout: float = 10.0) -> int:
         if self.proc.poll() is None:

@@ -1,6 +1,7 @@
 """examples/slurm/gradswitch.sbatch under a real one-host Slurm (Debian's slurmctld, slurmd and munged, with a
 generated slurm.conf in a temporary directory, on free ports): the batch job starts the switch from the
-shipped config as one step and the ranks as another, and every rank checks every element of its sums.
+shipped config as one step and the ranks as another (plain processes, or torchrun training a DDP model),
+and every rank checks every element of its sums (or every weight).
 Needs root (slurmd launches the steps as the job's user). A few seconds."""
 
 from __future__ import annotations
@@ -103,20 +104,38 @@ def slurm(tmp_path):
                 p.wait()
 
 
-def test_the_sbatch_example_starts_the_switch_and_three_ranks_that_sum_exactly(slurm, tmp_path):
+def submit(slurm, tmp_path, ranks: int, **env_vars: str) -> tuple[str, str]:
+    """sbatch --wait of the example on the one node with `ranks` tasks, the switch from the shipped
+    config, and `env_vars`; (the job's id, its output). Asserts that it succeeded."""
     d, env, progs = slurm
     config, keys = shipped_config_for_test(tmp_path, threads=1)
     out = tmp_path / "job.out"
     env = {**env, "GRADSWITCHD": daemon_binary(), "GRADSWITCH_CONFIG": str(config),
-           "GRADSWITCH_PORT": str(keys["control_port"]), "PYTHON": sys.executable, "RANKS_PER_NODE": "3",
-           "GRADSWITCH_TENANT": "train", "GRADSWITCH_SECRET_FILE": str(keys["secret_file"])}
-    p = subprocess.run([progs["sbatch"], "--wait", "--nodes=1", "--ntasks-per-node=3", "--time=5",
+           "GRADSWITCH_PORT": str(keys["control_port"]), "PYTHON": sys.executable,
+           "RANKS_PER_NODE": str(ranks), "GRADSWITCH_TENANT": "train",
+           "GRADSWITCH_SECRET_FILE": str(keys["secret_file"]), **env_vars}
+    p = subprocess.run([progs["sbatch"], "--wait", "--nodes=1", f"--ntasks-per-node={ranks}", "--time=5",
                         f"--output={out}", f"--chdir={ROOT}", str(SBATCH)],
-                       env=env, capture_output=True, text=True, timeout=120)
+                       env=env, capture_output=True, text=True, timeout=180)
     text = out.read_text() if out.exists() else ""
     assert p.returncode == 0, (p.stdout, p.stderr, text, (d / "slurmd.log").read_text()[-2000:])
+    assert f"switch on {socket.gethostname()} at " in text, text
+    return p.stdout.split()[-1], text
+
+
+def test_the_sbatch_example_starts_the_switch_and_three_ranks_that_sum_exactly(slurm, tmp_path):
+    job_id, text = submit(slurm, tmp_path, 3)
     for r in range(3):
         assert f"OK rank {r} of 3: 3 allreduces of 262144 floats, every element exact" in text, text
-    assert f"switch on {socket.gethostname()} at " in text, text
-    job_id = p.stdout.split()[-1]
     assert f"job 'train/slurm-{job_id}'" in text and "ended: all ranks left" in text, text
+
+
+def test_the_sbatch_example_trains_with_ddp_under_torchrun_and_every_weight_is_exact(slurm, tmp_path):
+    # LAUNCHER=torchrun: srun starts torchrun, whose 2 ranks rendezvous (c10d) and train a DDP model over
+    # the "gradswitch" backend; each checks every weight after every step (examples/allreduce_check.py --ddp).
+    program = "examples/allreduce_check.py --ddp --elements 65536"
+    rdzv = str(pick_ports(0)[0])
+    _, text = submit(slurm, tmp_path, 2, LAUNCHER="torchrun", PROGRAM=program, RDZV_PORT=rdzv,
+                     TORCHRUN=f"{sys.executable} -m torch.distributed.run")
+    for r in range(2):
+        assert f"OK rank {r} of 2: 3 DDP steps of 65536 weights, every weight exact" in text, text
