@@ -34,6 +34,7 @@ NOT_PROGRAMS = {
     "down": "likewise",
     "status": "likewise",
     "exec": "likewise",
+    "accelerate": "the command of the pip package accelerate (pinned in scripts/install-deps.sh's pip list)",
 }
 PROGRAM_NAME = re.compile(r"^[a-z][a-z0-9+._-]*$")
 
