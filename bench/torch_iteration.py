@@ -33,17 +33,18 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
 
-
-def make_model(width: int, depth: int, inputs: int, classes: int) -> nn.Module:
-    layers, d = [], inputs
-    for _ in range(depth):
-        layers += [nn.Linear(d, width), nn.ReLU()]
-        d = width
-    layers.append(nn.Linear(d, classes))
-    return nn.Sequential(*layers)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ddp_models import (  # noqa: E402
+    add_arguments,
+    bound_s,
+    check_arguments,
+    describe,
+    loss_of,
+    make_batch,
+    make_model,
+    wire_s,
+)
 
 
 def parse_args(argv=None):
@@ -59,11 +60,9 @@ def parse_args(argv=None):
     p.add_argument("--configs", default="local,gloo-ddp,gs-ddp,gs-overlap")
     p.add_argument("--chunk-kb", default="1024", help="comma-separated chunk sizes for gs-overlap")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket cap")
-    p.add_argument("--width", type=int, default=4096)
-    p.add_argument("--depth", type=int, default=2, help="hidden layers")
-    p.add_argument("--inputs", type=int, default=1024)
-    p.add_argument("--classes", type=int, default=1000)
-    p.add_argument("--batch", type=int, default=16, help="per worker")
+    add_arguments(p)
+    p.add_argument("--rate", default=None, help="link rate (e.g. 1gbit): prints each configuration's bound")
+    p.add_argument("--mtu", type=int, default=1500, help="the links' MTU, for the wire time of the bound")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per worker")
@@ -73,7 +72,18 @@ def parse_args(argv=None):
         action="store_true",
         help="per configuration through the switch: every rank's iteration times and worker counters",
     )
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    check_arguments(p, a)
+    if a.rate is not None:
+        from gradswitch.testbed import TestbedError, parse_rate
+
+        try:
+            a.rate_bps = parse_rate(a.rate)
+        except TestbedError as e:
+            p.error(str(e))
+    if a.iters < 1 or a.warmup < 0:
+        p.error("--iters must be at least 1 and --warmup at least 0")
+    return a
 
 
 def expand_configs(args) -> list[str]:
@@ -87,34 +97,54 @@ def expand_configs(args) -> list[str]:
     return out
 
 
-def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=None) -> dict:
+def _wrap(name: str, model, args, gloo_pg, state, ring_pg):
+    """(the module to call, the ChunkedOverlap or None) of configuration `name`."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    import gradswitch.torch as gst
+
+    groups = {"gloo-ddp": gloo_pg, "gs-ddp": None, "gs-ring-ddp": ring_pg, "gs-hook": gloo_pg}
+    if name in groups:  # gs-ddp: the default group, gradswitch
+        net = DDP(model, process_group=groups[name], bucket_cap_mb=args.bucket_mb)
+        if name == "gs-hook":
+            net.register_comm_hook(state, gst.state_hook)
+        return net, None
+    if name.startswith("gs-overlap"):
+        kb = int(name.split(":")[1]) if ":" in name else 1024
+        return model, gst.ChunkedOverlap(model, chunk_bytes=kb << 10)
+    if name != "local":
+        raise SystemExit(f"unknown config {name}")
+    return model, None
+
+
+class FirstGrad:
+    """When the backward pass produced its first gradient (the earliest a stream could start): the
+    no-communication run's reference for the bound (ddp_models.bound_s)."""
+
+    def __init__(self, model):
+        self.at = None
+        self.handles = [p.register_post_accumulate_grad_hook(self._hook) for p in model.parameters()]
+
+    def _hook(self, _p) -> None:
+        if self.at is None:
+            self.at = time.perf_counter()
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=None) -> dict:
     import gradswitch.timeline as _timeline
     import gradswitch.torch as gst
 
     torch.manual_seed(0)
-    model = make_model(args.width, args.depth, args.inputs, args.classes)
+    model = make_model(args)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    net, overlap = model, None
-    if name == "gloo-ddp":
-        net = DDP(model, process_group=gloo_pg, bucket_cap_mb=args.bucket_mb)
-    elif name == "gs-ddp":
-        net = DDP(model, bucket_cap_mb=args.bucket_mb)  # default group: gradswitch
-    elif name == "gs-ring-ddp":
-        net = DDP(model, process_group=ring_pg, bucket_cap_mb=args.bucket_mb)
-    elif name == "gs-hook":
-        net = DDP(model, process_group=gloo_pg, bucket_cap_mb=args.bucket_mb)
-        net.register_comm_hook(state, gst.state_hook)
-    elif name.startswith("gs-overlap"):
-        kb = int(name.split(":")[1]) if ":" in name else 1024
-        overlap = gst.ChunkedOverlap(model, chunk_bytes=kb << 10)
-    elif name != "local":
-        raise SystemExit(f"unknown config {name}")
-    g = torch.Generator().manual_seed(1000 + rank)
-    x = torch.randn(args.batch, args.inputs, generator=g)
-    y = torch.randint(0, args.classes, (args.batch,), generator=g)
-    it_t, bwd_t = [], []
+    net, overlap = _wrap(name, model, args, gloo_pg, state, ring_pg)
+    first = FirstGrad(model) if name == "local" else None
+    x, y = make_batch(args, torch.Generator().manual_seed(1000 + rank))
+    phases, losses = [], []  # per measured iteration: iteration, forward, backward(+comm), step, first grad
     gs_group = gst.gradswitch_group() if args.stats and name.startswith("gs-") else None
     stats0 = None
     for i in range(args.warmup + args.iters):
@@ -124,33 +154,36 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=N
         dist.barrier(group=gloo_pg)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(x), y)
+        loss = loss_of(net(x), y)
         t1 = time.perf_counter()
+        if first:
+            first.at = None
         loss.backward()  # DDP and ChunkedOverlap return once the gradients are averaged
         t2 = time.perf_counter()
         opt.step()
         t3 = time.perf_counter()
+        losses.append(loss.item())
         if gs_group and _timeline.enabled():  # the iteration beside its buckets, for their timing in it
             end = time.monotonic_ns()
             _timeline.span(rank, "bench: iterations", f"iteration {i}", end - int((t3 - t0) * 1e9), end)
         if i >= args.warmup:
-            it_t.append(t3 - t0)
-            bwd_t.append(t2 - t1)
-    if overlap:
-        overlap.remove()
-    final = torch.tensor([loss.item()])
-    dist.all_reduce(final, group=gloo_pg)
+            phases.append((t3 - t0, t1 - t0, t2 - t1, t3 - t2, (first.at - t1) if first else 0.0))
+    for h in (overlap, first):
+        if h:
+            h.remove()
+    # the loss of every iteration averaged over the ranks (their batches differ): the same curve for
+    # every configuration that sums the gradients
+    curve = torch.tensor(losses, dtype=torch.float64)
+    dist.all_reduce(curve, group=gloo_pg)
     # every rank's medians; report the slowest rank (the iteration ends when the last rank is done)
-    med = torch.tensor([statistics.median(it_t), statistics.median(bwd_t)], dtype=torch.float64)
+    med = torch.tensor([statistics.median(col) for col in zip(*phases, strict=True)], dtype=torch.float64)
     dist.all_reduce(med, op=dist.ReduceOp.MAX, group=gloo_pg)
-    out = {
-        "config": name,
-        "iteration_s": med[0].item(),
-        "backward_comm_s": med[1].item(),
-        "loss": final.item() / world,
-    }
+    keys = ("iteration_s", "forward_s", "backward_comm_s", "step_s", "first_grad_s")
+    out = {"config": name, **{k: v.item() for k, v in zip(keys, med, strict=True)}}
+    out["losses"] = [v / world for v in curve.tolist()]
+    out["loss"] = out["losses"][-1]
     if gs_group:
-        out["per_rank"] = _rank_stats(gloo_pg, it_t, stats0, gs_group.group.stats(), cpu0)
+        out["per_rank"] = _rank_stats(gloo_pg, [ph[0] for ph in phases], stats0, gs_group.group.stats(), cpu0)
     return out
 
 
@@ -212,9 +245,9 @@ def worker(rank: int, world: int, args) -> list[dict]:
         if "gs-hook" in configs
         else None
     )
-    nparams = sum(
-        p.numel() for p in make_model(args.width, args.depth, args.inputs, args.classes).parameters()
-    )
+    nparams = sum(p.numel() for p in make_model(args).parameters())
+    if rank == 0 and args.rank is not None:
+        print(f"{describe(args, nparams)}, {world} workers, wire {args.wire}", flush=True)
     results = []
     for name in configs:
         r = run_config(name, args, rank, world, gloo_pg, state, ring_pg)
@@ -225,6 +258,7 @@ def worker(rank: int, world: int, args) -> list[dict]:
                 f"{r['backward_comm_s'] * 1e3:8.1f} ms   loss {r['loss']:.5f}",
                 flush=True,
             )
+            print(f"  loss per iteration: {' '.join(f'{v:.5f}' for v in r['losses'])}", flush=True)
             for rk, st in enumerate(r.get("per_rank", [])):
                 print(f"  rank {rk}: {st['iterations_ms']} ms  {json.dumps(st['counters'])}", flush=True)
     local = next((r for r in results if r["config"] == "local"), None)
@@ -235,29 +269,65 @@ def worker(rank: int, world: int, args) -> list[dict]:
     dist.barrier(group=gloo_pg)
     dist.destroy_process_group()
     if rank == 0:
-        out = {
-            "world_size": world,
-            "params": nparams,
-            "grad_bytes": nparams * 4,
-            "wire": args.wire,
-            "batch_per_worker": args.batch,
-            "switch": args.switch,
-            "threads_per_worker": args.threads,
-            "cpus": os.cpu_count(),
-            "results": results,
-        }
-        by = {r["config"]: r for r in results}
-        if "gloo-ddp" in by and "gs-ddp" in by:
-            out["speedup_gs_ddp_vs_gloo"] = by["gloo-ddp"]["iteration_s"] / by["gs-ddp"]["iteration_s"]
-        if "gloo-ddp" in by and "gs-ring-ddp" in by:
-            out["speedup_gs_ring_ddp_vs_gloo"] = (
-                by["gloo-ddp"]["iteration_s"] / by["gs-ring-ddp"]["iteration_s"]
-            )
-        print(json.dumps({k: v for k, v in out.items() if k != "results"}), flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(out, f, indent=1)
+        report(args, world, nparams, results)
     return results
+
+
+def bounds(args, world: int, nbytes: int, results: list[dict]) -> dict:
+    """Each configuration's bound (ddp_models.bound_s: the no-communication run's phases and the wire
+    time of `nbytes` at --rate), iteration / bound, and gradswitch DDP's speed-up over gloo beside the
+    speed-up the bounds allow; {} without --rate or a `local` configuration."""
+    local = next((r for r in results if r["config"] == "local"), None)
+    if local is None or getattr(args, "rate_bps", None) is None:
+        return {}
+    out = {}
+    for r in results:
+        if r["config"] == "local":
+            continue
+        system = "gloo" if r["config"].startswith("gloo") else "gradswitch"
+        wire = wire_s(nbytes, args.rate_bps, args.mtu, world, system)
+        r["wire_s"], r["bound_s"] = wire, bound_s(local, wire)
+        r["vs_bound"] = r["iteration_s"] / r["bound_s"]
+    by = {r["config"]: r for r in results}
+    if "gloo-ddp" in by and "gs-ddp" in by:
+        allowed = by["gloo-ddp"]["bound_s"] / by["gs-ddp"]["bound_s"]
+        got = by["gloo-ddp"]["iteration_s"] / by["gs-ddp"]["iteration_s"]
+        out = {"allowed_speedup_gs_ddp": allowed, "share_of_allowed_gain": (got - 1) / (allowed - 1)}
+    return out
+
+
+def report(args, world: int, nparams: int, results: list[dict]) -> None:
+    """Rank 0: bounds, speed-ups and the JSON summary (--json)."""
+    out = {
+        "model": args.model,
+        "world_size": world,
+        "params": nparams,
+        "grad_bytes": nparams * 4,
+        "wire": args.wire,
+        "batch_per_worker": args.batch,
+        "switch": args.switch,
+        "rate": args.rate,
+        "threads_per_worker": args.threads,
+        "cpus": os.cpu_count(),
+        "results": results,
+    }
+    out.update(bounds(args, world, nparams * 4, results))
+    for r in results:
+        if "bound_s" in r:
+            print(
+                f"{r['config']:16s} bound {r['bound_s'] * 1e3:8.1f} ms (wire {r['wire_s'] * 1e3:.1f} ms)   "
+                f"iteration / bound {r['vs_bound']:.2f}",
+                flush=True,
+            )
+    by = {r["config"]: r for r in results}
+    for name in ("gs-ddp", "gs-ring-ddp") + tuple(c for c in by if c.startswith("gs-overlap")):
+        if "gloo-ddp" in by and name in by:
+            key = "speedup_" + name.replace("-", "_").replace(":", "_") + "_vs_gloo"
+            out[key] = by["gloo-ddp"]["iteration_s"] / by[name]["iteration_s"]
+    print(json.dumps({k: v for k, v in out.items() if k != "results"}), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
 
 
 def _spawn_entry(rank, world, args):
@@ -285,16 +355,9 @@ def main(argv=None) -> int:
 
         sw = LocalSwitch(threads=args.switch_threads).start()
         args.switch = sw.address
-    nparams = sum(
-        p.numel() for p in make_model(args.width, args.depth, args.inputs, args.classes).parameters()
-    )
-    print(
-        f"MLP {args.inputs}-{'-'.join([str(args.width)] * args.depth)}-{args.classes}: {nparams / 1e6:.1f} M "
-        f"parameters ({nparams * 4 / 2**20:.0f} MiB of gradients), {args.nproc} workers, "
-        f"batch {args.batch}/worker, "
-        f"switch {args.switch}, wire {args.wire}",
-        flush=True,
-    )
+    nparams = sum(p.numel() for p in make_model(args).parameters())
+    what = describe(args, nparams)
+    print(f"{what}, {args.nproc} workers, switch {args.switch}, wire {args.wire}", flush=True)
     try:
         import torch.multiprocessing as mp
 

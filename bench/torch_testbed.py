@@ -1,15 +1,24 @@
 """bench/torch_iteration.py on the emulated testbed: one rank per worker namespace, the switch in
-the switch namespace, links shaped to --rate (issue 5's benchmark).
+the switch namespace, links shaped to --rate (issues 5 and 42).
 
-    sudo python3 bench/torch_testbed.py [--workers 4] [--rate 1gbit] \
+    sudo python3 bench/torch_testbed.py [--workers 4] [--rate 1gbit] [--model mlp|convnet|transformer] \
         [--configs local,gloo-ddp,gs-ddp,gs-overlap:256] [--iters 5] [--out /tmp/torch-testbed]
+    # the spread: N launches in a row, the configurations' order alternated, each one's runs listed
+    sudo python3 bench/torch_testbed.py --configs local,gloo-ddp,gs-ddp --repeat 20
+    # time to accuracy: examples/train_ddp.py (scikit-learn's digits) with each backend, alternated
+    sudo python3 bench/torch_testbed.py --digits gloo,gradswitch --target-accuracy 95 --epochs 10
 
-Prints rank 0's report (iteration time per configuration, and the speed-up of gs-ddp over gloo-ddp).
+Prints rank 0's report: per configuration the iteration time, the loss of every iteration, the bound
+(with a `local` configuration: forward + max(backward, first gradient + wire time) + step of the
+no-communication run) and the speed-ups. Other torch_iteration.py options (--wire, --width, --vocab, ...)
+go after `--`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import subprocess
 import sys
 import time
@@ -19,80 +28,192 @@ from gradswitch._paths import switch_binary
 from gradswitch.testbed import Testbed
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 
 
-def main() -> int:
+def start_switch(tb, out: Path, slots: int):
+    """gradswitchd in the switch namespace, its log in out/switch.log."""
+    with open(out / "switch.log", "w") as log:
+        sw = tb.popen(
+            "switch",
+            [switch_binary(), "--control-host", tb.address("switch"), "--insecure", "--threads", "1"]
+            + ["--slots", str(slots)],  # --insecure: the testbed's own namespaces
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    time.sleep(1)
+    return sw
+
+
+def run_ranks(tb, workers: int, out: Path, argv, timeout: float, env=None) -> list[int]:
+    """argv(rank) in worker namespace w<rank> for every rank, logs in out/rank<r>.log; their exit codes."""
+    procs = []
+    for r in range(workers):
+        with open(out / f"rank{r}.log", "w") as log:
+            # gloo binds to the address of the namespace's link, not the hostname's
+            procs.append(
+                tb.popen(
+                    f"w{r}",
+                    argv(r),
+                    env={"GLOO_SOCKET_IFNAME": "gs-eth0", **(env(r) if env else {})},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    try:
+        return [p.wait(timeout=timeout) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        raise SystemExit(f"ranks still running after {timeout:g} s (--timeout); logs in {out}") from None
+
+
+def launch(tb, a, configs: str, out: Path) -> dict:
+    """One torch_iteration.py run of `configs` on testbed tb: rank 0's JSON report."""
+    out.mkdir(parents=True, exist_ok=True)
+    sw = start_switch(tb, out, a.slots)
+    common = [
+        "--world-size", str(a.workers), "--master-addr", tb.address("w0"), "--master-port", "29500",
+        "--switch", f"{tb.address('switch')}:7700", "--configs", configs, "--iters", str(a.iters),
+        "--warmup", "1", "--threads", "1", "--rate", a.rate, "--model", a.model,
+    ] + (["--stats"] if a.stats else []) + a.extra  # fmt: skip
+
+    def argv(r):
+        return [sys.executable, str(HERE / "torch_iteration.py"), "--rank", str(r), *common] + [
+            "--json",
+            str(out / f"rank{r}.json"),
+        ]
+
+    try:
+        codes = run_ranks(tb, a.workers, out, argv, a.timeout)
+    finally:
+        sw.terminate()
+        sw.wait()
+    if any(codes) or not (out / "rank0.json").exists():
+        tail = (out / "rank0.log").read_text()[-2000:]
+        raise SystemExit(f"torch_iteration.py failed (exit codes {codes}); rank 0's log ends:\n{tail}")
+    return json.loads((out / "rank0.json").read_text())
+
+
+def spread(tb, a) -> None:
+    """--repeat: a.repeat launches, the configurations' order reversed every other one; each
+    configuration's iteration medians, their median, and the runs slower than 0.9x it."""
+    names = [c for c in a.configs.split(",") if c]
+    runs: dict[str, list[float]] = {c: [] for c in names}
+    for i in range(a.repeat):
+        order = names if i % 2 == 0 else names[::-1]
+        rep = launch(tb, a, ",".join(order), a.out / f"run{i:02d}")
+        line = []
+        for r in rep["results"]:
+            runs[r["config"]].append(r["iteration_s"])
+            line.append(f"{r['config']} {r['iteration_s'] * 1e3:.0f} ms")
+        print(f"run {i + 1}/{a.repeat}: " + ", ".join(line), flush=True)
+    summary = {}
+    for c, ts in runs.items():
+        med = statistics.median(ts)
+        slow = [t for t in ts if t > med / 0.9]  # slower than 0.9x the median's speed
+        summary[c] = {"runs_s": ts, "median_s": med, "slower_than_0.9x_median": len(slow)}
+        print(
+            f"{c:16s} median {med * 1e3:7.1f} ms  range {min(ts) * 1e3:.0f}-{max(ts) * 1e3:.0f} ms  "
+            f"{len(slow)} of {len(ts)} runs slower than 0.9x the median  "
+            f"runs: {' '.join(f'{t * 1e3:.0f}' for t in ts)}",
+            flush=True,
+        )
+    (a.out / "spread.json").write_text(json.dumps(summary, indent=1))
+
+
+def digits(tb, a) -> None:
+    """--digits: examples/train_ddp.py with each backend in turn (alternated over --repeat rounds);
+    the time each took to reach --target-accuracy."""
+    backends = [b for b in a.digits.split(",") if b]
+    bad = [b for b in backends if b not in ("gloo", "gradswitch")]
+    if bad:
+        raise SystemExit(f"--digits {a.digits}: unknown backends {bad} (use gloo,gradswitch)")
+    times: dict[str, list] = {b: [] for b in backends}
+    for i in range(a.repeat):
+        for b in backends if i % 2 == 0 else backends[::-1]:
+            out = a.out / f"digits-{b}-{i:02d}"
+            hist = train_digits(tb, a, b, out)
+            t = hist.get("time_to_target_s")
+            times[b].append(t)
+            final = hist["history"][-1]
+            reached = f"{t:.2f} s (epoch {hist['target_epoch']})" if t is not None else "not reached"
+            print(
+                f"round {i + 1} {b:10s} {a.target_accuracy:g}% in {reached}; after {len(hist['history'])} "
+                f"epochs: accuracy {final['accuracy']:.2f}%, loss {final['loss']:.4f}",
+                flush=True,
+            )
+    for b, ts in times.items():
+        got = [t for t in ts if t is not None]
+        med = f"median {statistics.median(got):.2f} s" if got else "never reached"
+        print(f"{b:10s} time to {a.target_accuracy:g}%: {med}  runs: {ts}", flush=True)
+
+
+def train_digits(tb, a, backend: str, out: Path) -> dict:
+    """One examples/train_ddp.py run on the testbed (the switch up for --backend gradswitch)."""
+    out.mkdir(parents=True, exist_ok=True)
+    sw = start_switch(tb, out, a.slots) if backend == "gradswitch" else None
+    cmd = [sys.executable, str(ROOT / "examples" / "train_ddp.py"), "--backend", backend]
+    cmd += ["--epochs", str(a.epochs), "--target-accuracy", str(a.target_accuracy), "--json"]
+
+    def env(r):
+        return {
+            "RANK": str(r),
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": str(a.workers),
+            "MASTER_ADDR": tb.address("w0"),
+            "MASTER_PORT": "29500",
+            "GRADSWITCH_SWITCH": f"{tb.address('switch')}:7700",
+        }
+
+    try:
+        codes = run_ranks(tb, a.workers, out, lambda r: cmd + [str(out / f"rank{r}.json")], a.timeout, env)
+    finally:
+        if sw:
+            sw.terminate()
+            sw.wait()
+    if any(codes):
+        tail = (out / "rank0.log").read_text()[-2000:]
+        raise SystemExit(f"train_ddp.py --backend {backend} failed ({codes}); rank 0's log ends:\n{tail}")
+    return json.loads((out / "rank0.json").read_text())
+
+
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--rate", default="1gbit")
+    p.add_argument("--model", choices=("mlp", "convnet", "transformer"), default="mlp")
     p.add_argument("--configs", default="local,gloo-ddp,gs-ddp,gs-overlap:256")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--slots", type=int, default=256, help="gradswitchd --slots")
     p.add_argument("--out", type=Path, default=Path("/tmp/torch-testbed"))
-    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per launch")
     p.add_argument("--stats", action="store_true", help="torch_iteration.py --stats: per-rank counters")
-    a = p.parse_args()
+    p.add_argument("--repeat", type=int, default=1, help="launches in a row, order alternated (the spread)")
+    p.add_argument("--digits", default=None, metavar="BACKENDS", help="time to accuracy: gloo,gradswitch")
+    p.add_argument("--target-accuracy", type=float, default=95.0, help="with --digits: test accuracy, %%")
+    p.add_argument("--epochs", type=int, default=10, help="with --digits: epochs per run")
+    p.add_argument("extra", nargs="*", help="after --: more torch_iteration.py options")
+    a = p.parse_args(argv)
+    if a.workers < 2 or a.iters < 1 or a.repeat < 1 or a.epochs < 1:
+        p.error("--workers must be at least 2, --iters, --repeat and --epochs at least 1")
+    if not 0 < a.target_accuracy <= 100:
+        p.error(f"--target-accuracy {a.target_accuracy}: a percentage in (0, 100]")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     with Testbed(workers=a.workers, rate=a.rate, name="tt") as tb:
-        with open(a.out / "switch.log", "w") as log:
-            sw = tb.popen(
-                "switch",
-                [
-                    switch_binary(),
-                    "--control-host",
-                    tb.address("switch"),
-                    "--insecure",  # the testbed's own namespaces
-                    "--threads",
-                    "1",
-                    "--slots",
-                    str(a.slots),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        time.sleep(1)
-        procs = []
-        for r in range(a.workers):
-            cmd = [
-                sys.executable,
-                str(HERE / "torch_iteration.py"),
-                "--rank",
-                str(r),
-                "--world-size",
-                str(a.workers),
-                "--master-addr",
-                tb.address("w0"),
-                "--master-port",
-                "29500",
-                "--switch",
-                f"{tb.address('switch')}:7700",
-                "--configs",
-                a.configs,
-                "--iters",
-                str(a.iters),
-                "--warmup",
-                "1",
-                "--threads",
-                "1",
-                "--json",
-                str(a.out / f"rank{r}.json"),
-            ] + (["--stats"] if a.stats else [])
-            with open(a.out / f"rank{r}.log", "w") as log:
-                # gloo binds to the address of the namespace's link, not the hostname's
-                procs.append(
-                    tb.popen(
-                        f"w{r}",
-                        cmd,
-                        env={"GLOO_SOCKET_IFNAME": "gs-eth0"},
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
-        codes = [proc.wait(timeout=a.timeout) for proc in procs]
-        sw.terminate()
-        sw.wait()
-    print((a.out / "rank0.log").read_text()[-2000:])
-    return 0 if not any(codes) else 1
+        if a.digits:
+            digits(tb, a)
+        elif a.repeat > 1:
+            spread(tb, a)
+        else:
+            launch(tb, a, a.configs, a.out)
+            print((a.out / "rank0.log").read_text()[-4000:])
+    return 0
 
 
 if __name__ == "__main__":

@@ -108,7 +108,31 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per worker")
     p.add_argument("--save", default=None, help="rank 0 writes the final state_dict here")
     p.add_argument("--json", default=None, help="rank 0 writes per-epoch metrics here")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--target-accuracy",
+        type=float,
+        default=None,
+        help="percent: print the training time (sum of the epochs' wall) until the test accuracy reached it",
+    )
+    a = p.parse_args(argv)
+    if a.epochs < 1 or a.batch_size < 1 or a.hidden < 1:
+        p.error("--epochs, --batch-size and --hidden must be at least 1")
+    if a.target_accuracy is not None and not 0 < a.target_accuracy <= 100:
+        p.error(f"--target-accuracy {a.target_accuracy}: a percentage in (0, 100]")
+    return a
+
+
+def time_to_target(history: list[dict], target: float | None) -> dict:
+    """The training time (epochs' wall, evaluation excluded) until the first epoch whose test accuracy
+    reached `target` percent; {} without a target."""
+    if target is None:
+        return {}
+    spent = 0.0
+    for rec in history:
+        spent += rec["wall_s"]
+        if rec["accuracy"] >= target:
+            return {"target_accuracy": target, "time_to_target_s": spent, "target_epoch": rec["epoch"]}
+    return {"target_accuracy": target, "time_to_target_s": None, "target_epoch": None}
 
 
 def start_switch_if_needed(args):
@@ -242,7 +266,12 @@ def train(args) -> dict:
             "wire": args.wire,
             "world_size": world,
             "history": history,
+            **time_to_target(history, args.target_accuracy),
         }
+        if args.target_accuracy is not None:
+            t = info["time_to_target_s"]
+            reached = "not reached" if t is None else f"{t:.2f} s of training (epoch {info['target_epoch']})"
+            print(f"time to {args.target_accuracy:g}% test accuracy: {reached}", flush=True)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(info, f, indent=1)
