@@ -6,8 +6,10 @@ testbed, sums checked, report (Markdown + PNG plots) written under bench/results
     python3 bench/suite.py --report-only bench/results/<date>      # re-render from results.json
 
 Series (see bench/results/*/report.md for what each measures): models, scaling, loss, frames, small,
-variation, cpu. Every run is bounded (--run-timeout) and the whole suite by --max-minutes (runs that
-would start later are skipped and listed as such). Progress goes to stdout, one line per run.
+variation, cpu, ddp (a DDP training iteration of bench/torch_iteration.py's MLP: gloo DDP, gradswitch DDP
+and the uniform-chunk overlap beside their bounds, issue 42). Every run is bounded (--run-timeout)
+and the whole suite by --max-minutes (runs that would start later are skipped and listed as such).
+Progress goes to stdout, one line per run.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ LABELS = {
 }
 FRAMES = [64, 146, 256, 512, 1024, 1518, 9018]  # Ethernet frame bytes incl. 14 B header + 4 B FCS
 GS_OVERHEAD = 20 + 8 + 32  # IPv4 + UDP + gradswitch header
+DDP_CONFIGS = "local,gloo-ddp,gs-ddp,gs-overlap:256"
 
 
 def nbytes_of(mb: float) -> int:
@@ -100,6 +103,9 @@ class Config:
     cpu_mb: float
     cpu_iters: int
     cpu_workers: int
+    ddp_workers: int
+    ddp_iters: int
+    ddp_options: list[str]
     run_timeout: float
     max_minutes: float
     name: str
@@ -135,6 +141,9 @@ class Config:
             cpu_mb=4.0 if q else 32.0,
             cpu_iters=2 if q else 3,
             cpu_workers=3 if q else 4,
+            ddp_workers=3 if q else 4,
+            ddp_iters=2 if q else 5,
+            ddp_options=["--width", "1024"] if q else [],  # a 4 M-parameter MLP in the quick suite
             run_timeout=a.run_timeout or (120 if q else 600),
             max_minutes=a.max_minutes or (15 if q else 240),
             name=a.name or f"su{os.getpid() % 100000}",
@@ -161,7 +170,9 @@ class Step:
 def plan(c: Config) -> list[Step]:
     steps: list[Step] = []
     main_tb = (
-        max(c.model_workers + [c.small_workers, c.var_workers, c.cpu_workers, c.frame_workers]),
+        max(
+            c.model_workers + [c.small_workers, c.var_workers, c.cpu_workers, c.frame_workers, c.ddp_workers]
+        ),
         c.rate,
         c.mtu,
         0.0,
@@ -204,6 +215,12 @@ def plan(c: Config) -> list[Step]:
         # CPU inside the timed iterations, as each process measures it (suite_report.cpu_table)
         for s in c.systems:
             steps.append(Step("cpu", main_tb, s, nbytes_of(c.cpu_mb), c.cpu_workers, c.cpu_iters, 1, kw(s)))
+    if "ddp" in c.series and "gradswitch" in c.systems:
+        # one launch of every configuration side by side; the sums are checked by their equal losses
+        kw_ddp = {"configs": DDP_CONFIGS, "options": c.ddp_options, "slots": 256}
+        steps.append(
+            Step("ddp", main_tb, "gradswitch", 0, c.ddp_workers, c.ddp_iters, 1, kw_ddp, {"model": "mlp"})
+        )
     if "frames" in c.series and "gradswitch" in c.systems:
         for f in c.frames:
             mtu = f - 18
@@ -376,6 +393,8 @@ class Suite:
             return rec
         tb = self.testbed(st.tb)
         rec["rate_bps"] = tb.link.rate
+        if st.series == "ddp":
+            return self.run_ddp(st, tb, rec, what)
         cnt = Counters(tb, [f"w{r}" for r in range(st.workers)] + ["host"])
         self.log(what + " ...")
         k0, m0, l0, w0 = cnt.read(), machine_cpu(), loadavg(), time.time()
@@ -419,6 +438,46 @@ class Suite:
             self.log(f"    -> FAILED: {rec.get('error', '')[:400]}")
         return rec
 
+    def run_ddp(self, st: Step, tb, rec: dict, what: str) -> dict:
+        """A "ddp" step: bench/torch_testbed.py's launch on the suite's testbed. ok when every
+        configuration that sums the gradients ends at gloo's loss (float32: within 1e-3)."""
+        from types import SimpleNamespace
+
+        from torch_testbed import launch
+
+        self.log(what + " ...")
+        a = SimpleNamespace(
+            workers=st.workers,
+            slots=st.kw["slots"],
+            iters=st.iters,
+            rate=st.tb[1],
+            model=st.tag["model"],
+            stats=False,
+            extra=st.kw["options"],
+            timeout=self.c.run_timeout,
+        )
+        w0 = time.time()
+        try:
+            rep = launch(tb, a, st.kw["configs"], self.out / f"ddp-{st.tag['model']}")
+        except (SystemExit, Exception) as e:  # recorded, the suite goes on
+            rec.update(ok=False, error=f"{type(e).__name__}: {e}"[-3000:], wall_s=time.time() - w0)
+            self.log(f"    -> FAILED: {rec['error'][:400]}")
+            return rec
+        res = {r["config"]: r for r in rep["results"]}
+        ref = res["gloo-ddp"]["loss"]
+        off = [c for c, r in res.items() if c != "local" and abs(r["loss"] - ref) > 1e-3 * abs(ref)]
+        rec.update(ok=not off, ddp=rep, nbytes=rep["grad_bytes"], wall_s=time.time() - w0)
+        rec["times"] = [res["gs-overlap:256"]["iteration_s"]]  # the series' figure (headline ddp-overlap)
+        rec["median_s"] = rec["times"][0]
+        if off:
+            rec["error"] = f"wrong sum: {off} end at another loss than gloo-ddp's {ref}"
+        self.log(
+            "    -> "
+            + "  ".join(f"{c} {r['iteration_s'] * 1e3:.0f} ms" for c, r in res.items())
+            + f"  losses {'equal' if not off else 'DIFFER'}"
+        )
+        return rec
+
     def run(self, steps: list[Step]) -> None:
         # group by testbed (stable: series order kept within a testbed)
         order = []
@@ -435,7 +494,7 @@ class Suite:
             self.save()
 
 
-def main(argv=None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bench/suite.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -453,7 +512,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--threads", type=int, default=1, help="gradswitchd data threads")
     p.add_argument("--systems", default=",".join(SYSTEMS))
-    p.add_argument("--series", default="models,scaling,loss,frames,small,variation,cpu")
+    p.add_argument("--series", default="models,scaling,loss,frames,small,variation,cpu,ddp")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per model-size run")
     p.add_argument("--scale-mb", type=float, default=None)
     p.add_argument("--loss-mb", type=float, default=None)
@@ -464,7 +523,11 @@ def main(argv=None) -> int:
     p.add_argument("--max-minutes", type=float, default=None, help="bound on the whole suite")
     p.add_argument("--name", default=None, help="testbed name (default su<pid>)")
     p.add_argument("--report-only", default=None, metavar="DIR", help="re-render DIR/results.json")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    a = make_parser().parse_args(argv)
 
     if a.report_only:
         import suite_report

@@ -459,6 +459,31 @@ def section_variation(recs, out: Path, lines: list[str]) -> None:
     lines += ["", "![variation](variation.png)", ""]
 
 
+def section_ddp(recs, lines: list[str]) -> None:
+    """The DDP iteration (bench/torch_iteration.py's configurations side by side, one launch)."""
+    for r in _by(recs, "ddp"):
+        if not r.get("ddp"):
+            continue
+        d = r["ddp"]
+        res = {x["config"]: x for x in d["results"]}
+        gloo = res.get("gloo-ddp", {}).get("iteration_s")
+        lines += [
+            f"## DDP training iteration ({d['model']}, {d['params'] / 1e6:.1f} M parameters, "
+            f"N = {r['workers']}, median of {r['iters']} iterations; issue 42)",
+            "",
+            "Bound: forward + max(backward, first gradient + wire time) + step of the no-communication run.",
+            "",
+            "| configuration | iteration | vs gloo | bound | iteration / bound | final loss |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for c, x in res.items():
+            vs = f"{gloo / x['iteration_s']:.2f}x" if gloo and c != "local" else ""
+            bound = _fmt_t(x["bound_s"]) if "bound_s" in x else ""
+            ratio = f"{x['vs_bound']:.2f}" if "vs_bound" in x else ""
+            lines.append(f"| {c} | {_fmt_t(x['iteration_s'])} | {vs} | {bound} | {ratio} | {x['loss']:.5f} |")
+        lines.append("")
+
+
 def cpu_table(recs) -> list[dict]:
     """CPU seconds per GB reduced, from what each process measured inside the timed iterations (warm-up
     excluded): `worker` the mean over workers of their process CPU inside the timed calls (every
@@ -793,6 +818,7 @@ def write(out: Path, data: dict) -> str:
     ):
         f(recs, out, lines)
     section_cpu(recs, lines)
+    section_ddp(recs, lines)
     lines += bottleneck(recs)
     lines += closing_note(recs, tg)
     extra = out / "notes.md"  # hand-written observations kept next to the generated report

@@ -73,7 +73,7 @@ def test_quick_suite_every_sum_checked(quick_run):
                 [r.get("error") for r in recs if r["system"] == s and r["workers"] == n][:2]
             )
     # every series produced at least one verified run
-    for series in ("models", "scaling", "loss", "frames", "small", "variation", "cpu"):
+    for series in ("models", "scaling", "loss", "frames", "small", "variation", "cpu", "ddp"):
         assert any(r["series"] == series and r.get("ok") for r in recs), f"series {series}: nothing verified"
     failed = [r for r in recs if not r.get("skipped") and not r.get("ok")]
     assert len(failed) <= 2, f"{len(failed)} runs failed: " + "; ".join(
@@ -147,3 +147,24 @@ def test_cpu_per_gb_is_in_call_cpu_over_timed_bytes():
         [rec("gradswitch", worker_cpu_s=[0.1, 0.3], switch_data_cpu_s=0.05, switch_cpu_s=0.06)], lines
     )
     assert "| gradswitch (in-network) | 1.00 | – | 0.25 | 0.12 | 0.30 |" in lines  # DATA: 2 workers' worth
+
+
+def test_ddp_series_runs_by_default_and_reports_the_overlap():
+    """The overlap path has a series that the default suite plans (issue 42: a regression shows), and
+    the report prints each configuration beside gloo and its bound."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import suite
+    import suite_report
+
+    steps = suite.plan(suite.Config.make(suite.make_parser().parse_args([])))
+    ddp = [s for s in steps if s.series == "ddp"]
+    assert len(ddp) == 1 and "gs-overlap:256" in ddp[0].kw["configs"], ddp
+    res = [
+        {"config": "local", "iteration_s": 0.2, "loss": 6.0},
+        {"config": "gloo-ddp", "iteration_s": 1.6, "loss": 5.0, "bound_s": 1.0, "vs_bound": 1.6},
+        {"config": "gs-overlap:256", "iteration_s": 1.0, "loss": 5.0, "bound_s": 0.9, "vs_bound": 1.11},
+    ]
+    rec = {"series": "ddp", "workers": 4, "iters": 5, "ddp": {"model": "mlp", "params": 25e6, "results": res}}
+    lines: list[str] = []
+    suite_report.section_ddp([rec], lines)
+    assert "| gs-overlap:256 | 1000.0 ms | 1.60x | 900.0 ms | 1.11 | 5.00000 |" in lines, lines
