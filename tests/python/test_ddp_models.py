@@ -115,3 +115,18 @@ def test_model_trains_the_same_through_gradswitch_as_gloo(switch, model):
             # fixed32 rounds each gradient to the wire's fixed point (docs/protocol.md): close, not equal
             tol = 1e-3 if name.endswith("fixed32") else 1e-5
             assert got == pytest.approx(ref, rel=tol, abs=tol), f"rank {rank} {model} {name}: {got} vs {ref}"
+
+
+def test_time_to_accuracy_is_the_training_time_until_the_first_epoch_at_the_target():
+    """examples/train_ddp.py --target-accuracy (bench/torch_testbed.py --digits reads it)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from train_ddp import time_to_target
+
+    hist = [
+        {"epoch": 1, "accuracy": 80.0, "wall_s": 1.0},
+        {"epoch": 2, "accuracy": 95.5, "wall_s": 1.5},
+        {"epoch": 3, "accuracy": 97.0, "wall_s": 1.0},
+    ]
+    assert time_to_target(hist, 95.0) == {"target_accuracy": 95.0, "time_to_target_s": 2.5, "target_epoch": 2}
+    assert time_to_target(hist, 99.0)["time_to_target_s"] is None
+    assert time_to_target(hist, None) == {}
