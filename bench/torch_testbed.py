@@ -100,12 +100,19 @@ def spread(tb, a) -> None:
     configuration's iteration medians, their median, and the runs slower than 0.9x it."""
     names = [c for c in a.configs.split(",") if c]
     runs: dict[str, list[float]] = {c: [] for c in names}
+    vs_bound: dict[str, list[float]] = {c: [] for c in names}
+    vs_gloo: dict[str, list[float]] = {c: [] for c in names}
     for i in range(a.repeat):
         order = names if i % 2 == 0 else names[::-1]
         rep = launch(tb, a, ",".join(order), a.out / f"run{i:02d}")
         line = []
+        gloo = next((r["iteration_s"] for r in rep["results"] if r["config"] == "gloo-ddp"), None)
         for r in rep["results"]:
             runs[r["config"]].append(r["iteration_s"])
+            if "vs_bound" in r:
+                vs_bound[r["config"]].append(r["vs_bound"])
+            if gloo and r["config"] not in ("local", "gloo-ddp"):
+                vs_gloo[r["config"]].append(gloo / r["iteration_s"])  # side by side in one launch
             line.append(f"{r['config']} {r['iteration_s'] * 1e3:.0f} ms")
         print(f"run {i + 1}/{a.repeat}: " + ", ".join(line), flush=True)
     summary = {}
@@ -113,10 +120,16 @@ def spread(tb, a) -> None:
         med = statistics.median(ts)
         slow = [t for t in ts if t > med / 0.9]  # slower than 0.9x the median's speed
         summary[c] = {"runs_s": ts, "median_s": med, "slower_than_0.9x_median": len(slow)}
+        summary[c].update(vs_bound=vs_bound[c], vs_gloo=vs_gloo[c])
+        ratios = [
+            f"{what} median {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+            for what, v in (("iteration/bound", vs_bound[c]), ("vs gloo", vs_gloo[c]))
+            if v
+        ]
         print(
             f"{c:16s} median {med * 1e3:7.1f} ms  range {min(ts) * 1e3:.0f}-{max(ts) * 1e3:.0f} ms  "
             f"{len(slow)} of {len(ts)} runs slower than 0.9x the median  "
-            f"runs: {' '.join(f'{t * 1e3:.0f}' for t in ts)}",
+            f"runs: {' '.join(f'{t * 1e3:.0f}' for t in ts)}  " + "  ".join(ratios),
             flush=True,
         )
     (a.out / "spread.json").write_text(json.dumps(summary, indent=1))
