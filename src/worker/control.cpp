@@ -1,3 +1,6 @@
+// The worker's control-plane client (include/gradswitch/control.h): a TCP connection to the switch
+// with deadlines, request lines out and key=value replies in, credentials from the environment.
+
 #include "gradswitch/control.h"
 
 #include <arpa/inet.h>

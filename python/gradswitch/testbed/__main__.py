@@ -1,3 +1,4 @@
+# `python3 -m gradswitch.testbed ...`: the same as `gradswitch testbed ...` (docs/testbed.md).
 import sys
 
 from .cli import main

@@ -1,3 +1,6 @@
+// Control-plane request parsing (docs/protocol.md section 1): the line framer, key=value requests,
+// and each request's typed arguments with the ERR code and message a client gets for bad ones.
+
 #include "switch/control/parse.h"
 
 #include <arpa/inet.h>

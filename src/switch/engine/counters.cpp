@@ -1,3 +1,6 @@
+// The engine's counters: drop reasons' names, and reading and formatting a data thread's counters
+// for STATS and the metrics port.
+
 #include "switch/engine/counters.h"
 
 namespace gradswitch {
