@@ -262,14 +262,9 @@ static bool bool_arg(const Request& r, const char* key, bool* out, Error* err) {
   return true;
 }
 
-static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8_t wire, Error* err) {
-  OptimizerSpec o;
-  const std::string* v = r.find(GS_KEY_OPTIMIZER);
-  if (!parse_optimizer_algo(*v, &o.algo)) {
-    *err = {kErrBadRequest, "optimizer=" + shown(*v) + " is unknown (sgd|adagrad|adam|adamw|smorms3)"};
-    return std::nullopt;
-  }
-  const auto own = algo_keys(o.algo);
+// Every optimizer key present must be a common one or one of the chosen algorithm's own.
+static bool check_optimizer_keys_apply(const Request& r, OptimizerAlgo algo, Error* err) {
+  const auto own = algo_keys(algo);
   for (const auto& arg : r.args) {
     const std::string& k = arg.first;  // not a structured binding: lambdas below capture it
     if (!is_optimizer_key(k)) continue;
@@ -281,46 +276,63 @@ static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8
       std::string list;
       for (const char* c : kOptCommonKeys) list += std::string(list.empty() ? "" : " ") + c;
       for (const char* c : own) list += std::string(" ") + c;
-      *err = {kErrBadRequest, "key '" + k + "' does not apply to optimizer=" + optimizer_algo_name(o.algo) +
+      *err = {kErrBadRequest, "key '" + k + "' does not apply to optimizer=" + optimizer_algo_name(algo) +
                                   " (its keys: " + list + ")"};
-      return std::nullopt;
+      return false;
     }
   }
+  return true;
+}
+
+// params=, lr= and the hyperparameters, each within its range; eps_mode= by name.
+static bool parse_optimizer_values(const Request& r, OptimizerSpec* o, Error* err) {
+  uint64_t n;
+  if (!number_arg(r, GS_KEY_PARAMS, 1, 0xFFFFFFFFull, &n, err)) return false;
+  o->params = n;
+  if (!r.find(GS_KEY_LR)) {
+    *err = {kErrBadRequest, "JOIN with optimizer= needs lr="};
+    return false;
+  }
+  const float inf = INFINITY;
+  if (!float_arg(r, GS_KEY_LR, 0, inf, false, &o->lr, err) ||
+      !float_arg(r, GS_KEY_WEIGHT_DECAY, 0, inf, false, &o->weight_decay, err) ||
+      !float_arg(r, GS_KEY_MOMENTUM, 0, inf, false, &o->momentum, err) ||
+      !float_arg(r, GS_KEY_DAMPENING, -inf, inf, false, &o->dampening, err) ||
+      !float_arg(r, GS_KEY_BETA1, 0, 1, true, &o->beta1, err) ||
+      !float_arg(r, GS_KEY_BETA2, 0, 1, true, &o->beta2, err) ||
+      !float_arg(r, GS_KEY_EPS, 0, inf, false, &o->eps, err) ||
+      !float_arg(r, GS_KEY_LR_DECAY, 0, inf, false, &o->lr_decay, err) ||
+      !float_arg(r, GS_KEY_INITIAL_ACCUMULATOR, 0, inf, false, &o->initial_accumulator, err) ||
+      !bool_arg(r, GS_KEY_NESTEROV, &o->nesterov, err) || !bool_arg(r, GS_KEY_AVERAGE, &o->average, err))
+    return false;
+  if (const std::string* m = r.find(GS_KEY_EPS_MODE)) {
+    if (*m == "paper")
+      o->eps_placement = EpsPlacement::kInsideSqrt;
+    else if (*m == "torch")
+      o->eps_placement = EpsPlacement::kOutsideSqrt;
+    else {
+      *err = {kErrBadRequest, "eps_mode=" + shown(*m) + " is unknown (paper|torch)"};
+      return false;
+    }
+  }
+  return true;
+}
+
+static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8_t wire, Error* err) {
+  OptimizerSpec o;
+  const std::string* v = r.find(GS_KEY_OPTIMIZER);
+  if (!parse_optimizer_algo(*v, &o.algo)) {
+    *err = {kErrBadRequest, "optimizer=" + shown(*v) + " is unknown (sgd|adagrad|adam|adamw|smorms3)"};
+    return std::nullopt;
+  }
+  if (!check_optimizer_keys_apply(r, o.algo, err)) return std::nullopt;
   if (wire != GS_ELEM_FLOAT32) {
     *err = {kErrBadRequest,
             std::string("optimizer= needs wire=float32 (the switch holds fp32 parameters), not wire=") +
                 gs_elem_name(wire)};
     return std::nullopt;
   }
-  uint64_t n;
-  if (!number_arg(r, GS_KEY_PARAMS, 1, 0xFFFFFFFFull, &n, err)) return std::nullopt;
-  o.params = n;
-  if (!r.find(GS_KEY_LR)) {
-    *err = {kErrBadRequest, "JOIN with optimizer= needs lr="};
-    return std::nullopt;
-  }
-  const float inf = INFINITY;
-  if (!float_arg(r, GS_KEY_LR, 0, inf, false, &o.lr, err) ||
-      !float_arg(r, GS_KEY_WEIGHT_DECAY, 0, inf, false, &o.weight_decay, err) ||
-      !float_arg(r, GS_KEY_MOMENTUM, 0, inf, false, &o.momentum, err) ||
-      !float_arg(r, GS_KEY_DAMPENING, -inf, inf, false, &o.dampening, err) ||
-      !float_arg(r, GS_KEY_BETA1, 0, 1, true, &o.beta1, err) ||
-      !float_arg(r, GS_KEY_BETA2, 0, 1, true, &o.beta2, err) ||
-      !float_arg(r, GS_KEY_EPS, 0, inf, false, &o.eps, err) ||
-      !float_arg(r, GS_KEY_LR_DECAY, 0, inf, false, &o.lr_decay, err) ||
-      !float_arg(r, GS_KEY_INITIAL_ACCUMULATOR, 0, inf, false, &o.initial_accumulator, err) ||
-      !bool_arg(r, GS_KEY_NESTEROV, &o.nesterov, err) || !bool_arg(r, GS_KEY_AVERAGE, &o.average, err))
-    return std::nullopt;
-  if (const std::string* m = r.find(GS_KEY_EPS_MODE)) {
-    if (*m == "paper")
-      o.eps_placement = EpsPlacement::kInsideSqrt;
-    else if (*m == "torch")
-      o.eps_placement = EpsPlacement::kOutsideSqrt;
-    else {
-      *err = {kErrBadRequest, "eps_mode=" + shown(*m) + " is unknown (paper|torch)"};
-      return std::nullopt;
-    }
-  }
+  if (!parse_optimizer_values(r, &o, err)) return std::nullopt;
   if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
     *err = {kErrBadRequest, "nesterov=1 needs momentum > 0 and dampening=0 (as torch.optim.SGD)"};
     return std::nullopt;
@@ -332,7 +344,8 @@ static std::optional<OptimizerSpec> parse_optimizer_keys(const Request& r, uint8
   return o;
 }
 
-std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
+// Every key is a JOIN key or an optimizer key, and optimizer keys come with optimizer=.
+static bool check_join_keys(const Request& r, Error* err) {
   for (const auto& [k, v] : r.args) {
     bool ok = is_optimizer_key(k);
     for (const char* c : kJoinKeys) ok = ok || k == c;
@@ -341,87 +354,109 @@ std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
               "unknown key '" + k +
                   "' for JOIN (keys: job world rank wire token port, leaf peer from a leaf switch, and "
                   "for optimization in the switch optimizer params lr ...)"};
-      return std::nullopt;
+      return false;
     }
   }
   if (!r.find(GS_KEY_OPTIMIZER))
     for (const auto& [k, v] : r.args)
       if (is_optimizer_key(k)) {
         *err = {kErrBadRequest, "key '" + k + "' needs optimizer=<sgd|adagrad|adam|adamw|smorms3>"};
-        return std::nullopt;
+        return false;
       }
-  JoinRequest j;
+  return true;
+}
+
+// The keys every JOIN carries: job, world, rank, wire, token, port.
+static bool parse_join_member(const Request& r, JoinRequest* j, Error* err) {
   const std::string* v;
-  if (!required(r, GS_KEY_JOB, &v, err)) return std::nullopt;
+  if (!required(r, GS_KEY_JOB, &v, err)) return false;
   if (!is_valid_name(*v)) {
     *err = {kErrBadRequest, "job=" + shown(*v) + " is not a valid name ([A-Za-z0-9._:-]{1,64})"};
-    return std::nullopt;
+    return false;
   }
-  j.job = *v;
+  j->job = *v;
   uint64_t n;
-  if (!number_arg(r, GS_KEY_WORLD, 1, GS_MAX_WORLD, &n, err)) return std::nullopt;
-  j.world = static_cast<uint16_t>(n);
-  if (!number_arg(r, GS_KEY_RANK, 0, UINT16_MAX, &n, err)) return std::nullopt;
-  if (n >= j.world) {
+  if (!number_arg(r, GS_KEY_WORLD, 1, GS_MAX_WORLD, &n, err)) return false;
+  j->world = static_cast<uint16_t>(n);
+  if (!number_arg(r, GS_KEY_RANK, 0, UINT16_MAX, &n, err)) return false;
+  if (n >= j->world) {
     *err = {kErrBadRequest, "rank=" + std::to_string(n) +
-                                " is out of range for world=" + std::to_string(j.world) + " (ranks are 0.." +
-                                std::to_string(j.world - 1) + ")"};
-    return std::nullopt;
+                                " is out of range for world=" + std::to_string(j->world) + " (ranks are 0.." +
+                                std::to_string(j->world - 1) + ")"};
+    return false;
   }
-  j.rank = static_cast<uint16_t>(n);
-  if (!required(r, GS_KEY_WIRE, &v, err)) return std::nullopt;
-  j.wire = wire_from_name(*v);
-  if (!j.wire) {
+  j->rank = static_cast<uint16_t>(n);
+  if (!required(r, GS_KEY_WIRE, &v, err)) return false;
+  j->wire = wire_from_name(*v);
+  if (!j->wire) {
     *err = {kErrBadRequest,
             "wire=" + shown(*v) + " is unknown (int32|float32|fixed32|float16|bfloat16|float64)"};
-    return std::nullopt;
+    return false;
   }
-  if (!required(r, GS_KEY_TOKEN, &v, err)) return std::nullopt;
+  if (!required(r, GS_KEY_TOKEN, &v, err)) return false;
   if (!is_valid_name(*v)) {
     *err = {kErrBadRequest, "token is not valid ([A-Za-z0-9._:-]{1,64})"};
-    return std::nullopt;
+    return false;
   }
-  j.token = *v;
-  if (!number_arg(r, GS_KEY_PORT, 1, 65535, &n, err)) return std::nullopt;
-  j.port = static_cast<uint16_t>(n);
+  j->token = *v;
+  if (!number_arg(r, GS_KEY_PORT, 1, 65535, &n, err)) return false;
+  j->port = static_cast<uint16_t>(n);
+  return true;
+}
+
+// leaf=1 and peer=IPv4:PORT: a JOIN that a leaf switch forwards for its rack.
+static bool parse_join_leaf(const Request& r, JoinRequest* j, Error* err) {
+  uint64_t n;
   if (r.find(GS_KEY_LEAF)) {
-    if (!number_arg(r, GS_KEY_LEAF, 0, 1, &n, err)) return std::nullopt;
-    j.leaf = n == 1;
+    if (!number_arg(r, GS_KEY_LEAF, 0, 1, &n, err)) return false;
+    j->leaf = n == 1;
   }
-  if (const std::string* peer = r.find(GS_KEY_PEER)) {
-    in_addr a{};
-    const size_t colon = peer->rfind(':');
-    uint64_t port = 0;
-    if (!j.leaf || colon == std::string::npos ||
-        inet_pton(AF_INET, peer->substr(0, colon).c_str(), &a) != 1 ||
-        !(port = parse_number(std::string_view(*peer).substr(colon + 1), 65535).value_or(0))) {
-      *err = {kErrBadRequest,
-              j.leaf ? "peer=" + shown(*peer) + " is not an IPv4:PORT address"
-                     : std::string("peer= is only for a JOIN forwarded by a leaf switch (leaf=1)")};
-      return std::nullopt;
-    }
-    j.peer_ipv4_be = a.s_addr;
-    j.peer_port = static_cast<uint16_t>(port);
+  const std::string* peer = r.find(GS_KEY_PEER);
+  if (!peer) return true;
+  in_addr a{};
+  const size_t colon = peer->rfind(':');
+  uint64_t port = 0;
+  if (!j->leaf || colon == std::string::npos || inet_pton(AF_INET, peer->substr(0, colon).c_str(), &a) != 1 ||
+      !(port = parse_number(std::string_view(*peer).substr(colon + 1), 65535).value_or(0))) {
+    *err = {kErrBadRequest,
+            j->leaf ? "peer=" + shown(*peer) + " is not an IPv4:PORT address"
+                    : std::string("peer= is only for a JOIN forwarded by a leaf switch (leaf=1)")};
+    return false;
   }
-  if (const std::string* t = r.find(GS_KEY_TYPES)) {
-    if (r.find(GS_KEY_OPTIMIZER)) {
-      *err = {kErrBadRequest, "types= does not go with optimizer= (an optimizer job takes float32 only)"};
-      return std::nullopt;
-    }
-    for (size_t start = 0;;) {  // comma separated; an empty item is an unknown type
-      const size_t comma = t->find(',', start);
-      const uint8_t type = wire_from_name(std::string_view(*t).substr(start, comma - start));
-      if (!type || (j.types >> type & 1)) {
-        *err = {kErrBadRequest, "types=" + shown(*t) +
-                                    " is not a list of distinct element types "
-                                    "(int32,float32,fixed32,float16,bfloat16,float64)"};
-        return std::nullopt;
-      }
-      j.types |= 1u << type;
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+  j->peer_ipv4_be = a.s_addr;
+  j->peer_port = static_cast<uint16_t>(port);
+  return true;
+}
+
+// types=: the comma-separated element types a job's allreduces may use besides wire=.
+static bool parse_join_types(const Request& r, JoinRequest* j, Error* err) {
+  const std::string* t = r.find(GS_KEY_TYPES);
+  if (!t) return true;
+  if (r.find(GS_KEY_OPTIMIZER)) {
+    *err = {kErrBadRequest, "types= does not go with optimizer= (an optimizer job takes float32 only)"};
+    return false;
   }
+  for (size_t start = 0;;) {  // comma separated; an empty item is an unknown type
+    const size_t comma = t->find(',', start);
+    const uint8_t type = wire_from_name(std::string_view(*t).substr(start, comma - start));
+    if (!type || (j->types >> type & 1)) {
+      *err = {kErrBadRequest, "types=" + shown(*t) +
+                                  " is not a list of distinct element types "
+                                  "(int32,float32,fixed32,float16,bfloat16,float64)"};
+      return false;
+    }
+    j->types |= 1u << type;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return true;
+}
+
+std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
+  JoinRequest j;
+  if (!check_join_keys(r, err) || !parse_join_member(r, &j, err) || !parse_join_leaf(r, &j, err) ||
+      !parse_join_types(r, &j, err))
+    return std::nullopt;
   if (r.find(GS_KEY_OPTIMIZER)) {
     j.optimizer = parse_optimizer_keys(r, j.wire, err);
     if (!j.optimizer) return std::nullopt;
