@@ -3,12 +3,10 @@
 // The defaults are the member initialisers of SwitchConfig; `switch_options()` describes each
 // option once (name, argument, help, how to parse and how to print it, its group), and
 // command_line.cpp parses the command line and builds `--help` from it. The DPDK backend's options
-// are a group of the same table (SwitchConfig::dpdk). Also here: the monotonic clock that the data
-// threads and the control plane share (the engine's last_activity_ns is on it); the log is log.h.
+// are a group of the same table (SwitchConfig::dpdk). The clock is common/clock.h; the log is log.h.
 #pragma once
 
 #include <arpa/inet.h>
-#include <time.h>
 
 #include <atomic>
 #include <cerrno>
@@ -501,13 +499,6 @@ inline std::string validate_config(const SwitchConfig& c) {
            std::to_string(c.data_port) + "-" + std::to_string(c.data_port + c.threads - 1) +
            " (TCP and UDP could share it, but that is almost always a mistake)";
   return "";
-}
-
-// CLOCK_MONOTONIC in nanoseconds: the clock of ingest()'s now_ns and JobStatus.last_activity_ns.
-inline uint64_t monotonic_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 }  // namespace gradswitch

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/kernels.h"
 #include "switch/command_line.h"
 #include "switch/config.h"

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 
+#include "common/clock.h"
 #include "common/tcp_listen.h"
 
 namespace gradswitch::control {

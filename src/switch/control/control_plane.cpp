@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
+
 namespace gradswitch {
 
 using namespace control;

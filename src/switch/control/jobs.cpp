@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/challenge.h"
+#include "common/clock.h"
 #include "switch/control/leaf_uplink.h"
 
 namespace gradswitch::control {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/kernels.h"
 #include "gradswitch/control.h"
 #include "switch/metrics/exposition.h"

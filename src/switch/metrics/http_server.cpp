@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -20,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/tcp_listen.h"
 
 namespace gradswitch::metrics {
@@ -34,12 +34,6 @@ constexpr size_t kMaxConnections = 64;
 constexpr int64_t kRequestTimeoutNs = 3'000'000'000;  // the whole request must arrive within this
 constexpr int64_t kReplyTimeoutNs = 10'000'000'000;   // and the reply must be taken within this
 constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string response(int status, const char* reason, const std::string& content_type, const std::string& body,
                      bool head_only, const std::string& extra_headers = "") {
@@ -232,7 +226,7 @@ void HttpServer::run() {
     fds.push_back({listen_fd_, static_cast<short>(room ? POLLIN : 0), 0});
     for (auto& [fd, c] : conns) fds.push_back({fd, static_cast<short>(c->replied ? POLLOUT : POLLIN), 0});
     if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) break;
-    int64_t now = now_ns();
+    int64_t now = steady_now_ns();
     std::vector<int> done;
     for (size_t i = 2; i < fds.size(); ++i) {
       auto it = conns.find(fds[i].fd);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/clock.h"
 #include "switch/io/dpdk/checksum.h"
 #include "switch/io/dpdk/dpdk_switch.h"
 

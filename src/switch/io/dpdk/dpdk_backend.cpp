@@ -14,6 +14,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/clock.h"
 #include "switch/io/dpdk/checksum.h"
 #include "switch/io/dpdk/dpdk_switch.h"
 #include "switch/io/dpdk/lcore_layout.h"

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/rng.h"
 #include "switch/io/udp/result_batch.h"
 #include "switch/io/udp/result_hold.h"
