@@ -21,6 +21,7 @@
 #include "common/rng.h"
 #include "switch/io/udp/result_batch.h"
 #include "switch/io/udp/result_hold.h"
+#include "switch/io/udp/round_deadlines.h"
 #include "switch/uplink/uplink_timers.h"
 
 #ifndef UDP_SEGMENT
@@ -79,6 +80,7 @@ class UdpBackend final : public Backend {
     ResultBatch out;  // what the current burst sends (and earlier bursts', while `hold` says they wait)
     ResultHold hold{0};
     UplinkTimers uplink{kUplinkRtoMinNs, kUplinkRtoMaxNs};
+    RoundDeadlines deadlines;  // open rounds of jobs with deadline_us= (docs/protocol.md §3.1)
     // Read by the control thread (stats()); written by this thread only.
     std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0},
         held_bursts{0};
@@ -107,6 +109,7 @@ class UdpBackend final : public Backend {
   void ingest(Thread& t, const uint8_t* data, size_t len, const sockaddr_in& src, uint64_t now);
   // Resends the rounds whose upward loss timer expired (leaf only).
   void fire_uplink(Thread& t, uint64_t now);
+  void fire_deadlines(Thread& t, uint64_t now);
   void queue(Thread& t, const IngestResult& r);
   void flush(Thread& t);
   void send_msgs(Thread& t, mmsghdr* msgs, size_t n);
@@ -245,8 +248,12 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
         flush(t);
         continue;
       }
-      const int64_t due = t.uplink.next_deadline();
-      if (due <= now) {
+      if (t.deadlines.next() <= now) {
+        fire_deadlines(t, static_cast<uint64_t>(now));
+        continue;
+      }
+      const int64_t due = std::min(t.uplink.next_deadline(), t.deadlines.next());
+      if (t.uplink.next_deadline() <= now) {
         fire_uplink(t, static_cast<uint64_t>(now));
         continue;
       }
@@ -293,6 +300,7 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
     }
     engine_.end_burst(t.index);
     if (static_cast<int64_t>(now) >= t.uplink.next_deadline()) fire_uplink(t, now);
+    if (static_cast<int64_t>(now) >= t.deadlines.next()) fire_deadlines(t, now);
     if (t.hold.wait(now, t.out.datagrams()))
       counter_add(t.held_bursts);
     else
@@ -315,8 +323,20 @@ void UdpBackend::ingest(Thread& t, const uint8_t* data, size_t len, const sockad
     else if (r.type == GS_MSG_DATA)
       t.uplink.sent(r.job_id, r.slot, static_cast<int64_t>(now));
   }
+  if (r.deadline_ns) t.deadlines.add({r.deadline_ns, r.job_id, r.seq, r.offset, r.slot, r.version});
   t.hold.saw(r);
   if (r.kind == IngestResult::kSend) queue(t, r);
+}
+
+// Rounds whose deadline passed close with the contributions present; their results go at once.
+void UdpBackend::fire_deadlines(Thread& t, uint64_t now) {
+  engine_.begin_burst(t.index);
+  t.deadlines.fire(now, [&](const RoundDeadlines::Due& d) {
+    const IngestResult r = engine_.close_overdue(t.index, d.job_id, d.slot, d.version, d.seq, d.offset, now);
+    if (r.kind == IngestResult::kSend) queue(t, r);
+  });
+  engine_.end_burst(t.index);
+  flush(t);
 }
 
 void UdpBackend::fire_uplink(Thread& t, uint64_t now) {
