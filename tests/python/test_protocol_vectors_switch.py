@@ -52,9 +52,8 @@ class Job:
         ]
         for r, c in enumerate(self.tcp):
             port = self.udp[r].getsockname()[1]
-            c.sendall(
-                f"JOIN job={name} world={world} rank={r} wire={wire} token=vectors port={port}{extra}\n".encode()
-            )
+            join = f"JOIN job={name} world={world} rank={r} wire={wire} token=vectors port={port}{extra}\n"
+            c.sendall(join.encode())
         replies = [self._line(c) for c in self.tcp]
         for rep in replies:
             assert rep.startswith("OK "), rep

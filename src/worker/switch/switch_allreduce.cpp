@@ -273,9 +273,11 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     counter_add(k.ignored);
     return;
   }
-  const AllreduceOp& op = *f->op;
+  AllreduceOp& op = *f->op;
+  // A PARTIAL RESULT (docs/protocol.md §3.1) carries its contributors after the elements.
+  const size_t trailer = h.flags & GS_FLAG_PARTIAL ? GS_PARTIAL_TRAILER_BYTES : 0;
   if (h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
-      len < GS_HEADER_BYTES + static_cast<size_t>(h.count) * op.ch.elem_bytes ||
+      len < GS_HEADER_BYTES + static_cast<size_t>(h.count) * op.ch.elem_bytes + trailer ||
       (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale)) {
     counter_add(k.ignored);
     return;
@@ -307,6 +309,9 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     return;
   }
   if (op.base) decode_chunk(op.ch, p + GS_HEADER_BYTES, r.chunk, r.scale, op.base);
+  if (trailer)
+    partial_chunk(op, r.chunk,
+                  gs_held_contributors(p + GS_HEADER_BYTES + size_t{h.count} * op.ch.elem_bytes));
   if (op.done) (*op.done)[r.chunk] = 1;
   AllreduceOp* whole = f->op;
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
@@ -327,6 +332,32 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     fill_window(now);
   } else {
     start_slot(slot, now);  // the whole pool: each slot goes on by itself, a lost round holds only its own
+  }
+}
+
+// A chunk whose round closed at its deadline without every rank (docs/protocol.md §3.1): counted
+// for the allreduce and, for float tensors, scaled from the sum of `contributors` to an estimate of
+// every rank's. Every rank computes the same factor from the same trailer, so the values stay
+// identical; int32 sums stay as summed.
+void SwitchAllreduce::partial_chunk(AllreduceOp& op, size_t chunk, uint64_t contributors) {
+  const unsigned world = ctx_.opt->world;
+  const uint64_t all = world >= 64 ? ~uint64_t{0} : (uint64_t{1} << world) - 1;
+  const auto present = static_cast<unsigned>(__builtin_popcountll(contributors & all));
+  const unsigned missing = world - present;
+  op.missed += missing;
+  op.missing_ranks |= all & ~contributors;
+  counter_add(ctx_.counters->partial_results);
+  counter_add(ctx_.counters->missed_contributions, missing);
+  if (!ctx_.opt->rescale || !op.base || present == 0 || missing == 0) return;
+  const size_t at = op.ch.offset(chunk), n = op.ch.size(chunk);
+  if (op.ch.dtype == DType::kFloat32) {
+    const float factor = static_cast<float>(world) / static_cast<float>(present);
+    auto* x = reinterpret_cast<float*>(op.base) + at;
+    for (size_t i = 0; i < n; ++i) x[i] *= factor;
+  } else if (op.ch.dtype == DType::kFloat64) {
+    const double factor = static_cast<double>(world) / static_cast<double>(present);
+    auto* x = reinterpret_cast<double*>(op.base) + at;
+    for (size_t i = 0; i < n; ++i) x[i] *= factor;
   }
 }
 
