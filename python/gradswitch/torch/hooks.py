@@ -35,6 +35,8 @@ class GradswitchState:
 
     Collective: every rank of `process_group` (default: the default group) must construct it.
     switch: "host:port" (default $GRADSWITCH_SWITCH; ranks without one use rank 0's).
+    deadline_us, quorum, rescale, straggler_report: bounded-time rounds (docs/protocol.md §3.1; default
+    off), as gradswitch.connect() takes them.
     """
 
     def __init__(
@@ -48,6 +50,10 @@ class GradswitchState:
         connect_timeout: float = 5.0,
         job: str = "ddp-hook",
         cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES,
+        deadline_us: Any = None,
+        quorum: Any = None,
+        rescale: bool = True,
+        straggler_report: int = 10,
     ):
         if not dist.is_initialized():
             raise RuntimeError(
@@ -70,7 +76,15 @@ class GradswitchState:
             raise RuntimeError(
                 "gradswitch: no switch address: pass switch='host:port' or set GRADSWITCH_SWITCH"
             )
-        self._kw = dict(timeout=timeout, join_timeout=join_timeout, connect_timeout=connect_timeout)
+        self._kw = dict(
+            timeout=timeout,
+            join_timeout=join_timeout,
+            connect_timeout=connect_timeout,
+            deadline_us=deadline_us,
+            quorum=quorum,
+            rescale=rescale,
+            straggler_report=straggler_report,
+        )
         self._cuda_piece_bytes = cuda_piece_bytes
         self._channels: dict[str, Channel] = {}
         self._lock = threading.Lock()
