@@ -22,6 +22,7 @@
 #include "switch/io/udp/result_batch.h"
 #include "switch/io/udp/result_hold.h"
 #include "switch/io/udp/round_deadlines.h"
+#include "switch/log.h"
 #include "switch/uplink/uplink_timers.h"
 
 #ifndef UDP_SEGMENT
