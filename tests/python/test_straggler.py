@@ -5,6 +5,7 @@ and the JOIN options are validated and must agree."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from _ranks import in_threads
 
 import gradswitch
+from gradswitch import timeline
 
 WORLD = 3
 SIZE = 1000  # three chunks at the default MTU (358 float32 per packet with the trailer's room)
@@ -44,7 +46,8 @@ def _late_allreduces(groups, rounds: int, dtype=np.float32):
     return in_threads(body, WORLD)
 
 
-def test_a_late_rank_gets_the_same_partial_sum_rescaled(start_switch):
+def test_a_late_rank_gets_the_same_partial_sum_rescaled(start_switch, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADSWITCH_TIMELINE", str(tmp_path / "tl.json"))
     sw = start_switch()
     groups = _job(sw, "late", deadline_us=20_000, quorum=2, straggler_report=2)
     try:
@@ -53,6 +56,10 @@ def test_a_late_rank_gets_the_same_partial_sum_rescaled(start_switch):
     finally:
         for g in groups:
             g.close()
+    for r in range(WORLD):  # the timeline's allreduce spans say what each allreduce missed
+        doc = json.loads((tmp_path / f"tl.rank{r}.json").read_text())
+        spans = [s for s in timeline.spans(doc) if s["name"] == "allreduce"]
+        assert [(s["args"]["missed"], s["args"]["missing_ranks"]) for s in spans] == [(3, 4), (3, 4)], spans
     chunks = -(-SIZE // 358)
     for k in range(2):
         # Ranks 0 and 1 made the deadline, rank 2 did not: (1 + 2) parts of 3, scaled by 3 / 2.
