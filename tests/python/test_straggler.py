@@ -46,16 +46,23 @@ def _late_allreduces(groups, rounds: int, dtype=np.float32):
     return in_threads(body, WORLD)
 
 
-def test_a_late_rank_gets_the_same_partial_sum_rescaled(start_switch, tmp_path, monkeypatch):
-    monkeypatch.setenv("GRADSWITCH_TIMELINE", str(tmp_path / "tl.json"))
-    sw = start_switch()
-    groups = _job(sw, "late", deadline_us=20_000, quorum=2, straggler_report=2)
+def _run(sw, name: str, *runs, **kw):
+    """Joins a job, runs _late_allreduces for each (rounds, dtype) of `runs`; their results and the
+    ranks' stats() after them."""
+    groups = _job(sw, name, **kw)
     try:
-        results = _late_allreduces(groups, 2)
-        stats = [g.stats() for g in groups]
+        results = [_late_allreduces(groups, rounds, dtype) for rounds, dtype in runs]
+        return results, [g.stats() for g in groups]
     finally:
         for g in groups:
             g.close()
+
+
+def test_a_late_rank_gets_the_same_partial_sum_rescaled(start_switch, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADSWITCH_TIMELINE", str(tmp_path / "tl.json"))
+    (results,), stats = _run(
+        start_switch(), "late", (2, np.float32), deadline_us=20_000, quorum=2, straggler_report=2
+    )
     for r in range(WORLD):  # the timeline's allreduce spans say what each allreduce missed
         doc = json.loads((tmp_path / f"tl.rank{r}.json").read_text())
         spans = [s for s in timeline.spans(doc) if s["name"] == "allreduce"]
@@ -78,13 +85,8 @@ def test_a_late_rank_gets_the_same_partial_sum_rescaled(start_switch, tmp_path, 
 
 def test_int32_is_left_as_summed_and_rescale_false_leaves_floats(start_switch):
     sw = start_switch()
-    groups = _job(sw, "norescale", deadline_us=20_000, quorum=2, rescale=False)
-    try:
-        ints = _late_allreduces(groups, 1, np.int32)
-        floats = _late_allreduces(groups, 1, np.float32)
-    finally:
-        for g in groups:
-            g.close()
+    (ints,), _ = _run(sw, "ints", (1, np.int32), deadline_us=20_000, quorum=2)  # rescale on
+    (floats,), _ = _run(sw, "norescale", (1, np.float32), deadline_us=20_000, quorum=2, rescale=False)
     for res, dtype in ((ints, np.int32), (floats, np.float32)):
         want = (np.arange(1, SIZE + 1) * 3).astype(dtype)
         for r in range(WORLD):
@@ -92,14 +94,7 @@ def test_int32_is_left_as_summed_and_rescale_false_leaves_floats(start_switch):
 
 
 def test_without_a_deadline_every_rank_is_waited_for(start_switch):
-    sw = start_switch()
-    groups = _job(sw, "exact")
-    try:
-        results = _late_allreduces(groups, 1)
-        stats = [g.stats() for g in groups]
-    finally:
-        for g in groups:
-            g.close()
+    (results,), stats = _run(start_switch(), "exact", (1, np.float32))
     want = (np.arange(1, SIZE + 1) * 6).astype(np.float32)
     for r in range(WORLD):
         np.testing.assert_array_equal(results[r][0][0], want)

@@ -513,22 +513,26 @@ DropReason Engine::check_data(unsigned thread, Arrival& a, const Job& job) const
 //    Without RETX it is a copy the network made of a contribution the round already counted:
 //    answering it would amplify the duplication (and split the thread's runs of results).
 void Engine::answer_completed(Arrival& a, const Job& job, SlotVersion& sv) {
-  IngestResult& r = a.r;
   if (!(a.h.flags & GS_FLAG_RETX)) {
     counter_add(a.js->counters.duplicates);
     counter_add(a.ts.totals.duplicates);
-    r.kind = IngestResult::kAbsorbed;
+    a.r.kind = IngestResult::kAbsorbed;
     return;
   }
   counter_add(a.js->counters.retx_answered);
   counter_add(a.ts.totals.retx_answered);
-  uint8_t* out = sv.result;
   // DSACK: the round holds the sender's contribution (answer_late answers the others).
-  out[offsetof(gs_header, flags)] = static_cast<uint8_t>((a.h.flags & GS_FLAG_VERSION) | GS_FLAG_UNICAST |
-                                                         GS_FLAG_DSACK | (sv.partial ? GS_FLAG_PARTIAL : 0));
+  answer_from_shadow(a, job, sv, GS_FLAG_DSACK | (sv.partial ? GS_FLAG_PARTIAL : 0));
+}
+
+// The shadow copy, to the sender alone: UNICAST and `flags` with the sender's version.
+void Engine::answer_from_shadow(Arrival& a, const Job& job, SlotVersion& sv, uint8_t flags) {
+  sv.result[offsetof(gs_header, flags)] =
+      static_cast<uint8_t>((a.h.flags & GS_FLAG_VERSION) | GS_FLAG_UNICAST | flags);
+  IngestResult& r = a.r;
   r.kind = IngestResult::kSend;
   r.dest_rank = job.endpoint_index[a.h.rank];
-  r.data = out;
+  r.data = sv.result;
   r.len = result_len(sv);
   r.type = GS_MSG_RESULT;
   r.seq = a.h.seq;
@@ -543,18 +547,7 @@ void Engine::answer_late(Arrival& a, const Job& job, SlotVersion& sv) {
   const bool owed = (sv.owed & bit) != 0;
   sv.owed &= ~bit;
   a.drop(DropReason::kLate);
-  if (!owed && !(a.h.flags & GS_FLAG_RETX)) return;
-  uint8_t* out = sv.result;
-  out[offsetof(gs_header, flags)] =
-      static_cast<uint8_t>((a.h.flags & GS_FLAG_VERSION) | GS_FLAG_UNICAST | GS_FLAG_PARTIAL);
-  IngestResult& r = a.r;
-  r.kind = IngestResult::kSend;
-  r.dest_rank = job.endpoint_index[a.h.rank];
-  r.data = out;
-  r.len = result_len(sv);
-  r.type = GS_MSG_RESULT;
-  r.seq = a.h.seq;
-  r.count = sv.count;
+  if (owed || (a.h.flags & GS_FLAG_RETX)) answer_from_shadow(a, job, sv, GS_FLAG_PARTIAL);
 }
 
 // An ABORT with the reason, to the sender (`dest`, a rank) or, when this packet aborted the job, to

@@ -318,6 +318,7 @@ class Engine {
                               uint64_t now_ns);
   // 2. for a partial round: DATA from a member the round closed without.
   static void answer_late(Arrival& a, const Job& job, SlotVersion& sv);
+  static void answer_from_shadow(Arrival& a, const Job& job, SlotVersion& sv, uint8_t flags);
   // An ABORT with the reason to rank `dest`, or to every rank (GS_RANK_ALL).
   static void answer_abort(Arrival& a, const Job& job, uint16_t dest, DropReason why, uint8_t reason,
                            uint16_t at_fault);
