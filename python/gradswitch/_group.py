@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+from . import _core, _sparse
 from .control import credentials
 
 WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
@@ -301,8 +301,14 @@ class Group:
         return self._native.state_bytes
 
     # -- operations
-    def allreduce(self, x: Any) -> Any:
+    def allreduce(self, x: Any, sparse: bool | str = False) -> Any:
         """Sums x over all ranks, in place; returns x.
+
+        sparse=True skips the blocks (a packet's elements) that are zero on every rank: one small int32
+        allreduce of the ranks' block masks, then one of the union's blocks only (docs/protocol.md §9;
+        the same sums as dense). sparse="auto" sends the union's blocks compacted when at least
+        AUTO_MIN_ZERO_SHARE of them are zero, else the whole tensor. Every rank must pass the same value.
+        A tensor of at most one block goes densely. Not for optimizer jobs (ValueError).
 
         x: a C-contiguous numpy array or CPU torch tensor of float32, float64 or int32. Float tensors
         travel in the job's wire format (a float64 tensor on a 32- or 16-bit float wire is rounded to
@@ -314,9 +320,22 @@ class Group:
         job: the updated parameters), the others still hold this rank's input, and which are which
         differs between ranks. Treat x as undefined: recompute it, or restore it from a copy.
         """
+        mode = _sparse.check_mode(sparse)
+        if mode != "off":
+            return self._allreduce_sparse(x, mode)
         # Queued like allreduce_async so that an interrupted wait (Ctrl-C) leaves the tensor
         # referenced until the background thread is done with it.
         return self.allreduce_async(x).wait()
+
+    def _allreduce_sparse(self, x: Any, mode: str) -> Any:
+        view = _native_view(x)
+        flat = (view.numpy() if _is_torch_tensor(view) else view).reshape(-1)
+        block = _sparse.block_elements(self._native.payload_bytes, self.wire, flat.dtype)
+        _sparse.refuse_before_sending(flat, self.wire, self.optimizer)
+        if flat.size <= block:  # one packet at most: nothing to skip
+            return self.allreduce_async(x).wait()
+        _sparse.allreduce(flat, block, mode, lambda a: self.allreduce_async(a).wait())
+        return x
 
     def allreduce_async(self, x: Any) -> Handle:
         """Queues an in-place allreduce of x (run in order on the group's thread); returns a Handle.
