@@ -8,7 +8,8 @@ element's sum is computed exactly as dense computes it (fixed32's per-chunk expo
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -100,9 +101,7 @@ def scatter(flat: np.ndarray, block: int, union: np.ndarray, compact: np.ndarray
         flat[full * block :] = compact[head.size * block :]
 
 
-def allreduce(
-    flat: np.ndarray, block: int, mode: str, reduce: Callable[[np.ndarray], None]
-) -> np.ndarray:
+def allreduce(flat: np.ndarray, block: int, mode: str, reduce: Callable[[np.ndarray], None]) -> np.ndarray:
     """Sums flat (1-D, in place) by block skipping; reduce(a) is the group's dense in-place allreduce.
 
     Returns the union mask (bool per block). Every rank runs the same reduces: phase 1 always, phase 2
@@ -122,9 +121,7 @@ def allreduce(
     return union
 
 
-def union_rows(
-    rows: int, indices: np.ndarray, reduce: Callable[[np.ndarray], None]
-) -> np.ndarray:
+def union_rows(rows: int, indices: np.ndarray, reduce: Callable[[np.ndarray], None]) -> np.ndarray:
     """Phase 1 of a row-sparse tensor: the sorted union of every rank's touched rows (int64)."""
     counts = np.zeros(rows, dtype=np.int32)
     counts[indices] = 1

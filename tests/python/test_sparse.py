@@ -12,7 +12,9 @@ from gradswitch import _sparse
 
 
 def _join(sw, job: str, world: int, **kw) -> list:
-    return in_threads(lambda r: gradswitch.connect(sw.address, job=job, rank=r, world_size=world, timeout=20, **kw), world)
+    return in_threads(
+        lambda r: gradswitch.connect(sw.address, job=job, rank=r, world_size=world, timeout=20, **kw), world
+    )
 
 
 def _block_pattern(rng, blocks: int, density: float) -> np.ndarray:
@@ -28,7 +30,9 @@ def _inputs(kind: str, world: int, n: int, block: int, pattern: str, dtype) -> l
         if kind == "int":
             x = rng.integers(-(1 << 20), 1 << 20, n).astype(np.int32)
         elif kind == "exact":  # k * 2^e: float32 sums of a few of them are exact in any order
-            x = np.ldexp(rng.integers(-1024, 1025, n).astype(np.float32), rng.integers(-4, 4, n)).astype(dtype)
+            x = np.ldexp(rng.integers(-1024, 1025, n).astype(np.float32), rng.integers(-4, 4, n)).astype(
+                dtype
+            )
         else:
             x = rng.standard_normal(n).astype(dtype)
         if pattern == "random":
