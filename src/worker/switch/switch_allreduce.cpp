@@ -193,26 +193,14 @@ void SwitchAllreduce::launch(unsigned slot, int64_t now) {
 }
 
 void SwitchAllreduce::send_queued() {
-  if (out_.empty()) return;
-  uint64_t bytes = 0;
-  for (auto& p : out_) bytes += p.len;
-  ctx_.transport->send_batch(out_.data(), out_.size());
-  counter_add(ctx_.counters->packets_sent, out_.size());
-  counter_add(ctx_.counters->bytes_sent, bytes);
-  out_.clear();
+  send_counted(ctx_, &out_);
 }
 
 void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
                               std::vector<AllreduceOp*>* finished) {
   Counters& k = *ctx_.counters;
-  if (len < GS_HEADER_BYTES) {
-    counter_add(k.ignored);
-    return;
-  }
   gs_header h;
-  gs_header_decode(p, &h);
-  if (h.magic != GS_MAGIC || h.version != GS_VERSION || h.job_id != ctx_.join->job_id ||
-      h.key != ctx_.join->key) {
+  if (!decode_job_header(p, len, ctx_.join->job_id, ctx_.join->key, &h)) {
     counter_add(k.ignored);
     return;
   }
