@@ -19,24 +19,16 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
+#include "common/udp_offload.h"
 #include "switch/io/udp/result_batch.h"
 #include "switch/io/udp/result_hold.h"
 #include "switch/uplink/uplink_timers.h"
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 
 namespace gradswitch {
 namespace {
 
 constexpr int kSocketBufferBytes = 8 << 20;
 constexpr int kPollMs = 50;                  // the stop flag is seen at least this often
-constexpr size_t kRxPlainBytes = 9216;       // > largest valid datagram (32 + 8940)
-constexpr size_t kRxGroBytes = 65536;        // a GRO-coalesced train of datagrams
 constexpr size_t kMaxGroRxMemory = 8 << 20;  // per thread; beyond it (huge --batch) GRO stays off
 // The leaf's upward loss timers: the worker library's defaults (Options::rto_initial_s, rto_max_s).
 constexpr int64_t kUplinkRtoMinNs = 4'000'000;
@@ -142,10 +134,8 @@ bool UdpBackend::open(std::string* error) {
     set_buffer(t->fd, SO_SNDBUF, SO_SNDBUFFORCE, "send", &warned_tx);
 
     t->gso = config_.udp_gso == "on";
-    int one = 1;
-    t->gro = size_t(batch) * kRxGroBytes <= kMaxGroRxMemory &&
-             ::setsockopt(t->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
-    t->rx_size = t->gro ? kRxGroBytes : kRxPlainBytes;
+    t->gro = size_t(batch) * kUdpRxGroBytes <= kMaxGroRxMemory && enable_udp_gro(t->fd);
+    t->rx_size = t->gro ? kUdpRxGroBytes : kUdpRxPlainBytes;
     t->loss = LossInjector(config_.drop_rate, config_.seed, i);
     t->hold = ResultHold(uint64_t{config_.hold_us} * 1000);
 
@@ -153,7 +143,7 @@ bool UdpBackend::open(std::string* error) {
     t->rx_msgs.resize(batch);
     t->rx_iov.resize(batch);
     t->rx_addr.resize(batch);
-    t->rx_ctrl.assign(size_t(batch) * CMSG_SPACE(sizeof(int)), 0);
+    t->rx_ctrl.assign(size_t(batch) * kGroControlBytes, 0);
     threads_.push_back(std::move(t));
   }
   return true;
@@ -229,8 +219,8 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       h.msg_name = &t.rx_addr[i];
       h.msg_namelen = sizeof(sockaddr_in);
       if (t.gro) {
-        h.msg_control = t.rx_ctrl.data() + i * CMSG_SPACE(sizeof(int));
-        h.msg_controllen = CMSG_SPACE(sizeof(int));
+        h.msg_control = t.rx_ctrl.data() + i * kGroControlBytes;
+        h.msg_controllen = kGroControlBytes;
       }
     }
     int n = ::recvmmsg(t.fd, t.rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
@@ -269,16 +259,9 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
         len = t.rx_size;
       }
       size_t seg = len;  // a GRO train is a run of datagrams of `seg` bytes (the last may be shorter)
-      if (t.gro) {
-        for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c))
-          if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-            int s;
-            std::memcpy(&s, CMSG_DATA(c), sizeof s);
-            if (s > 0 && size_t(s) < len) {
-              seg = size_t(s);
-              counter_add(t.gro_trains);
-            }
-          }
+      if (const int s = t.gro ? gro_segment_size(h) : 0; s > 0 && size_t(s) < len) {
+        seg = size_t(s);
+        counter_add(t.gro_trains);
       }
       size_t off = 0;
       do {
