@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/header.h"
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
@@ -69,20 +70,13 @@ struct Leaf {
                                      int8_t next_exp = GS_EXP_NONE) {
     const size_t bytes = size_t{count} * gs_elem_size(elem);
     std::vector<uint8_t> p(GS_HEADER_BYTES + bytes);
-    gs_header h{};
-    h.magic = GS_MAGIC;
-    h.version = GS_VERSION;
-    h.type = type;
-    h.job_id = job;
-    h.key = key;
-    h.rank = rank;
-    h.flags = flags;
-    h.elem_type = elem;
-    h.count = count;
-    h.seq = 7;
-    h.offset = 32;
-    h.next_exp = next_exp;
-    gs_header_encode(&h, p.data());
+    HeaderBuilder(type, job, key)
+        .rank(rank)
+        .flags(flags)
+        .elems(elem, count)
+        .round(7, 32)
+        .exps(next_exp, 0)
+        .encode(p.data());
     if (bytes) std::memcpy(p.data() + GS_HEADER_BYTES, payload, bytes);
     return p;
   }

@@ -26,6 +26,8 @@
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
+#include "path_parts.h"
+#include "scripted_peer.h"
 #include "worker/control.h"
 #include "worker/group.h"
 #include "worker/ring/ring_allreduce.h"
@@ -597,15 +599,8 @@ TEST(the_rounds_a_step_starts_and_resends_leave_in_one_send) {
   j.payload_bytes = 1440;
   j.data_port = 9000;
   RecordingTransport tx;
-  Counters k;
-  std::atomic<bool> cancel{false};
-  PathContext ctx;
-  ctx.opt = &o;
-  ctx.join = &j;
-  ctx.transport = &tx;
-  ctx.counters = &k;
-  ctx.cancel = &cancel;
-  SwitchAllreduce path(ctx, nullptr);
+  PathParts parts(o, j, &tx);
+  SwitchAllreduce path(parts.ctx, nullptr);
   std::vector<float> data(8 * 360, 1.0f);
   AllreduceOp op;
   op.base = reinterpret_cast<uint8_t*>(data.data());
@@ -642,7 +637,7 @@ TEST(the_rounds_a_step_starts_and_resends_leave_in_one_send) {
   }
   CHECK_EQ(first, 1u);
   CHECK_EQ(resent, 1u);
-  CHECK_EQ(k.retx_probe.load(), uint64_t{1});
+  CHECK_EQ(parts.counters.retx_probe.load(), uint64_t{1});
 }
 
 // Rank 1's first DATA of slot 1 is lost and its timers would not fire before the allreduce times out:
@@ -1008,76 +1003,19 @@ TEST(a_group_takes_datagrams_only_from_the_switch_or_its_ring_peers) {
 
 namespace {
 
-// A one-connection control peer on 127.0.0.1 that answers every request line with `answer`.
-class AnsweringPeer {
- public:
-  explicit AnsweringPeer(std::string answer) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(listen_fd_, 1);
-    socklen_t len = sizeof a;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this, answer] {
-      int fd = ::accept(listen_fd_, nullptr, nullptr);
-      if (fd < 0) return;
-      timeval tv{0, 20000};
-      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      std::string in;
-      while (!stop_) {
-        char buf[512];
-        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-        if (n == 0) break;
-        if (n > 0) in.append(buf, static_cast<size_t>(n));
-        for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
-          lines_.push_back(in.substr(0, nl));
-          in.erase(0, nl + 1);
-          (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
-        }
-      }
-      ::close(fd);
-    });
-  }
-  ~AnsweringPeer() {
-    stop_ = true;
-    ::shutdown(listen_fd_, SHUT_RDWR);
-    thread_.join();
-    ::close(listen_fd_);
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  std::vector<std::string> lines_;
-};
-
 // One switch path over a RecordingTransport, with a control connection to `peer`, and one allreduce of
 // one chunk admitted (its DATA recorded).
 struct AbortCase {
-  Options o;
-  JoinInfo j;
   RecordingTransport tx;
-  Counters k;
-  std::atomic<bool> cancel{false};
-  PathContext ctx;
+  PathParts parts{options(), join(), &tx, "job 't'"};
   ControlClient control;
   SwitchAllreduce path;
   std::vector<float> data = std::vector<float>(10, 1.0f);
   AllreduceOp op;
-  explicit AbortCase(const AnsweringPeer& peer)
-      : o(options()),
-        j(join()),
-        ctx(context(o, j, tx, k, cancel)),
-        control("127.0.0.1", peer.port(), 2.0),
-        path(ctx, &control) {
+  explicit AbortCase(const ScriptedPeer& peer)
+      : control("127.0.0.1", peer.port(), 2.0), path(parts.ctx, &control) {
     op.base = reinterpret_cast<uint8_t*>(data.data());
-    op.ch = make_chunking(data.size(), GS_ELEM_FLOAT32, j.payload_bytes);
+    op.ch = make_chunking(data.size(), GS_ELEM_FLOAT32, parts.join.payload_bytes);
     path.admit(&op);
   }
   static Options options() {
@@ -1094,17 +1032,6 @@ struct AbortCase {
     j.payload_bytes = 1440;
     j.data_port = 9000;
     return j;
-  }
-  static PathContext context(const Options& o, const JoinInfo& j, Transport& tx, Counters& k,
-                             std::atomic<bool>& cancel) {
-    PathContext c;
-    c.opt = &o;
-    c.join = &j;
-    c.transport = &tx;
-    c.counters = &k;
-    c.cancel = &cancel;
-    c.job_text = "job 't'";
-    return c;
   }
   // The round's DATA turned into `type` (RESULT: a sum of one rank; ABORT: reason `reason`, rank `rank`).
   std::vector<uint8_t> answer(uint8_t type, uint8_t reason = 0, uint16_t rank = 0) const {
@@ -1133,14 +1060,14 @@ struct AbortCase {
 // control connection does not confirm (STATUS: running) is counted and ignored; the round goes on and
 // its RESULT completes the allreduce.
 TEST(an_abort_datagram_the_switch_does_not_confirm_is_ignored) {
-  AnsweringPeer peer("OK job_id=7 name=t world=2 state=running abort_reason=none abort_rank=- left=\n");
+  ScriptedPeer peer("OK job_id=7 name=t world=2 state=running abort_reason=none abort_rank=- left=\n");
   AbortCase c(peer);
   std::vector<AllreduceOp*> finished;
   c.take(c.answer(GS_MSG_ABORT, GS_ABORT_OPERATOR, GS_RANK_ALL), &finished);
-  CHECK_EQ(c.k.unconfirmed_aborts.load(), uint64_t{1});
+  CHECK_EQ(c.parts.counters.unconfirmed_aborts.load(), uint64_t{1});
   CHECK(finished.empty());
   c.take(c.answer(GS_MSG_ABORT, GS_ABORT_OPERATOR, GS_RANK_ALL), &finished);  // within the re-check interval
-  CHECK_EQ(c.k.unconfirmed_aborts.load(), uint64_t{2});
+  CHECK_EQ(c.parts.counters.unconfirmed_aborts.load(), uint64_t{2});
   c.take(c.answer(GS_MSG_RESULT), &finished);
   CHECK_EQ(finished.size(), size_t{1});
 }
@@ -1148,7 +1075,7 @@ TEST(an_abort_datagram_the_switch_does_not_confirm_is_ignored) {
 // The switch confirms the abort: the error is the switch's (STATUS's reason and rank: rank 1 left),
 // not the datagram's (which blamed the operator).
 TEST(a_confirmed_abort_fails_with_the_switchs_reason_not_the_datagrams) {
-  AnsweringPeer peer("OK job_id=7 name=t world=2 state=aborted abort_reason=rank_left abort_rank=1 left=\n");
+  ScriptedPeer peer("OK job_id=7 name=t world=2 state=aborted abort_reason=rank_left abort_rank=1 left=\n");
   AbortCase c(peer);
   std::vector<AllreduceOp*> finished;
   std::string msg;
@@ -1161,7 +1088,7 @@ TEST(a_confirmed_abort_fails_with_the_switchs_reason_not_the_datagrams) {
   }
   CHECK(msg.find("rank 1 left the job") != std::string::npos);
   CHECK(msg.find("control plane") == std::string::npos);
-  CHECK_EQ(c.k.unconfirmed_aborts.load(), uint64_t{0});
+  CHECK_EQ(c.parts.counters.unconfirmed_aborts.load(), uint64_t{0});
 }
 
 GS_TEST_MAIN()
