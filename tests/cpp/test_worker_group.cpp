@@ -123,36 +123,21 @@ class FakeSwitch {
     for (size_t i = 0; i < h.count; ++i) {
       switch (h.elem_type) {
         case GS_ELEM_INT32:
-        case GS_ELEM_FIXED32: {
-          int32_t v;
-          std::memcpy(&v, pl + 4 * i, 4);
-          r.acc_i[i] = static_cast<int32_t>(static_cast<uint32_t>(r.acc_i[i]) + static_cast<uint32_t>(v));
+        case GS_ELEM_FIXED32:  // wraps around, as the switch's sum
+          r.acc_i[i] = static_cast<int32_t>(static_cast<uint32_t>(r.acc_i[i]) + load<uint32_t>(pl, i));
           break;
-        }
-        case GS_ELEM_FLOAT32: {
-          float v;
-          std::memcpy(&v, pl + 4 * i, 4);
-          r.acc_f[i] += v;
+        case GS_ELEM_FLOAT32:
+          r.acc_f[i] += load<float>(pl, i);
           break;
-        }
-        case GS_ELEM_FLOAT16: {
-          uint16_t v;
-          std::memcpy(&v, pl + 2 * i, 2);
-          r.acc_f[i] += f16_to_f32_scalar(v);
+        case GS_ELEM_FLOAT16:
+          r.acc_f[i] += f16_to_f32_scalar(load<uint16_t>(pl, i));
           break;
-        }
-        case GS_ELEM_BFLOAT16: {
-          uint16_t v;
-          std::memcpy(&v, pl + 2 * i, 2);
-          r.acc_f[i] += bf16_to_f32_scalar(v);
+        case GS_ELEM_BFLOAT16:
+          r.acc_f[i] += bf16_to_f32_scalar(load<uint16_t>(pl, i));
           break;
-        }
-        case GS_ELEM_FLOAT64: {
-          double v;
-          std::memcpy(&v, pl + 8 * i, 8);
-          r.acc_d[i] += v;
+        case GS_ELEM_FLOAT64:
+          r.acc_d[i] += load<double>(pl, i);
           break;
-        }
       }
     }
     r.seen |= 1ull << h.rank;
@@ -176,23 +161,19 @@ class FakeSwitch {
       switch (r.elem) {
         case GS_ELEM_INT32:
         case GS_ELEM_FIXED32:
-          std::memcpy(out + 4 * i, &r.acc_i[i], 4);
+          store(out, i, r.acc_i[i]);
           break;
         case GS_ELEM_FLOAT32:
-          std::memcpy(out + 4 * i, &r.acc_f[i], 4);
+          store(out, i, r.acc_f[i]);
           break;
-        case GS_ELEM_FLOAT16: {
-          uint16_t v = f32_to_f16_scalar(r.acc_f[i]);
-          std::memcpy(out + 2 * i, &v, 2);
+        case GS_ELEM_FLOAT16:
+          store(out, i, f32_to_f16_scalar(r.acc_f[i]));
           break;
-        }
-        case GS_ELEM_BFLOAT16: {
-          uint16_t v = f32_to_bf16_scalar(r.acc_f[i]);
-          std::memcpy(out + 2 * i, &v, 2);
+        case GS_ELEM_BFLOAT16:
+          store(out, i, f32_to_bf16_scalar(r.acc_f[i]));
           break;
-        }
         case GS_ELEM_FLOAT64:
-          std::memcpy(out + 8 * i, &r.acc_d[i], 8);
+          store(out, i, r.acc_d[i]);
           break;
       }
     }
@@ -227,6 +208,17 @@ class FakeSwitch {
   }
 
  private:
+  // Element `i` of a payload of T (any alignment).
+  template <typename T>
+  static T load(const uint8_t* payload, size_t i) {
+    T v;
+    std::memcpy(&v, payload + sizeof(T) * i, sizeof(T));
+    return v;
+  }
+  template <typename T>
+  static void store(uint8_t* payload, size_t i, T v) {
+    std::memcpy(payload + sizeof(T) * i, &v, sizeof(T));
+  }
   struct Round {
     bool valid = false, complete = false;
     uint32_t seq = 0, offset = 0;
@@ -567,6 +559,17 @@ TEST(retransmission_resends_same_bytes_with_retx_flag) {
   CHECK(g[0]->stats().retransmissions >= 1);
 }
 
+// The JOIN answer of a switch path tested without a switch: 4 slots of 1440 bytes, one data port.
+JoinInfo one_switch_join() {
+  JoinInfo j;
+  j.job_id = 7;
+  j.key = 0xC0FFEE;
+  j.slots = 4;
+  j.payload_bytes = 1440;
+  j.data_port = 9000;
+  return j;
+}
+
 // Keeps every batch handed to it; receives nothing (the test hands the path its datagrams).
 class RecordingTransport : public Transport {
  public:
@@ -592,12 +595,7 @@ TEST(the_rounds_a_step_starts_and_resends_leave_in_one_send) {
   o.window = "fixed";
   o.rto_initial_s = 0.002;
   o.rto_max_s = 0.02;
-  JoinInfo j;
-  j.job_id = 7;
-  j.key = 0xC0FFEE;
-  j.slots = 4;
-  j.payload_bytes = 1440;
-  j.data_port = 9000;
+  const JoinInfo j = one_switch_join();
   RecordingTransport tx;
   PathParts parts(o, j, &tx);
   SwitchAllreduce path(parts.ctx, nullptr);
@@ -1007,7 +1005,7 @@ namespace {
 // one chunk admitted (its DATA recorded).
 struct AbortCase {
   RecordingTransport tx;
-  PathParts parts{options(), join(), &tx, "job 't'"};
+  PathParts parts{options(), one_switch_join(), &tx, "job 't'"};
   ControlClient control;
   SwitchAllreduce path;
   std::vector<float> data = std::vector<float>(10, 1.0f);
@@ -1023,15 +1021,6 @@ struct AbortCase {
     o.job = "t";
     o.world = 2;
     return o;
-  }
-  static JoinInfo join() {
-    JoinInfo j;
-    j.job_id = 7;
-    j.key = 0xC0FFEE;
-    j.slots = 4;
-    j.payload_bytes = 1440;
-    j.data_port = 9000;
-    return j;
   }
   // The round's DATA turned into `type` (RESULT: a sum of one rank; ABORT: reason `reason`, rank `rank`).
   std::vector<uint8_t> answer(uint8_t type, uint8_t reason = 0, uint16_t rank = 0) const {
