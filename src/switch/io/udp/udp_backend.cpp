@@ -22,6 +22,7 @@
 #include "common/udp_offload.h"
 #include "switch/io/udp/result_batch.h"
 #include "switch/io/udp/result_hold.h"
+#include "switch/log.h"
 #include "switch/uplink/uplink_timers.h"
 
 namespace gradswitch {
