@@ -56,7 +56,8 @@ template <class L>
 void add(typename L::T* dst, const typename L::T* src, size_t n) {
   for (size_t i = 0; i < n; i += L::kLanes) {
     typename L::M k = L::mask(n - i);
-    L::store(dst + i, k, L::add(L::load(k, dst + i), L::load(k, src + i)));
+    const typename L::V a = L::load(k, dst + i), b = L::load(k, src + i);
+    L::store(dst + i, k, L::add(a, b));
   }
 }
 template <class L>
