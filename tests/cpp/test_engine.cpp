@@ -415,10 +415,10 @@ TEST(the_join_wire_binds_the_element_types_of_data) {
   };
   CHECK(send(GS_ELEM_FLOAT16, 0).kind == IngestResult::kSend);  // the wire
   CHECK(send(GS_ELEM_INT32, 1).kind == IngestResult::kSend);    // integer tensors, on any wire
-  for (uint8_t other : {GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64})
+  for (uint8_t other : {GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64, GS_ELEM_MX8})
     CHECK(send(other, 2).reason == DropReason::kBadElemType);
   CHECK(Engine::default_elem_types(GS_ELEM_FLOAT32, true) == 1u << GS_ELEM_FLOAT32);  // optimizer jobs
-  spec.elem_types = 1u << 7;                                                          // not a type
+  spec.elem_types = 1u << 8;                                                          // not a type
   CHECK(e.create_job(spec, &err) == 0);
 }
 

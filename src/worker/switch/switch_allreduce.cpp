@@ -275,7 +275,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   }
   const AllreduceOp& op = *f->op;
   if (h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
-      len < GS_HEADER_BYTES + static_cast<size_t>(h.count) * op.ch.elem_bytes ||
+      len < GS_HEADER_BYTES + gs_payload_bytes(op.ch.elem, h.count) ||
       (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale)) {
     counter_add(k.ignored);
     return;
