@@ -40,7 +40,7 @@ struct Fixture {
   }
   std::vector<uint8_t> packet(uint16_t rank, uint16_t slot, uint8_t elem_type, const void* payload,
                               uint16_t count, int8_t next_exp = GS_EXP_NONE, int8_t scale_exp = 0) {
-    size_t bytes = size_t{count} * gs_elem_size(elem_type);
+    size_t bytes = gs_payload_bytes(elem_type, count);
     std::vector<uint8_t> p(GS_HEADER_BYTES + bytes);
     HeaderBuilder(GS_MSG_DATA, id, key)
         .rank(rank)
