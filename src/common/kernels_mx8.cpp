@@ -2,7 +2,7 @@
 #include "common/kernels_mx8.h"
 
 #include <algorithm>
-#include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -12,89 +12,109 @@ namespace gradswitch {
 
 namespace {
 
+// std::bit_cast, not memcpy: GCC vectorizes the loops below only through bit_cast.
 uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
+  return std::bit_cast<uint32_t>(f);
 }
 float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return std::bit_cast<float>(u);
 }
 
 constexpr uint32_t kMinNormalE4M3 = 0x3C800000u;  // 2^-6 as binary32 bits
-constexpr uint32_t kMaxE4M3 = 0x43E00000u;        // 448 = 1.75 * 2^8
+constexpr uint32_t kMaxCode = 0x7E;               // 448 = 1.75 * 2^8
+constexpr uint32_t kAbsMask = 0x7FFFFFFFu, kInfBits = 0x7F800000u;
 
-std::array<float, 256> make_e4m3_table() {
-  std::array<float, 256> t{};
-  for (unsigned b = 0; b < 256; ++b) {
-    const unsigned e = (b >> 3) & 15, m = b & 7;
-    float v =
-        e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, static_cast<int>(e) - 7);
-    if ((b & 0x7F) == 0x7F) v = NAN;
-    t[b] = (b & 0x80) ? -v : v;
-  }
-  return t;
+// The E4M3 byte of an exact, already scaled finite value (see e4m3_from_f32), without branches so
+// that the loops below vectorize. Normal: round the 23 mantissa bits to 3, ties to even, and rebias
+// the exponent (bits 20-30 hold exponent and 3 mantissa bits: E4M3's code plus 120 << 3), saturating
+// at 0x7E. Subnormal (|v| < 2^-6): adding 2^14, whose ulp is 2^-9, rounds |v| to E4M3's subnormal
+// step in the FPU's round-to-nearest-even; the ulps added are the code (8: the smallest normal, 0x08).
+inline uint8_t e4m3_finite(float v) {
+  const uint32_t bits = bits_of(v), u = bits & kAbsMask;
+  const uint32_t r = u + 0x7FFFFu + ((u >> 20) & 1);
+  const uint32_t rebiased = (r >> 20) - (120u << 3);
+  const uint32_t normal = rebiased < kMaxCode ? rebiased : kMaxCode;
+  const uint32_t subnormal = bits_of(float_of(u) + 16384.0f) - bits_of(16384.0f);
+  const uint32_t is_sub = 0u - static_cast<uint32_t>(u < kMinNormalE4M3);  // all ones or zero: a select
+  return static_cast<uint8_t>(((bits >> 24) & 0x80) | (subnormal & is_sub) | (normal & ~is_sub));
 }
-const std::array<float, 256> kE4M3 = make_e4m3_table();
+
+// A block's n element bytes, scaled by `inv`: a loop of its own, which vectorizes (not inside
+// encode_block, whose scale byte store GCC would not move past the loop).
+template <size_t kN>
+void encode_elements(const float* __restrict x, size_t n, float inv, uint8_t* __restrict out) {
+  for (size_t i = 0; i < (kN ? kN : n); ++i) out[i] = e4m3_finite(x[i] * inv);
+}
+void encode_elements(const float* __restrict x, size_t n, float inv, uint8_t* __restrict out) {
+  if (n == GS_MX8_BLOCK)
+    encode_elements<GS_MX8_BLOCK>(x, n, inv, out);
+  else
+    encode_elements<0>(x, n, inv, out);
+}
 
 // One block of n <= 32 values: its scale byte, then n element bytes.
-void encode_block(const float* x, size_t n, uint8_t* out) {
-  float amax = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    if (!(a <= 3.40282347e38f)) {  // NaN or infinite: the whole block is NaN
-      out[0] = GS_MX8_SCALE_NAN;
-      std::memset(out + 1, 0x7F, n);
-      return;
-    }
-    amax = std::max(amax, a);
+inline void encode_block(const float* __restrict x, size_t n, uint8_t* __restrict out) {
+  uint32_t amax = 0;  // as bits: the largest |x| orders like its bit pattern, NaN and inf on top
+  for (size_t i = 0; i < n; ++i) amax = std::max(amax, bits_of(x[i]) & kAbsMask);
+  if (amax >= kInfBits) {  // NaN or infinite: the whole block is NaN
+    out[0] = GS_MX8_SCALE_NAN;
+    std::memset(out + 1, 0x7F, n);
+    return;
   }
   // floor(log2(amax)) from the exponent field (subnormals and zero clamp to -127 below anyway);
   // the scale exponent leaves the block's largest element in E4M3's top binade [2^8, 2^9).
-  const int e = static_cast<int>(bits_of(amax) >> 23) - 127;
+  const int e = static_cast<int>(amax >> 23) - 127;
   const int x_exp = std::max(e - 8, -127);
   out[0] = static_cast<uint8_t>(x_exp + 127);
   // 2^-x_exp is a normal binary32 (x_exp <= 119 for finite input), so each product is exact until
-  // it falls below 2^-126, far under E4M3's smallest half-quantum (2^-10): its byte is +-0 either way.
+  // it falls below 2^-126, far under E4M3's smallest half-step (2^-10): its byte is +-0 either way.
   const float inv = float_of(static_cast<uint32_t>(127 - x_exp) << 23);
-  for (size_t i = 0; i < n; ++i) out[1 + i] = e4m3_from_f32(x[i] * inv);
+  encode_elements(x, n, inv, out + 1);
+}
+
+// An E4M3 byte's magnitude bits moved to binary32's exponent and mantissa fields read as
+// 2^(E-127) (1 + M/8), or M 2^-129 for E = 0 (a binary32 subnormal): times 2^120, exactly E4M3's
+// value. 0x7F (NaN) is picked out. The block's scale then multiplies once more (exact, §2.2).
+template <bool kAdd>
+inline void decode_block(float* __restrict dst, const uint8_t* __restrict q, size_t n, float scale) {
+  const float k2p120 = float_of((127u + 120u) << 23);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t b = q[i];
+    const float mag = float_of((b & 0x80u) << 24 | (b & 0x7Fu) << 20) * k2p120;
+    const uint32_t nan = 0u - static_cast<uint32_t>((b & 0x7Fu) == 0x7Fu);  // a quiet NaN's bits OR-ed in
+    const float v = float_of(bits_of(mag * scale) | (nan & 0x7FC00000u));
+    if (kAdd)
+      dst[i] += v;
+    else
+      dst[i] = v;
+  }
 }
 
 template <bool kAdd>
 void decode(float* dst, const uint8_t* payload, size_t count) {
   for (size_t first = 0; first < count; first += GS_MX8_BLOCK, payload += GS_MX8_BLOCK_BYTES) {
-    const size_t n = std::min<size_t>(GS_MX8_BLOCK, count - first);
     const uint8_t s = payload[0];
     const float scale = s == GS_MX8_SCALE_NAN ? NAN : mx8_scale_value(s);
-    for (size_t i = 0; i < n; ++i) {
-      const float v = kE4M3[payload[1 + i]] * scale;
-      if (kAdd)
-        dst[first + i] += v;
-      else
-        dst[first + i] = v;
-    }
+    if (count - first >= GS_MX8_BLOCK)  // a full block: a loop of known length, which vectorizes
+      decode_block<kAdd>(dst + first, payload + 1, GS_MX8_BLOCK, scale);
+    else
+      decode_block<kAdd>(dst + first, payload + 1, count - first, scale);
   }
 }
 
 }  // namespace
 
 uint8_t e4m3_from_f32(float v) {
-  uint32_t u = bits_of(v);
-  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80);
-  u &= 0x7FFFFFFFu;
-  if (u > 0x7F800000u) return sign | 0x7F;
-  if (u < kMinNormalE4M3)  // subnormal E4M3: multiples of 2^-9; 8 * 2^-9 is the smallest normal, 0x08
-    return sign | static_cast<uint8_t>(std::nearbyint(float_of(u) * 512.0f));
-  u += 0x7FFFFu + ((u >> 20) & 1);  // round the 23 mantissa bits to 3, ties to even
-  if (u >= kMaxE4M3) return sign | 0x7E;
-  const unsigned e = (u >> 23) - 127 + 7;  // 1..15
-  return sign | static_cast<uint8_t>(e << 3 | ((u >> 20) & 7));
+  const uint32_t u = bits_of(v) & kAbsMask;
+  if (u > kInfBits) return static_cast<uint8_t>(((bits_of(v) >> 24) & 0x80) | 0x7F);
+  if (u == kInfBits) return static_cast<uint8_t>(((bits_of(v) >> 24) & 0x80) | kMaxCode);
+  return e4m3_finite(v);
 }
 
 float e4m3_to_f32(uint8_t b) {
-  return kE4M3[b];
+  float v;
+  decode_block<false>(&v, &b, 1, 1.0f);
+  return v;
 }
 
 float mx8_scale_value(uint8_t s) {
@@ -103,7 +123,10 @@ float mx8_scale_value(uint8_t s) {
 
 void f32_to_mx8(uint8_t* payload, const float* src, size_t count) {
   for (size_t first = 0; first < count; first += GS_MX8_BLOCK, payload += GS_MX8_BLOCK_BYTES)
-    encode_block(src + first, std::min<size_t>(GS_MX8_BLOCK, count - first), payload);
+    if (count - first >= GS_MX8_BLOCK)  // as in decode
+      encode_block(src + first, GS_MX8_BLOCK, payload);
+    else
+      encode_block(src + first, count - first, payload);
 }
 
 void mx8_to_f32(float* dst, const uint8_t* payload, size_t count) {
