@@ -8,6 +8,15 @@
 
 #include "gradswitch/wire.h"
 
+// Each entry point is compiled for AVX2 and the baseline, and the loader picks the wider one the
+// CPU runs (GCC/clang function multiversioning); every version computes the same bits (only integer
+// operations and exact or correctly rounded binary32 ones, none reassociated).
+#if defined(__x86_64__) && defined(__linux__)
+#define GS_MX8_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define GS_MX8_CLONES
+#endif
+
 namespace gradswitch {
 
 namespace {
@@ -45,7 +54,7 @@ template <size_t kN>
 void encode_elements(const float* __restrict x, size_t n, float inv, uint8_t* __restrict out) {
   for (size_t i = 0; i < (kN ? kN : n); ++i) out[i] = e4m3_finite(x[i] * inv);
 }
-void encode_elements(const float* __restrict x, size_t n, float inv, uint8_t* __restrict out) {
+GS_MX8_CLONES void encode_elements(const float* __restrict x, size_t n, float inv, uint8_t* __restrict out) {
   if (n == GS_MX8_BLOCK)
     encode_elements<GS_MX8_BLOCK>(x, n, inv, out);
   else
@@ -121,7 +130,7 @@ float mx8_scale_value(uint8_t s) {
   return s == 0 ? float_of(0x00400000u) : float_of(uint32_t{s} << 23);  // 2^-127 is subnormal
 }
 
-void f32_to_mx8(uint8_t* payload, const float* src, size_t count) {
+GS_MX8_CLONES void f32_to_mx8(uint8_t* payload, const float* src, size_t count) {
   for (size_t first = 0; first < count; first += GS_MX8_BLOCK, payload += GS_MX8_BLOCK_BYTES)
     if (count - first >= GS_MX8_BLOCK)  // as in decode
       encode_block(src + first, GS_MX8_BLOCK, payload);
@@ -129,11 +138,11 @@ void f32_to_mx8(uint8_t* payload, const float* src, size_t count) {
       encode_block(src + first, count - first, payload);
 }
 
-void mx8_to_f32(float* dst, const uint8_t* payload, size_t count) {
+GS_MX8_CLONES void mx8_to_f32(float* dst, const uint8_t* payload, size_t count) {
   decode<false>(dst, payload, count);
 }
 
-void add_mx8_to_f32(float* dst, const uint8_t* payload, size_t count) {
+GS_MX8_CLONES void add_mx8_to_f32(float* dst, const uint8_t* payload, size_t count) {
   decode<true>(dst, payload, count);
 }
 
