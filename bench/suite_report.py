@@ -536,7 +536,7 @@ def section_cpu(recs, lines: list[str]) -> None:
         "aggregator (hostagg's server, MPI_Reduce+Bcast's root) over the timed iterations; gradswitchd's "
         "data threads from the backend's counters (STATS `*.cpu_ns`) and the whole daemon from /proc, over "
         "rank 0's timed window. Gradient generation and checking are outside the timed calls. Kernel work "
-        "that the kernel runs inline in a process's system call counts to that process: on the testbed's "
+        "run inline in a process's system call counts to that process: on the testbed's "
         "veths the switch's data thread carries the bridge, tbf and the workers' receive path of its "
         "results, and a worker's send the switch's receive path (BENCHMARKS.md §9); softirq work run by "
         "ksoftirqd or on an idle core counts to no one.",
