@@ -233,6 +233,28 @@ class Runner:
                 got[rid] = ratio(("gloo", res.get("gloo-ddp")), (cfg, res.get(cfg)), failed)
         return got
 
+    def group_models(self, ids: set[str]) -> dict:
+        """The convnet and the transformer (bench/ddp_models.py): gloo DDP and the switch's, a launch each."""
+        got = {}
+        for rid, model in (("ddp-convnet", "convnet"), ("ddp-transformer", "transformer")):
+            if rid not in ids:
+                continue
+            d = self.out / rid
+            cmd = [sys.executable, str(HERE / "torch_testbed.py"), "--workers", "4", "--rate", "1gbit"]
+            iters = "2" if self.quick else "3"
+            cmd += ["--model", model, "--configs", "local,gloo-ddp,gs-ddp", "--iters", iters]
+            self.run(f"torch_testbed-{model}", cmd + ["--out", str(d)], timeout=600)
+            runs = json.loads((d / "rank0.json").read_text())["results"]
+            res = {r["config"]: r["iteration_s"] for r in runs}
+            if res.get("gs-ddp") and res.get("gloo-ddp"):
+                got[rid] = (
+                    res["gloo-ddp"] / res["gs-ddp"],
+                    f"gloo {res['gloo-ddp'] * 1e3:.0f} ms, gs-ddp {res['gs-ddp'] * 1e3:.0f} ms",
+                )
+            else:
+                got[rid] = RowError(f"no iteration time for gs-ddp or gloo-ddp (see {d})")
+        return got
+
     def group_transport(self, ids: set[str]) -> dict:
         rounds = 1 if self.quick else 3
         losses = (["1e-06", "0.01"] if "loss1" in ids else []) + (["0"] if "link" in ids else [])

@@ -12,13 +12,15 @@
 
 #include "common/clock.h"
 #include "common/kernels.h"
-#include "switch/command_line.h"
 #include "switch/config.h"
 #include "switch/control/control_plane.h"
 #include "switch/engine/engine.h"
 #include "switch/io/udp/udp_backend.h"
+#include "switch/log.h"
 #include "switch/metrics/collector.h"
 #include "switch/metrics/http_server.h"
+#include "switch/options/command_line.h"
+#include "switch/options/values.h"
 #ifdef GRADSWITCH_HAVE_DPDK
 #include "switch/io/dpdk/dpdk_backend.h"
 #endif
@@ -109,7 +111,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gradswitchd: %zu tenants and operators from %s%s\n", table->tenants.size(),
                  config.auth_file.c_str(), table->anonymous ? ", anonymous JOINs allowed" : "");
     control.use_auth(std::move(*table));
-  } else if (config.insecure && !is_loopback_ipv4(config.control_host)) {
+  } else if (config.insecure && !option_values::is_loopback_ipv4(config.control_host)) {
     std::fprintf(stderr,
                  "gradswitchd: warning: --insecure: anyone who reaches %s may join, read and abort any "
                  "job (docs/security.md)\n",

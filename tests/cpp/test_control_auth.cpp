@@ -11,6 +11,7 @@
 #include "switch/config.h"
 #include "switch/control/auth.h"
 #include "switch/control/parse.h"
+#include "switch/options/validate.h"
 
 using namespace gradswitch;
 using namespace gradswitch::control;

@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "harness.h"
-#include "switch/command_line.h"
+#include "switch/options/command_line.h"
+#include "switch/options/option_table.h"
 
 using namespace gradswitch;
 

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "harness.h"
-#include "switch/command_line.h"
-#include "switch/config_file.h"
+#include "switch/options/command_line.h"
+#include "switch/options/config_file.h"
+#include "switch/options/option_table.h"
 
 using namespace gradswitch;
 

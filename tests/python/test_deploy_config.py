@@ -1,6 +1,6 @@
-"""gradswitchd's config file (--config, src/switch/config_file.cpp; docs/deploy.md): the shipped example
-deploy/gradswitchd.toml starts a switch that sums exactly, it names every option of the daemon, the command
-line overrides it, and every kind of bad file stops the switch with the file, line and key."""
+"""gradswitchd's config file (--config, src/switch/options/config_file.cpp; docs/deploy.md): the shipped
+example deploy/gradswitchd.toml starts a switch that sums exactly, it names every option of the daemon,
+the command line overrides it, and every kind of bad file stops the switch with the file, line and key."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def option_names() -> dict[str, str]:
 
 def test_the_shipped_config_names_every_option_of_the_daemon():
     # Each option is set or shown commented out with its default, in its table, so that the example is the
-    # file's reference; a new option of config.h fails here until it is added.
+    # file's reference; a new option of the option table fails here until it is added.
     text = SHIPPED_CONFIG.read_text()
     top, _, dpdk = text.partition("\n[dpdk]\n")
     missing = [

@@ -22,7 +22,11 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 # The longest matching room of a source decides.
 ALLOWED = {
     "common": {"common"},
-    "switch": {"common", "switch"},
+    "switch": {"common", "switch", "switch/engine", "switch/options"},
+    # The engine sees no sockets, options or control plane: only its own headers and common/.
+    "switch/engine": {"common", "switch/engine"},
+    # The options know the config they fill in and the log, nothing of what reads them.
+    "switch/options": {"common", "switch", "switch/options"},
     "worker": {"common", "worker", "worker/switch", "worker/ring"},
     "worker/switch": {"common", "worker", "worker/switch"},
     "worker/ring": {"common", "worker", "worker/ring"},

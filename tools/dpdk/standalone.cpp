@@ -4,7 +4,7 @@
 //   gs_dpdk_standalone [gradswitchd options: --threads, --data-port, --mtu, --agg-ip, ...]
 //       [--job name=N,world=W,key=K,wire=float32,slots=S,ep=IP:PORT+IP:PORT...]...
 //       -- EAL-ARGS
-// The options are the daemon's (config.h, parsed the same way). Prints "job <name> id=<id>
+// The options are the daemon's (switch/options/, parsed the same way). Prints "job <name> id=<id>
 // key=<key>" for each job, then runs until SIGINT/SIGTERM.
 #include <arpa/inet.h>
 #include <signal.h>
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "switch/command_line.h"
 #include "switch/config.h"
 #include "switch/engine/engine.h"
 #include "switch/io/dpdk/dpdk_backend.h"
+#include "switch/options/command_line.h"
 
 namespace {
 std::atomic<bool> g_stop{false};

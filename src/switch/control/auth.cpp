@@ -12,6 +12,7 @@
 #include "common/sha256.h"
 #include "gradswitch/control.h"
 #include "switch/config.h"
+#include "switch/options/values.h"
 
 namespace gradswitch::control {
 
@@ -41,12 +42,12 @@ bool apply_field(std::string_view field, const Quota& limits, Tenant* t, Quota* 
   }
   if (key == "max_jobs") {
     if (!q) return *why = "an operator has no quota", false;
-    return config_detail::parse_uint(value, 0, limits.max_jobs, &q->max_jobs, why) ||
+    return option_values::parse_uint(value, 0, limits.max_jobs, &q->max_jobs, why) ||
            (*why = "max_jobs: " + *why + " (at most --max-jobs)", false);
   }
   if (key == "max_memory") {
     if (!q) return *why = "an operator has no quota", false;
-    if (!config_detail::parse_bytes(value, &q->max_memory, why)) return *why = "max_memory: " + *why, false;
+    if (!option_values::parse_bytes(value, &q->max_memory, why)) return *why = "max_memory: " + *why, false;
     if (q->max_memory > limits.max_memory)
       return *why =
                  "max_memory " + value + " exceeds --max-memory (" + std::to_string(limits.max_memory) + ")",

@@ -9,6 +9,7 @@
 
 #include "common/challenge.h"
 #include "common/sha256.h"
+#include "switch/log.h"
 
 namespace gradswitch::control {
 

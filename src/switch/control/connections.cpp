@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/tcp_listen.h"
+#include "switch/log.h"
 
 namespace gradswitch::control {
 

@@ -12,6 +12,7 @@
 #include "common/challenge.h"
 #include "common/clock.h"
 #include "switch/control/leaf_uplink.h"
+#include "switch/log.h"
 
 namespace gradswitch::control {
 

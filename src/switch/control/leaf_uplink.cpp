@@ -13,6 +13,8 @@
 #include <cstring>
 
 #include "switch/control/jobs.h"
+#include "switch/log.h"
+#include "switch/options/values.h"
 
 namespace gradswitch::control {
 
@@ -63,7 +65,7 @@ LeafUplink::LeafUplink(Engine& engine, const SwitchConfig& config, Connections& 
 
 void LeafUplink::spine_address(uint32_t* ip_be, uint16_t* port) const {
   std::string why;
-  config_detail::parse_ipv4_port(config_.uplink, ip_be, port, &why);
+  option_values::parse_ipv4_port(config_.uplink, ip_be, port, &why);
 }
 
 void LeafUplink::forward_join(Conn& member, const Request& join, PendingJob& p) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "switch/log.h"
+
 namespace gradswitch::control {
 
 std::string endpoint_text(const Endpoint& e) {

@@ -18,6 +18,8 @@
 #include "switch/io/dpdk/checksum.h"
 #include "switch/io/dpdk/dpdk_switch.h"
 #include "switch/io/dpdk/lcore_layout.h"
+#include "switch/log.h"
+#include "switch/options/values.h"
 
 namespace gradswitch {
 namespace dpdk {
@@ -96,7 +98,8 @@ bool DpdkSwitch::resolve_addresses(std::string* error) {
   const SwitchConfig::Dpdk& o = config_.dpdk;
   const std::string agg_ip = !o.agg_ip.empty() ? o.agg_ip : config_.control_host;
   std::string why;
-  if (agg_ip == "0.0.0.0" || is_loopback_ipv4(agg_ip) || !config_detail::valid_ipv4(agg_ip, &why))
+  if (agg_ip == "0.0.0.0" || option_values::is_loopback_ipv4(agg_ip) ||
+      !option_values::valid_ipv4(agg_ip, &why))
     return *error =
                "the DPDK backend needs the aggregation address: add --agg-ip A.B.C.D (or give "
                "--control-host)",
@@ -105,7 +108,7 @@ bool DpdkSwitch::resolve_addresses(std::string* error) {
   rules_.data_port = config_.data_port;
   rules_.threads = config_.threads;
   bool have_local = false, have_mac = !o.agg_mac.empty();
-  if (have_mac && !config_detail::parse_mac(o.agg_mac, rules_.agg_mac.bytes, &why))
+  if (have_mac && !option_values::parse_mac(o.agg_mac, rules_.agg_mac.bytes, &why))
     return *error = why, false;
   for (const Port& p : ports_) {
     if (!p.local) continue;
@@ -120,7 +123,7 @@ bool DpdkSwitch::resolve_addresses(std::string* error) {
   rules_.answer_arp = o.answer_arp == "on" || (o.answer_arp == "auto" && !have_local);
   if (!o.notify.empty()) {
     uint16_t port = 0;
-    if (!config_detail::parse_ipv4_port(o.notify, &notify_ip_be_, &port, &why)) return *error = why, false;
+    if (!option_values::parse_ipv4_port(o.notify, &notify_ip_be_, &port, &why)) return *error = why, false;
     notify_port_be_ = htons(port);
   }
   udp_checksum_ = o.udp_checksum == "on";

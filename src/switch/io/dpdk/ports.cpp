@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "switch/config.h"
+#include "switch/log.h"
 
 namespace gradswitch::dpdk {
 namespace {

@@ -21,6 +21,7 @@
 #include "common/rng.h"
 #include "switch/io/udp/result_batch.h"
 #include "switch/io/udp/result_hold.h"
+#include "switch/log.h"
 #include "switch/uplink/uplink_timers.h"
 
 #ifndef UDP_SEGMENT

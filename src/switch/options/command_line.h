@@ -1,4 +1,4 @@
-// gradswitchd's command line, read with the option table of config.h: `--name value`,
+// gradswitchd's command line, read with the option table (option_table.h): `--name value`,
 // `--name=value`, flags, -h/--help, -V/--version, and `--` before the backend's own arguments
 // (DPDK's EAL arguments), and `--config FILE` (config_file.h: the same options from a TOML file,
 // read first, so that the command line's flags override it). --help is generated from the same table.

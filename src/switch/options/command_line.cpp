@@ -1,21 +1,13 @@
 // gradswitchd's command line and --help from the option table (command_line.h).
-#include "switch/command_line.h"
+#include "switch/options/command_line.h"
 
 #include <cstring>
 
-#include "switch/config_file.h"
+#include "switch/options/config_file.h"
+#include "switch/options/option_table.h"
+#include "switch/options/validate.h"
 
 namespace gradswitch {
-namespace {
-
-const OptionSpec* find_option(const std::string& name) {
-  for (const OptionSpec& o : switch_options())
-    if (name == o.name) return &o;
-  return nullptr;
-}
-
-}  // namespace
-
 bool parse_options(const std::vector<std::string>& args, size_t begin, const char* only_group,
                    CommandLine* out, size_t* end, std::string* error) {
   size_t i = begin;

@@ -1,6 +1,6 @@
-// gradswitchd's TOML config file (config_file.h): walks config.h's option table, so an option added
+// gradswitchd's TOML config file (config_file.h): walks the option table (option_table.h), so an option added
 // to the table is a key of the file without an edit here.
-#include "switch/config_file.h"
+#include "switch/options/config_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,6 +11,8 @@
 #include <charconv>
 #include <cstring>
 #include <set>
+
+#include "switch/options/option_table.h"
 
 namespace gradswitch {
 namespace {
@@ -40,12 +42,6 @@ const char* type_name(toml::node_type t) {
     default:
       return "a date or time";
   }
-}
-
-const OptionSpec* find_option(const std::string& name) {
-  for (const OptionSpec& o : switch_options())
-    if (name == o.name) return &o;
-  return nullptr;
 }
 
 // The option's argument as the command line spells it. A value option takes a string, an integer
