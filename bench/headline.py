@@ -246,13 +246,8 @@ class Runner:
             self.run(f"torch_testbed-{model}", cmd + ["--out", str(d)], timeout=600)
             runs = json.loads((d / "rank0.json").read_text())["results"]
             res = {r["config"]: r["iteration_s"] for r in runs}
-            if res.get("gs-ddp") and res.get("gloo-ddp"):
-                got[rid] = (
-                    res["gloo-ddp"] / res["gs-ddp"],
-                    f"gloo {res['gloo-ddp'] * 1e3:.0f} ms, gs-ddp {res['gs-ddp'] * 1e3:.0f} ms",
-                )
-            else:
-                got[rid] = RowError(f"no iteration time for gs-ddp or gloo-ddp (see {d})")
+            failed = f"no iteration time for gs-ddp or gloo-ddp (see {d})"
+            got[rid] = ratio(("gloo", res.get("gloo-ddp")), ("gs-ddp", res.get("gs-ddp")), failed)
         return got
 
     def group_transport(self, ids: set[str]) -> dict:
