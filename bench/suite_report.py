@@ -483,7 +483,9 @@ def cpu_table(recs) -> list[dict]:
     excluded): `worker` the mean over workers of their process CPU inside the timed calls (every
     thread), `host` an aggregator on the host (hostagg's server, MPI_Reduce+Bcast's root), `switch`
     gradswitchd's data threads (its backend's cpu_ns counters) and `daemon` the whole daemon process
-    (/proc, 10 ms ticks). GB = gradient bytes each worker reduces per iteration x timed iterations."""
+    (/proc, 10 ms ticks). GB = gradient bytes each worker reduces per iteration x timed iterations.
+    `per_train`, `per_sleep`: the data threads' datagrams per GRO train and per wake-up over the run
+    (STATS `udp.*`), the counts its CPU per datagram follows (BENCHMARKS.md §9)."""
     rows = []
     for s in ORDER:
         r = next((r for r in _by(recs, "cpu") if r["system"] == s and _ok(r)), None)
@@ -495,6 +497,9 @@ def cpu_table(recs) -> list[dict]:
         gb = r["nbytes"] * r["iters"] / 1e9
         per = lambda v, gb=gb: v / gb if v is not None else None  # noqa: E731
         workers = [c for c in ex.get("worker_cpu_s") or [] if c is not None]
+        sw = ex.get("switch") or {}  # the daemon's STATS over the run: what its CPU per datagram follows
+        rx = sum(v for k, v in sw.items() if k.startswith("udp.") and k.endswith(".rx_datagrams"))
+        per_dg = lambda k, rx=rx, sw=sw: rx / sw[k] if rx and sw.get(k) else None  # noqa: E731
         rows.append(
             {
                 "system": s,
@@ -502,6 +507,8 @@ def cpu_table(recs) -> list[dict]:
                 "host": per(ex.get("host_cpu_s")),
                 "switch": per(ex.get("switch_data_cpu_s")),
                 "daemon": per(ex.get("switch_cpu_s")),
+                "per_train": per_dg("udp.gro_trains"),
+                "per_sleep": per_dg("udp.sleeps"),
                 "gb": gb,
                 "workers": r["workers"],
             }
@@ -523,20 +530,25 @@ def section_cpu(recs, lines: list[str]) -> None:
         "aggregator (hostagg's server, MPI_Reduce+Bcast's root) over the timed iterations; gradswitchd's "
         "data threads from the backend's counters (STATS `*.cpu_ns`) and the whole daemon from /proc, over "
         "rank 0's timed window. Gradient generation and checking are outside the timed calls. Kernel work "
-        "done in softirq on behalf of another process (tbf, bridge, a receiver's stack) is not attributed.",
+        "run inline in a process's system call counts to that process: on the testbed's "
+        "veths the switch's data thread carries the bridge, tbf and the workers' receive path of its "
+        "results, and a worker's send the switch's receive path (BENCHMARKS.md §9); softirq work run by "
+        "ksoftirqd or on an idle core counts to no one.",
         "",
         "| system | per worker (s/GB) | host (s/GB) | switch data threads (s/GB) "
-        "| the same per GB of DATA received | switch daemon (s/GB) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| the same per GB of DATA received | switch daemon (s/GB) "
+        "| switch datagrams per GRO train | per wake-up |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    count = lambda v: f"{v:.1f}" if v is not None else "–"  # noqa: E731
     for r in rows:
         if "error" in r:
-            lines.append(f"| {LABELS[r['system']]} | {r['error']} | | | | |")
+            lines.append(f"| {LABELS[r['system']]} | {r['error']} | | | | | | |")
             continue
         per_data = r["switch"] / r["workers"] if r["switch"] is not None else None  # N gradients of DATA
         lines.append(
             f"| {LABELS[r['system']]} | {cell(r['worker'])} | {cell(r['host'])} | {cell(r['switch'])} "
-            f"| {cell(per_data)} | {cell(r['daemon'])} |"
+            f"| {cell(per_data)} | {cell(r['daemon'])} | {count(r['per_train'])} | {count(r['per_sleep'])} |"
         )
     lines.append("")
 

@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/counter.h"
 #include "worker/errors.h"
 #include "worker/transport.h"
@@ -216,7 +218,7 @@ class UdpTransport final : public Transport {
           rmsg_[i].msg_hdr.msg_name = &raddr_[i];
           rmsg_[i].msg_hdr.msg_namelen = sizeof raddr_[i];
         }
-        if (gro_) {
+        if (gro_ || stamp_) {
           rmsg_[i].msg_hdr.msg_control = rcbuf_[i];
           rmsg_[i].msg_hdr.msg_controllen = sizeof rcbuf_[i];
         }
@@ -224,18 +226,24 @@ class UdpTransport final : public Transport {
       int r = ::recvmmsg(fd_, rmsg_, static_cast<unsigned>(nmsg), MSG_DONTWAIT, nullptr);
       if (r > 0) {
         more_ = static_cast<size_t>(r) == nmsg;
+        const int64_t realtime_to_steady = stamp_ ? -wall_minus_steady_ns() : 0;
         size_t n = 0;
         for (int i = 0; i < r; ++i) {
           const uint8_t* base = rx_mem_.data() + rx_size_ * i;
           size_t len = rmsg_[i].msg_len;
           size_t seg = len;
-          if (gro_) {
-            for (cmsghdr* c = CMSG_FIRSTHDR(&rmsg_[i].msg_hdr); c; c = CMSG_NXTHDR(&rmsg_[i].msg_hdr, c))
-              if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-                int v = 0;
-                std::memcpy(&v, CMSG_DATA(c), std::min<size_t>(sizeof v, c->cmsg_len - CMSG_LEN(0)));
-                if (v > 0) seg = static_cast<size_t>(v);
-              }
+          int64_t arrival = 0;
+          for (cmsghdr* c = CMSG_FIRSTHDR(&rmsg_[i].msg_hdr); c; c = CMSG_NXTHDR(&rmsg_[i].msg_hdr, c)) {
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+              int v = 0;
+              std::memcpy(&v, CMSG_DATA(c), std::min<size_t>(sizeof v, c->cmsg_len - CMSG_LEN(0)));
+              if (v > 0) seg = static_cast<size_t>(v);
+            } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+                       c->cmsg_len >= CMSG_LEN(sizeof(timespec))) {
+              timespec ts;
+              std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+              arrival = ts.tv_sec * 1'000'000'000LL + ts.tv_nsec + realtime_to_steady;
+            }
           }
           if (filtering_ && !accepted(raddr_[i], rmsg_[i].msg_hdr.msg_namelen)) {
             // A GRO train has one source: each of its datagrams counts.
@@ -245,11 +253,13 @@ class UdpTransport final : public Transport {
           for (size_t off = 0; off < len && n < max; off += seg) {
             pkts[n].data = base + off;
             pkts[n].len = static_cast<uint32_t>(std::min(seg, len - off));
+            pkts[n].arrival_ns = arrival;
             ++n;
           }
           if (len == 0 && n < max) {  // an empty datagram: report it (the caller ignores it)
             pkts[n].data = base;
             pkts[n].len = 0;
+            pkts[n].arrival_ns = arrival;
             ++n;
           }
         }
@@ -280,6 +290,10 @@ class UdpTransport final : public Transport {
     dropped_ = dropped;
     hit_ = 0;
     filtering_ = true;
+  }
+  void stamp_arrivals(bool on) override {
+    int v = on ? 1 : 0;
+    stamp_ = ::setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &v, sizeof v) == 0 && on;
   }
   void watch_fds(const std::vector<int>& fds) override {
     watched_.clear();
@@ -321,6 +335,7 @@ class UdpTransport final : public Transport {
   size_t msg_pkts_[kMaxBatch];
   std::vector<OutPacket> sorted_;
   bool gro_ = false;
+  bool stamp_ = false;  // SO_TIMESTAMPNS: each datagram's kernel receive time (CLOCK_REALTIME)
   bool more_ = false;
   size_t rx_size_ = 0, rx_msgs_ = 0;
   std::vector<uint8_t> rx_mem_;
@@ -331,7 +346,7 @@ class UdpTransport final : public Transport {
   std::vector<SourceRange> sources_;
   size_t hit_ = 0;
   std::atomic<uint64_t>* dropped_ = nullptr;
-  alignas(cmsghdr) char rcbuf_[kRxMsgs][CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) char rcbuf_[kRxMsgs][CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(timespec))];
 };
 
 }  // namespace
