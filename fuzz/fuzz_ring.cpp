@@ -69,8 +69,9 @@ class FuzzTransport : public Transport {
       __builtin_trap();
     if (h.type != GS_MSG_RING_PARTIAL && h.type != GS_MSG_RING_RESULT && h.type != GS_MSG_RING_DONE)
       __builtin_trap();
-    const size_t es = gs_elem_size(h.elem_type);
-    if (h.type != GS_MSG_RING_DONE && (es == 0 || GS_HEADER_BYTES + h.count * es != p.len)) __builtin_trap();
+    const size_t bytes = gs_payload_bytes(h.elem_type, h.count);
+    if (h.type != GS_MSG_RING_DONE && (gs_elem_size(h.elem_type) == 0 || GS_HEADER_BYTES + bytes != p.len))
+      __builtin_trap();
   }
 
   const uint8_t* data_;

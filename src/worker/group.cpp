@@ -117,8 +117,9 @@ uint8_t parse_wire(const std::string& name) {
   if (name == "float16") return GS_ELEM_FLOAT16;
   if (name == "bfloat16") return GS_ELEM_BFLOAT16;
   if (name == "float64") return GS_ELEM_FLOAT64;
+  if (name == "mx8") return GS_ELEM_MX8;
   throw InvalidArgument("gradswitch: unknown wire '" + name +
-                        "' (expected float32, fixed32, float16, bfloat16, float64 or int32)");
+                        "' (expected float32, fixed32, float16, bfloat16, float64, mx8 or int32)");
 }
 
 // ---------------------------------------------------------------- Handle
@@ -303,8 +304,11 @@ std::unique_ptr<Transport> data_transport(const Options& opt, const Switches& sw
   if (const char* e = std::getenv("GRADSWITCH_GSO")) gso = std::string(e) == "1";
   bool gro = opt.gro;
   if (const char* e = std::getenv("GRADSWITCH_GRO")) gro = std::string(e) == "1";
-  return make_udp_transport(data_bind_address(opt, sw.control.get(), sw.more), opt.sockbuf_bytes, gso, gro,
-                            given.empty() ? 0 : given[opt.rank].port);
+  auto t = make_udp_transport(data_bind_address(opt, sw.control.get(), sw.more), opt.sockbuf_bytes, gso, gro,
+                              given.empty() ? 0 : given[opt.rank].port);
+  const char* stamp = std::getenv("GRADSWITCH_RX_TIMESTAMPS");
+  t->stamp_arrivals(!stamp || std::string(stamp) != "0");
+  return t;
 }
 
 // JOIN at every switch of the job (blocks until every rank joined each).

@@ -22,6 +22,9 @@ struct OutPacket {
 struct InPacket {
   const uint8_t* data = nullptr;  // transport-owned; valid until the next recv_batch
   uint32_t len = 0;
+  // When the kernel received it, on the steady clock (steady_now_ns); 0 = not known. The time the
+  // datagram then waited for this thread is the host's delay, not the path's (docs/transport.md).
+  int64_t arrival_ns = 0;
 };
 
 // An address datagrams are taken from: an IPv4 address and `ports` consecutive UDP ports from `port`
@@ -65,6 +68,9 @@ class Transport {
     (void)sources;
     (void)dropped;
   }
+  // From now on recv_batch fills InPacket::arrival_ns where the transport can tell it (the UDP
+  // socket's kernel receive timestamps); a transport that cannot leaves it 0.
+  virtual void stamp_arrivals(bool on) { (void)on; }
 };
 
 // A UDP socket bound to `bind_ip` (dotted quad, "0.0.0.0" or "" for any) on `bind_port` (0: an

@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/counter.h"
 #include "common/udp_offload.h"
 #include "worker/errors.h"
@@ -26,6 +28,19 @@ constexpr size_t kMaxGsoSegments = 64;
 constexpr size_t kRxMsgs = 64;  // datagrams (or GRO trains) per recvmmsg
 constexpr size_t kMaxGsoBytes = 65000;
 constexpr unsigned kMaxForeignBatches = 4;
+
+// The kernel's receive time of a datagram (SO_TIMESTAMPNS, CLOCK_REALTIME) moved onto the steady
+// clock by `realtime_to_steady`; 0 when `h` carries none.
+int64_t kernel_receive_ns(const msghdr& h, int64_t realtime_to_steady) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+        c->cmsg_len >= CMSG_LEN(sizeof(timespec))) {
+      timespec ts;
+      std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+      return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec + realtime_to_steady;
+    }
+  return 0;
+}
 
 class UdpTransport final : public Transport {
  public:
@@ -199,7 +214,7 @@ class UdpTransport final : public Transport {
           rmsg_[i].msg_hdr.msg_name = &raddr_[i];
           rmsg_[i].msg_hdr.msg_namelen = sizeof raddr_[i];
         }
-        if (gro_) {
+        if (gro_ || stamp_) {
           rmsg_[i].msg_hdr.msg_control = rcbuf_[i];
           rmsg_[i].msg_hdr.msg_controllen = sizeof rcbuf_[i];
         }
@@ -207,6 +222,7 @@ class UdpTransport final : public Transport {
       int r = ::recvmmsg(fd_, rmsg_, static_cast<unsigned>(nmsg), MSG_DONTWAIT, nullptr);
       if (r > 0) {
         more_ = static_cast<size_t>(r) == nmsg;
+        const int64_t realtime_to_steady = stamp_ ? -wall_minus_steady_ns() : 0;
         size_t n = 0;
         for (int i = 0; i < r; ++i) {
           const uint8_t* base = rx_mem_.data() + rx_size_ * i;
@@ -214,6 +230,7 @@ class UdpTransport final : public Transport {
           size_t seg = len;
           if (const int v = gro_ ? gro_segment_size(rmsg_[i].msg_hdr) : 0; v > 0)
             seg = static_cast<size_t>(v);
+          const int64_t arrival = stamp_ ? kernel_receive_ns(rmsg_[i].msg_hdr, realtime_to_steady) : 0;
           if (filtering_ && !accepted(raddr_[i], rmsg_[i].msg_hdr.msg_namelen)) {
             // A GRO train has one source: each of its datagrams counts.
             if (dropped_) counter_add(*dropped_, seg ? (len + seg - 1) / seg : 1);
@@ -222,11 +239,13 @@ class UdpTransport final : public Transport {
           for (size_t off = 0; off < len && n < max; off += seg) {
             pkts[n].data = base + off;
             pkts[n].len = static_cast<uint32_t>(std::min(seg, len - off));
+            pkts[n].arrival_ns = arrival;
             ++n;
           }
           if (len == 0 && n < max) {  // an empty datagram: report it (the caller ignores it)
             pkts[n].data = base;
             pkts[n].len = 0;
+            pkts[n].arrival_ns = arrival;
             ++n;
           }
         }
@@ -257,6 +276,10 @@ class UdpTransport final : public Transport {
     dropped_ = dropped;
     hit_ = 0;
     filtering_ = true;
+  }
+  void stamp_arrivals(bool on) override {
+    int v = on ? 1 : 0;
+    stamp_ = ::setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &v, sizeof v) == 0 && on;
   }
   void watch_fds(const std::vector<int>& fds) override {
     watched_.clear();
@@ -298,6 +321,7 @@ class UdpTransport final : public Transport {
   size_t msg_pkts_[kMaxBatch];
   std::vector<OutPacket> sorted_;
   bool gro_ = false;
+  bool stamp_ = false;  // SO_TIMESTAMPNS: each datagram's kernel receive time (CLOCK_REALTIME)
   bool more_ = false;
   size_t rx_size_ = 0, rx_msgs_ = 0;
   std::vector<uint8_t> rx_mem_;
@@ -308,7 +332,7 @@ class UdpTransport final : public Transport {
   std::vector<SourceRange> sources_;
   size_t hit_ = 0;
   std::atomic<uint64_t>* dropped_ = nullptr;
-  alignas(cmsghdr) char rcbuf_[kRxMsgs][kGroControlBytes];
+  alignas(cmsghdr) char rcbuf_[kRxMsgs][kGroControlBytes + CMSG_SPACE(sizeof(timespec))];
 };
 
 }  // namespace

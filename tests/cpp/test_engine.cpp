@@ -40,7 +40,7 @@ struct Fixture {
   }
   std::vector<uint8_t> packet(uint16_t rank, uint16_t slot, uint8_t elem_type, const void* payload,
                               uint16_t count, int8_t next_exp = GS_EXP_NONE, int8_t scale_exp = 0) {
-    size_t bytes = size_t{count} * gs_elem_size(elem_type);
+    size_t bytes = gs_payload_bytes(elem_type, count);
     std::vector<uint8_t> p(GS_HEADER_BYTES + bytes);
     HeaderBuilder(GS_MSG_DATA, id, key)
         .rank(rank)
@@ -413,10 +413,10 @@ TEST(the_join_wire_binds_the_element_types_of_data) {
   };
   CHECK(send(GS_ELEM_FLOAT16, 0).kind == IngestResult::kSend);  // the wire
   CHECK(send(GS_ELEM_INT32, 1).kind == IngestResult::kSend);    // integer tensors, on any wire
-  for (uint8_t other : {GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64})
+  for (uint8_t other : {GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64, GS_ELEM_MX8})
     CHECK(send(other, 2).reason == DropReason::kBadElemType);
   CHECK(Engine::default_elem_types(GS_ELEM_FLOAT32, true) == 1u << GS_ELEM_FLOAT32);  // optimizer jobs
-  spec.elem_types = 1u << 7;                                                          // not a type
+  spec.elem_types = 1u << 8;                                                          // not a type
   CHECK(e.create_job(spec, &err) == 0);
 }
 

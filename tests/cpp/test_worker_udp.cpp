@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "harness.h"
 #include "worker/transport.h"
 
@@ -124,6 +125,38 @@ TEST(udp_gso_to_gro_transport) {
   }
   CHECK_EQ(got.size(), size_t{300});
   for (auto& [id, d] : got) CHECK(d == bufs[id]);
+}
+
+// With stamp_arrivals each datagram carries the kernel's receive time on the steady clock: the time
+// it waited in the socket before this thread read it is not part of it (plain and GRO sockets). The
+// kernel turns arrival stamping on for the whole system a moment after the first socket asks for it
+// (a deferred static key; until then it stamps at the read), so a few tries are allowed.
+TEST(udp_arrival_times_exclude_the_wait_in_the_socket) {
+  for (bool gro : {false, true}) {
+    auto tx = make_udp_transport("127.0.0.1", 1 << 20, false, false);
+    auto rx = make_udp_transport("127.0.0.1", 1 << 20, false, gro);
+    rx->stamp_arrivals(true);
+    tx->set_peer(htonl(INADDR_LOOPBACK));
+    uint8_t b[64] = {1};
+    OutPacket out{b, sizeof b, rx->local_port()};
+    InPacket in[4];
+    bool before_the_wait = false;
+    for (int attempt = 0; attempt < 20 && !before_the_wait; ++attempt) {
+      const int64_t sent = gradswitch::steady_now_ns();
+      CHECK_EQ(tx->send_batch(&out, 1), size_t{1});
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      CHECK_EQ(rx->recv_batch(in, 4, 200'000'000), size_t{1});
+      const int64_t read = gradswitch::steady_now_ns();
+      CHECK(in[0].arrival_ns >= sent - 1'000'000);  // clocks converted once per batch: allow 1 ms
+      CHECK(in[0].arrival_ns <= read);
+      before_the_wait = in[0].arrival_ns <= read - 25'000'000;
+    }
+    CHECK(before_the_wait);
+    rx->stamp_arrivals(false);
+    CHECK_EQ(tx->send_batch(&out, 1), size_t{1});
+    CHECK_EQ(rx->recv_batch(in, 4, 200'000'000), size_t{1});
+    CHECK_EQ(in[0].arrival_ns, int64_t{0});
+  }
 }
 
 TEST(udp_recv_timeout) {

@@ -235,7 +235,7 @@ void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64
     if (r.state == State::kIdle ||
         (r.state == State::kDone && round_is_newer(h.seq, h.offset, r.seq, r.offset))) {
       return stash_early(payload - GS_HEADER_BYTES,
-                         GS_HEADER_BYTES + h.count * static_cast<uint32_t>(gs_elem_size(h.elem_type)));
+                         static_cast<uint32_t>(GS_HEADER_BYTES + gs_payload_bytes(h.elem_type, h.count)));
     }
     return ignore();
   }
@@ -256,13 +256,13 @@ void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64
   if (r.bootstrap) {
     len = 0;
   } else if (h.flags & GS_FLAG_SUM) {  // someone held the sum already: it wins
-    len = static_cast<size_t>(r.count) * op.ch.elem_bytes;
+    len = gs_payload_bytes(op.ch.elem, r.count);
     std::memcpy(out, payload, len);
   } else if (r.own_sum) {
     len = encode_sum(op.ch, op.base, r.chunk, out);
   } else {
     accumulate_chunk(op.ch, op.input(), r.chunk, r.scale, payload, out);
-    len = static_cast<size_t>(r.count) * op.ch.elem_bytes;
+    len = gs_payload_bytes(op.ch.elem, r.count);
   }
   const gs_header oh = forward_header(last ? GS_MSG_RING_RESULT : GS_MSG_RING_PARTIAL, s, r, next_exp, sum);
   if (!last) {
@@ -291,7 +291,7 @@ void RingAllreduce::on_result(const gs_header& h, const uint8_t* payload, int64_
   const AllreduceOp& op = *flight_[s]->op;
   loss_[position(s)].delivered(window_.timer(s), now);
   const bool sum = h.flags & GS_FLAG_SUM;
-  const size_t len = static_cast<size_t>(h.count) * op.ch.elem_bytes;
+  const size_t len = gs_payload_bytes(op.ch.elem, h.count);
   store_result(r, op, payload, sum);
   if (position(s) != 0) {  // keep it for the previous rank and pass it on
     std::memcpy(shadow_packet(s, v) + GS_HEADER_BYTES, payload, len);
@@ -304,9 +304,9 @@ void RingAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
                             std::vector<AllreduceOp*>* finished) {
   gs_header h;
   if (!decode_job_header(p, len, cfg_.job_id, cfg_.key, &h) || h.slot >= cfg_.slots) return ignore();
-  const size_t es = gs_elem_size(h.elem_type);
+  const size_t bytes = gs_payload_bytes(h.elem_type, h.count);
   const bool data = h.type == GS_MSG_RING_PARTIAL || h.type == GS_MSG_RING_RESULT;
-  if (data && (es == 0 || len < GS_HEADER_BYTES + h.count * es || h.count * es > cfg_.payload_bytes))
+  if (data && (gs_elem_size(h.elem_type) == 0 || len < GS_HEADER_BYTES + bytes || bytes > cfg_.payload_bytes))
     return ignore();
   if (h.type == GS_MSG_RING_PARTIAL && h.rank == prev_)
     return on_partial(h, p + GS_HEADER_BYTES, now, finished);
@@ -337,16 +337,16 @@ int64_t RingAllreduce::check_timers(int64_t now) {
 }
 
 bool RingAllreduce::carries(const Chunking& ch) {
-  return ch.dtype != DType::kFloat64 && ch.elem != GS_ELEM_FLOAT64;
+  return ch.dtype != DType::kFloat64 && ch.elem != GS_ELEM_FLOAT64 && ch.elem != GS_ELEM_MX8;
 }
 
 void RingAllreduce::admit(AllreduceOp* op) {
   counter_add(ctx_.counters->ring_allreduces);  // also the one it refuses, as the Group counted them
   const AllreduceOp& o = *op;
   if (!carries(o.ch))
-    throw UnsupportedType("gradswitch: the ring carries float32 and int32 tensors on 32- and 16-bit wires; " +
-                          ctx_.job_text +
-                          " cannot reduce float64 on it (reduce float64 tensors through the switch)");
+    throw UnsupportedType(
+        "gradswitch: the ring carries float32 and int32 tensors on 32- and 16-bit wires; " + ctx_.job_text +
+        " cannot reduce float64 tensors or the mx8 wire on it (reduce them through the switch)");
   if (N_ == 1) {  // the sum of one rank, in the wire type's precision like the switch's
     std::vector<uint8_t> buf(cfg_.payload_bytes);
     for (size_t c = 0; c < o.ch.chunks; ++c) {

@@ -196,8 +196,9 @@ void SwitchAllreduce::send_queued() {
   send_counted(ctx_, &out_);
 }
 
-void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
-                              std::vector<AllreduceOp*>* finished) {
+void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<AllreduceOp*>* finished) {
+  const uint8_t* p = in.data;
+  const uint32_t len = in.len;
   Counters& k = *ctx_.counters;
   gs_header h;
   if (!decode_job_header(p, len, ctx_.join->job_id, ctx_.join->key, &h)) {
@@ -263,7 +264,7 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   }
   const AllreduceOp& op = *f->op;
   if (h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
-      len < GS_HEADER_BYTES + static_cast<size_t>(h.count) * op.ch.elem_bytes ||
+      len < GS_HEADER_BYTES + gs_payload_bytes(op.ch.elem, h.count) ||
       (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale)) {
     counter_add(k.ignored);
     return;
@@ -276,7 +277,10 @@ void SwitchAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
   const bool multicast = !(h.flags & GS_FLAG_UNICAST);
   if (multicast && !(h.flags & GS_FLAG_RETX)) cc_.run_at(h.window);
   const bool completed_here = h.rank == ctx_.opt->rank;
-  const int64_t own_rtt = t.tries == 0 && multicast && completed_here ? now - t.sent_ns : -1;
+  // The path's round trip ends when the kernel received the result, not when this thread got to it:
+  // the wait in between is the host's scheduling (docs/transport.md, "Which sample").
+  const int64_t arrived = in.arrival_ns > t.sent_ns && in.arrival_ns <= now ? in.arrival_ns : now;
+  const int64_t own_rtt = t.tries == 0 && multicast && completed_here ? arrived - t.sent_ns : -1;
   const auto srtt = static_cast<int64_t>(detector(slot).rtt().srtt_ns());
   if (cc_.on_result(now, own_rtt, window_limited_, srtt) && adaptive_) counter_add(k.window_delay_cuts);
   // A RACK resend the switch held, whose round a late rank's original completed (no RETX): results
@@ -467,7 +471,7 @@ std::exception_ptr SwitchAllreduce::take(const InPacket* in, size_t n, int64_t n
   std::exception_ptr lost;
   for (size_t i = 0; i < n; ++i) {
     try {
-      receive(in[i].data, in[i].len, now, finished);
+      receive(in[i], now, finished);
     } catch (const SwitchLostError&) {  // the switch is going: the results behind it still count
       if (!lost) lost = std::current_exception();
     }

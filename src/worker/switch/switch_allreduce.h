@@ -92,7 +92,7 @@ class SwitchAllreduce : public DataPath {
   // Receives into in_ (counted); returns how many datagrams.
   size_t receive_batch(int64_t wait_ns);
   // Handles one received datagram.
-  void receive(const uint8_t* p, uint32_t len, int64_t now, std::vector<AllreduceOp*>* finished);
+  void receive(const InPacket& in, int64_t now, std::vector<AllreduceOp*>* finished);
   // Keeps what a delivered round needs for late_answer().
   void remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t, int64_t now);
   // A HELD, or an answer for the round a slot version delivered before: proof of a spurious resend?

@@ -74,7 +74,7 @@ class UdpBackend final : public Backend {
     UplinkTimers uplink{kUplinkRtoMinNs, kUplinkRtoMaxNs};
     // Read by the control thread (stats()); written by this thread only.
     std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0},
-        held_bursts{0};
+        held_bursts{0}, rx_bursts{0}, sleeps{0};
     std::atomic<uint64_t> rx_datagrams{0};
     // The thread's CPU clock while it runs (-1 before and after), its CPU time once it ended.
     std::atomic<clockid_t> cpu_clock{-1};
@@ -170,8 +170,10 @@ uint64_t UdpBackend::Thread::cpu_ns() const {
 
 std::vector<BackendStat> UdpBackend::stats() const {
   using Kind = BackendStat::Kind;
-  uint64_t inj = 0, err = 0, trunc = 0, gso = 0, gro = 0, held = 0;
+  uint64_t inj = 0, err = 0, trunc = 0, gso = 0, gro = 0, held = 0, bursts = 0, sleeps = 0;
   for (auto& t : threads_) {
+    bursts += t->rx_bursts.load(std::memory_order_relaxed);
+    sleeps += t->sleeps.load(std::memory_order_relaxed);
     inj += t->injected_drops.load(std::memory_order_relaxed);
     err += t->send_errors.load(std::memory_order_relaxed);
     trunc += t->truncated.load(std::memory_order_relaxed);
@@ -189,6 +191,11 @@ std::vector<BackendStat> UdpBackend::stats() const {
       {"gro_trains", "Received GRO trains (several datagrams in one read)", Kind::kCounter, gro},
       {"held_bursts", "Bursts whose results waited to leave with the next burst's (--hold-us)",
        Kind::kCounter, held},
+      // What a data thread's CPU per datagram follows where it is not busy: datagrams per burst and per
+      // wake-up (BENCHMARKS.md §9).
+      {"rx_bursts", "Receive calls that returned datagrams (each one engine burst)", Kind::kCounter, bursts},
+      {"sleeps", "Waits of the data threads for a datagram or a timer (each one a wake-up)", Kind::kCounter,
+       sleeps},
   };
   for (auto& t : threads_) {
     out.push_back({"rx_datagrams", "Datagrams this data thread handed to the engine or dropped",
@@ -245,9 +252,11 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
                         static_cast<long>(wait_ns % 1'000'000'000)};
       pollfd p{t.fd, POLLIN, 0};
+      counter_add(t.sleeps);
       ::ppoll(&p, 1, &ts, nullptr);
       continue;
     }
+    counter_add(t.rx_bursts);
     const uint64_t now = monotonic_ns();
     engine_.begin_burst(t.index);
     for (int i = 0; i < n; ++i) {
