@@ -14,7 +14,7 @@ import numpy as np
 from . import _core, _sparse
 from .control import credentials
 
-WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
+WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "mx8", "int32")
 ALGORITHMS = ("switch", "ring", "auto")
 _NUMPY_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32))
 _TORCH_DTYPES = ("torch.float32", "torch.float64", "torch.int32")
@@ -460,7 +460,8 @@ class ConnectOptions:
     job: the job's name at the switch (default "default"); 1..64 characters of [A-Za-z0-9._:-].
     rank, world_size: this process's rank (default 0) in a job of `world_size` ranks (default 1, at most
         64).
-    wire: how float tensors travel (default "float32"): float32, fixed32, float16, bfloat16 or float64.
+    wire: how float tensors travel (default "float32"): float32, fixed32, float16, bfloat16, float64 or
+        mx8 (8-bit blocks, docs/protocol.md 2.2; the switch only, not the ring or an optimizer job).
     timeout: seconds an allreduce may make no progress before GradswitchTimeout (default 30).
     drop_rate, seed: the fraction of this worker's data packets dropped on purpose (default 0, for loss
         tests) and the seed of the drops (default 0).
@@ -557,8 +558,9 @@ def connect(
     given like any switch: the two levels are invisible to the workers (docs/scaling.md).
 
     Blocks until every rank joined (at most `join_timeout` seconds). `wire` is how float tensors
-    travel: float32, fixed32 (exact, order-independent sums), float16, bfloat16 or float64 (double
-    precision sums, twice float32's bytes). An allreduce fails
+    travel: float32, fixed32 (exact, order-independent sums), float16, bfloat16, float64 (double
+    precision sums, twice float32's bytes) or mx8 (about a quarter of float32's bytes: blocks of 32
+    8-bit floats sharing a scale, summed in fp32 on the switch). An allreduce fails
     with GradswitchTimeout after `timeout` seconds without progress. `drop_rate`/`seed` drop a fraction
     of this worker's outgoing data packets (loss testing); `shuffle_seed` (test hook) permutes the
     order of each window's first packets.
@@ -633,6 +635,11 @@ def _checked(o: ConnectOptions) -> ConnectOptions:
         )
     if o.switch is None and o.algorithm == "switch":
         raise ValueError("gradswitch: algorithm='switch' needs a switch address")
+    if o.wire == "mx8" and o.algorithm != "switch":
+        raise ValueError(
+            f"gradswitch: wire='mx8' is summed by the switch only; algorithm={o.algorithm!r} would reduce "
+            "on the ring, which carries 32- and 16-bit wires (use algorithm='switch', or wire='bfloat16')"
+        )
     peers = o.peers
     if peers is not None:
         if isinstance(peers, str) or not all(isinstance(p, str) for p in peers):

@@ -48,7 +48,7 @@ class Options:
     switch: "host:port" of the switch's control port (or "host:port,host:port,..." to shard the job
         over several switches, as gradswitch.connect); default $GRADSWITCH_SWITCH; ranks without one use
         rank 0's (published through the store).
-    wire: how float tensors travel: float32, fixed32, float16, bfloat16 or float64 (default
+    wire: how float tensors travel: float32, fixed32, float16, bfloat16, float64 or mx8 (default
         $GRADSWITCH_WIRE or float32).
     timeout: seconds an allreduce may go without progress before it fails (default $GRADSWITCH_TIMEOUT or
         30).

@@ -193,27 +193,15 @@ void SwitchAllreduce::launch(unsigned slot, int64_t now) {
 }
 
 void SwitchAllreduce::send_queued() {
-  if (out_.empty()) return;
-  uint64_t bytes = 0;
-  for (auto& p : out_) bytes += p.len;
-  ctx_.transport->send_batch(out_.data(), out_.size());
-  counter_add(ctx_.counters->packets_sent, out_.size());
-  counter_add(ctx_.counters->bytes_sent, bytes);
-  out_.clear();
+  send_counted(ctx_, &out_);
 }
 
 void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<AllreduceOp*>* finished) {
   const uint8_t* p = in.data;
   const uint32_t len = in.len;
   Counters& k = *ctx_.counters;
-  if (len < GS_HEADER_BYTES) {
-    counter_add(k.ignored);
-    return;
-  }
   gs_header h;
-  gs_header_decode(p, &h);
-  if (h.magic != GS_MAGIC || h.version != GS_VERSION || h.job_id != ctx_.join->job_id ||
-      h.key != ctx_.join->key) {
+  if (!decode_job_header(p, len, ctx_.join->job_id, ctx_.join->key, &h)) {
     counter_add(k.ignored);
     return;
   }
@@ -276,7 +264,7 @@ void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<Allre
   }
   const AllreduceOp& op = *f->op;
   if (h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
-      len < GS_HEADER_BYTES + static_cast<size_t>(h.count) * op.ch.elem_bytes ||
+      len < GS_HEADER_BYTES + gs_payload_bytes(op.ch.elem, h.count) ||
       (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale)) {
     counter_add(k.ignored);
     return;
