@@ -40,6 +40,7 @@ local elem_types = {
   [4] = "float16",
   [5] = "bfloat16",
   [6] = "float64",
+  [7] = "mx8",
 }
 local elem_sizes = { [1] = 4, [2] = 4, [3] = 4, [4] = 2, [5] = 2, [6] = 8 }
 local abort_reasons = {
@@ -174,6 +175,13 @@ end
 -- The elements of the payload, little-endian, as their type; at most max_elements of them.
 local function add_elements(tree, tvb, elem, count, scale_exp)
   local size = elem_sizes[elem]
+  if elem == 7 then -- mx8: blocks of a scale byte and 32 E4M3 bytes (docs/protocol.md 2.2), shown as bytes
+    local bytes = math.min(count + math.floor((count + 31) / 32), tvb:len() - GS_HEADER_BYTES)
+    if bytes > 0 then
+      tree:add(f.elements, tvb(GS_HEADER_BYTES, bytes)):set_text(string.format("Elements: %d mx8 (%d bytes)", count, bytes))
+    end
+    return
+  end
   local shown = math.min(count, gs.prefs.max_elements)
   local sub = tree:add(f.elements, tvb(GS_HEADER_BYTES, count * size))
   sub:set_text(string.format("Elements: %d %s", count, elem_types[elem]))
