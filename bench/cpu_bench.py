@@ -14,7 +14,8 @@ Rounds run every variant once, in an order rotated each round, so load drifts ov
 
 Per run it reports, for the switch's data thread (perf stat --per-thread attached to the daemon, the
 thread with the most CPU): CPU ns per DATA datagram received (the backend's rx_datagrams), its system
-calls and context switches per datagram, datagrams per recvmmsg, and the STATS figures the suite
+calls and context switches per datagram, datagrams per recvmmsg and per wake-up (the backend's own
+`udp.sleeps`, without perf), and the STATS figures the suite
 reports (data-thread s/GB of DATA received and s/GB reduced); for the workers: their CPU inside the
 timed calls per GB reduced (as the suite), and per worker datagram. perf's hardware counters are not
 available on this VM (no PMU), so CPU is task-clock (ns on the CPU); the counts of system calls and
@@ -103,7 +104,8 @@ def one_run(tb, v: dict, a, tmp: Path) -> dict:
         perf = perf_start([sw.pid], perf_out)
         rec = None
         if a.record:  # a profile of the daemon (cpu-clock samples: no PMU here)
-            rec_cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "2000", "-g", "-p", str(sw.pid)]
+            rec_cmd = ["perf", "record", "-q", "-p", str(sw.pid)]
+            rec_cmd += ["-e", a.record_events] if a.record_events else ["-e", "cpu-clock", "-F", "2000", "-g"]
             rec_cmd += ["-o", str(tmp / f"record-{v['name']}.data")]
             rec = subprocess.Popen(rec_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.3)  # perf attached before the first datagram
@@ -159,6 +161,8 @@ def one_run(tb, v: dict, a, tmp: Path) -> dict:
         "switch_gso_writes": stat("gso_writes"),
         "switch_gro_trains": stat("gro_trains"),
         "switch_held_bursts": stat("held_bursts"),
+        # from the backend's own counters (no perf): datagrams per wake-up of the data threads
+        "switch_dgrams_per_sleep": rx / stat("sleeps") if stat("sleeps") else None,
         "switch_stats": d,
         # as the suite: the data thread's CPU over rank 0's timed window per GB reduced, and per GB of
         # DATA received (the N workers' gradients)
@@ -186,6 +190,7 @@ KEYS = [
     ("switch_dgrams_per_recvmmsg", "dg/recvmmsg", "{:.2f}"),
     ("switch_sendmmsg_per_dgram", "sendmmsg/dg", "{:.3f}"),
     ("switch_polls_per_dgram", "polls/dg", "{:.3f}"),
+    ("switch_dgrams_per_sleep", "dg/sleep", "{:.1f}"),
     ("switch_cs_per_dgram", "cs/dg", "{:.3f}"),
     ("switch_s_per_gb_data", "sw s/GB DATA", "{:.3f}"),
     ("switch_s_per_gb_reduced", "sw s/GB red", "{:.2f}"),
@@ -227,6 +232,12 @@ def main(argv=None) -> int:
     p.add_argument("--slots", type=int, default=32)
     p.add_argument("--rate", default="1gbit")
     p.add_argument("--record", action="store_true", help="also perf record the daemon (out/record-NAME.data)")
+    p.add_argument(
+        "--record-events",
+        default=None,
+        help="with --record: these perf events (e.g. syscalls:sys_enter_ppoll,sched:sched_switch) instead of "
+        "cpu-clock samples, to time the data thread's sleeps and system calls (perf script)",
+    )
     p.add_argument("--run-timeout", type=float, default=150)
     p.add_argument("--out", type=Path, default=HERE / "results" / "tmp" / "cpu")
     p.add_argument("--summarize", type=Path, default=None, help="print the table of DIR/runs.json and exit")

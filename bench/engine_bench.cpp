@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 
 #include "common/header.h"
 #include "common/kernels.h"
+#include "common/kernels_mx8.h"
 #include "gradswitch/wire.h"
 #include "switch/engine/engine.h"
 
@@ -86,13 +88,21 @@ Result ingest(uint8_t elem_type, unsigned workers, double seconds, size_t ring) 
   spec.endpoints.resize(workers);
   std::string err;
   const uint32_t id = engine.create_job(spec, &err);
-  const uint16_t count = payload / gs_elem_size(elem_type);
+  const auto count = static_cast<uint16_t>(gs_max_count(elem_type, payload));
+  const size_t len = GS_HEADER_BYTES + gs_payload_bytes(elem_type, count);  // mx8: 1419 of the 1440
   // Received packets live in receive buffers: a small ring stays in cache (as right after the
   // kernel's copy into recvmmsg's buffers), a large one makes every packet come from DRAM.
   std::vector<std::vector<uint8_t>> pkts(ring * workers, std::vector<uint8_t>(GS_HEADER_BYTES + payload));
   for (size_t i = 0; i < pkts.size(); ++i)
     for (size_t b = GS_HEADER_BYTES; b < pkts[i].size(); b += 2)
       pkts[i][b] = uint8_t(i + b), pkts[i][b + 1] = 0x3c;
+  if (elem_type == GS_ELEM_MX8) {  // the byte pattern above would hold subnormal scales: real blocks
+    std::vector<float> values(count);
+    for (size_t i = 0; i < pkts.size(); ++i) {
+      for (size_t k = 0; k < values.size(); ++k) values[k] = std::ldexp(float((i + 7 * k) % 61) - 30, -12);
+      f32_to_mx8(pkts[i].data() + GS_HEADER_BYTES, values.data(), count);
+    }
+  }
   gs_header h = HeaderBuilder(GS_MSG_DATA, id, 42).elems(elem_type, count).exps(0, 0);
   uint64_t packets = 0;
   uint32_t seq = 0;
@@ -108,7 +118,7 @@ Result ingest(uint8_t elem_type, unsigned workers, double seconds, size_t ring) 
           next = next + 1 == pkts.size() ? 0 : next + 1;
           h.rank = r, h.slot = s, h.seq = seq, h.offset = s * count, h.flags = seq & 1;
           gs_header_encode(&h, p.data());
-          IngestResult res = engine.ingest(0, p.data(), p.size(), 1, Endpoint{});
+          IngestResult res = engine.ingest(0, p.data(), len, 1, Endpoint{});
           if (res.kind == IngestResult::kDropped) {
             std::fprintf(stderr, "unexpected drop: %s\n", drop_reason_name(res.reason));
             std::exit(1);
@@ -119,7 +129,7 @@ Result ingest(uint8_t elem_type, unsigned workers, double seconds, size_t ring) 
     }
   }
   const double t = g_cpu_time ? thread_cpu_seconds() - cpu0 : seconds_since(t0);
-  return {packets * double(payload) / t / 1e9, packets / t / 1e6};
+  return {packets * double(len - GS_HEADER_BYTES) / t / 1e9, packets / t / 1e6};
 }
 
 }  // namespace
@@ -148,7 +158,7 @@ int main(int argc, char** argv) {
   std::printf("%-28s %8.2f GB/s\n", "memory read (1 core)", read_bw);
   std::printf("%-28s %8.2f GB/s\n", "memcpy (1 core)", memcpy_gbps(seconds));
   for (uint8_t t : {GS_ELEM_FLOAT32, GS_ELEM_INT32, GS_ELEM_FIXED32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16,
-                    GS_ELEM_FLOAT64}) {
+                    GS_ELEM_FLOAT64, GS_ELEM_MX8}) {
     for (size_t ring : {size_t{64}, size_t{1} << 15}) {
       Result r = ingest(t, workers, seconds, ring);
       std::printf("ingest %-9s %-11s %8.2f GB/s  %6.2f Mpps  %5.0f%% of memory read\n", gs_elem_name(t),

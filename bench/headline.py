@@ -157,13 +157,8 @@ class Runner:
         gs = med.get("gradswitch")
         for rid, system in (("gloo", "gloo"), ("hostagg", "hostagg"), ("mpi", "mpi_allreduce")):
             if rid in ids:
-                if gs and med.get(system):
-                    got[rid] = (
-                        med[system] / gs,
-                        f"gradswitch {gs * 1e3:.0f} ms, {system} {med[system] * 1e3:.0f} ms",
-                    )
-                else:
-                    got[rid] = RowError(f"the suite's models run of gradswitch or {system} failed (see {d})")
+                failed = f"the suite's models run of gradswitch or {system} failed (see {d})"
+                got[rid] = ratio((system, med.get(system)), ("gradswitch", gs), failed, den_first=True)
         if ids & {"cpu-switch", "cpu-worker"}:
             sys.path.insert(0, str(HERE))
             import suite_report
@@ -202,14 +197,10 @@ class Runner:
         runs = {r["system"]: r for r in json.loads((d / "results.json").read_text())["runs"] if r.get("ok")}
         got = {}
         for rid, plain in (("mpi-reduce", "mpi_reduce"), ("mpi-allreduce", "mpi_allreduce")):
-            a, b = runs.get(plain), runs.get(plain + "_gs")
-            if a and b:
-                got[rid] = (
-                    a["median_s"] / b["median_s"],
-                    f"Open MPI {a['median_s'] * 1e3:.0f} ms, with the library {b['median_s'] * 1e3:.0f} ms",
-                )
-            else:
-                got[rid] = RowError(f"{plain} or {plain}_gs failed (see {d})")
+            a, b = (runs.get(p, {}).get("median_s") for p in (plain, plain + "_gs"))
+            got[rid] = ratio(
+                ("Open MPI", a), ("with the library", b), f"{plain} or {plain}_gs failed (see {d})"
+            )
         return got
 
     def group_ddp(self, ids: set[str]) -> dict:
@@ -238,13 +229,8 @@ class Runner:
         got = {}
         for rid, cfg in (("ddp", "gs-ddp"), ("ddp-overlap", "gs-overlap:256")):
             if rid in ids:
-                if res.get(cfg) and res.get("gloo-ddp"):
-                    got[rid] = (
-                        res["gloo-ddp"] / res[cfg],
-                        f"gloo {res['gloo-ddp'] * 1e3:.0f} ms, {cfg} {res[cfg] * 1e3:.0f} ms",
-                    )
-                else:
-                    got[rid] = RowError(f"no iteration time for {cfg} or gloo-ddp (see {d})")
+                failed = f"no iteration time for {cfg} or gloo-ddp (see {d})"
+                got[rid] = ratio(("gloo", res.get("gloo-ddp")), (cfg, res.get(cfg)), failed)
         return got
 
     def group_models(self, ids: set[str]) -> dict:
@@ -260,13 +246,8 @@ class Runner:
             self.run(f"torch_testbed-{model}", cmd + ["--out", str(d)], timeout=600)
             runs = json.loads((d / "rank0.json").read_text())["results"]
             res = {r["config"]: r["iteration_s"] for r in runs}
-            if res.get("gs-ddp") and res.get("gloo-ddp"):
-                got[rid] = (
-                    res["gloo-ddp"] / res["gs-ddp"],
-                    f"gloo {res['gloo-ddp'] * 1e3:.0f} ms, gs-ddp {res['gs-ddp'] * 1e3:.0f} ms",
-                )
-            else:
-                got[rid] = RowError(f"no iteration time for gs-ddp or gloo-ddp (see {d})")
+            failed = f"no iteration time for gs-ddp or gloo-ddp (see {d})"
+            got[rid] = ratio(("gloo", res.get("gloo-ddp")), ("gs-ddp", res.get("gs-ddp")), failed)
         return got
 
     def group_transport(self, ids: set[str]) -> dict:
@@ -334,15 +315,13 @@ class Runner:
         ]
         self.run("scale_bench", cmd, timeout=600)
         racks = {r["system"]: r for r in json.loads((d / "results.json").read_text())["racks"] if r.get("ok")}
-        two, ring = racks.get("gradswitch two-level"), racks.get("gloo ring")
-        if not two or not ring:
-            raise RowError(f"the two-level or gloo ring run failed (see {d})")
-        return {
-            "two-level": (
-                ring["median_s"] / two["median_s"],
-                f"two-level {two['median_s'] * 1e3:.0f} ms, gloo ring {ring['median_s'] * 1e3:.0f} ms",
-            )
-        }
+        two, ring = (racks.get(s, {}).get("median_s") for s in ("gradswitch two-level", "gloo ring"))
+        got = ratio(
+            ("gloo ring", ring), ("two-level", two), f"the two-level or gloo ring run failed (see {d})", True
+        )
+        if isinstance(got, RowError):
+            raise got
+        return {"two-level": got}
 
     def group_loopback(self, ids: set[str]) -> dict:
         from gradswitch._paths import switch_binary
@@ -407,6 +386,15 @@ class Runner:
                 f"memory read {mem.group(1)} GB/s",
             )
         }
+
+
+def ratio(num: tuple[str, float | None], den: tuple[str, float | None], failed: str, den_first: bool = False):
+    """A row's figure from two (name, seconds) runs: num's time over den's and both times in words (den's
+    first with den_first); RowError(failed) when either has no time (its run failed)."""
+    if not num[1] or not den[1]:
+        return RowError(failed)
+    pair = (den, num) if den_first else (num, den)
+    return num[1] / den[1], ", ".join(f"{name} {t * 1e3:.0f} ms" for name, t in pair)
 
 
 def free_port() -> int:

@@ -345,6 +345,27 @@ def series_physring(tb, res, log):
         log(f"physring {system:6s}: {res['physring'][system]['median_s'] * 1e3:.0f} ms")
 
 
+def _vs_gloo(title: str, r: dict, systems) -> list[str]:
+    """A section of one table: each of `systems` that ran, its median and gloo's median over it."""
+    out = [title, "", "| system | median | vs gloo |", "|---|---:|---:|"]
+    for system in systems:
+        if system in r:
+            out.append(
+                f"| {system} | {r[system]['median_s'] * 1e3:.0f} ms | "
+                f"{r['gloo']['median_s'] / r[system]['median_s']:.2f}x |"
+            )
+    return out + [""]
+
+
+def _fittable(f4: dict, worlds: list[int]):
+    """(system, its fig4 row, the worlds it ran at) for each system measured at two N or more."""
+    for system in SYSTEMS:
+        row = f4.get(system, {})
+        ws = [w for w in worlds if str(w) in row]
+        if len(ws) >= 2:
+            yield system, row, ws
+
+
 def report(res: dict) -> str:
     out = [
         f"# Ring benchmarks ({res.get('when', '')})",
@@ -380,11 +401,7 @@ def report(res: dict) -> str:
             "|---|---|---|---:|---|---:|---|---:|---:|",
         ]
         for size in (64, 65536, BIG):
-            for system in SYSTEMS:
-                row = f4.get(system, {})
-                ws = [w for w in worlds if str(w) in row]
-                if len(ws) < 2:
-                    continue
+            for system, row, ws in _fittable(f4, worlds):
                 ys = [row[str(w)][str(size)] * 1e3 for w in ws]
                 a1, b1, r1 = fit([w - 1 for w in ws], ys)
                 a2, b2, r2 = fit([math.log2(w) for w in ws], ys)
@@ -413,11 +430,7 @@ def report(res: dict) -> str:
             def bw(system, n):
                 return wire if system == "switch" else 2 * (n - 1) / n * wire
 
-            for system in SYSTEMS:
-                row = f4.get(system, {})
-                ws = [w for w in worlds if str(w) in row]
-                if len(ws) < 2:
-                    continue
+            for system, row, ws in _fittable(f4, worlds):
                 ys = [row[str(w)][str(BIG)] * 1e3 - bw(system, w) for w in ws]
                 a, b, r = fit([w - 1 for w in ws], ys)
                 out.append(
@@ -426,15 +439,7 @@ def report(res: dict) -> str:
                 )
         out.append("")
     if "ring94" in res:
-        r = res["ring94"]
-        out += ["## N = 4, 94 MB", "", "| system | median | vs gloo |", "|---|---:|---:|"]
-        for system in SYSTEMS:
-            if system in r:
-                out.append(
-                    f"| {system} | {r[system]['median_s'] * 1e3:.0f} ms | "
-                    f"{r['gloo']['median_s'] / r[system]['median_s']:.2f}x |"
-                )
-        out.append("")
+        out += _vs_gloo("## N = 4, 94 MB", res["ring94"], SYSTEMS)
     if "b2b" in res:
         b = res["b2b"]
         out += [
@@ -457,20 +462,8 @@ def report(res: dict) -> str:
                 )
         out.append("")
     if "physring" in res:
-        r = res["physring"]
-        out += [
-            "## Physical ring (paper 001's topology): N = 4, 94 MB over the ring links",
-            "",
-            "| system | median | vs gloo |",
-            "|---|---:|---:|",
-        ]
-        for system in ("ring", "gloo"):
-            if system in r:
-                out.append(
-                    f"| {system} | {r[system]['median_s'] * 1e3:.0f} ms | "
-                    f"{r['gloo']['median_s'] / r[system]['median_s']:.2f}x |"
-                )
-        out.append("")
+        title = "## Physical ring (paper 001's topology): N = 4, 94 MB over the ring links"
+        out += _vs_gloo(title, res["physring"], ("ring", "gloo"))
     if "fallback" in res:
         fb = res["fallback"]
         algos = fb["auto"]["algorithms"]

@@ -185,67 +185,69 @@ def colocated_series(a, log) -> list[dict]:
     return out
 
 
+def _table(title: str, columns: list[str], rows: list[dict], first: str, cells) -> list[str]:
+    """A section: the title and a table whose first column is each row's `first`, then cells(row); a
+    run that failed shows its error instead."""
+    out = [title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        if not r.get("median_s"):
+            out.append(f"| {r[first]} | failed: {str(r.get('error'))[:80]} |" + " |" * (len(columns) - 2))
+        else:
+            out.append(f"| {r[first]} | " + " | ".join(cells(r)) + " |")
+    return out
+
+
+def _vs(base: float | None, r: dict) -> str:
+    return f"{base / r['median_s']:.2f}x" if base else "n/a"
+
+
 def report(results: dict) -> str:
     a = results["args"]
     lines = [f"Machine: {results['machine']}", f"Command: `{results['command']}`", ""]
+    size = f"{a['mb']:g} MB float32"
     if "racks" in results:
         rows = results["racks"]
         gloo = next((r.get("median_s") for r in rows if r["system"] == "gloo ring"), None)
-        lines += [
+        title = (
             f"### Two levels: {a['racks']} racks x {a['workers_per_rack']} workers, every link and uplink "
-            f"{a['rate']}, {a['mb']:g} MB float32",
-            "",
-            "| system | median time | per-worker goodput / B | vs gloo ring "
-            "| uplink bytes per allreduce / M |",
-            "|---|---|---|---|---|",
+            f"{a['rate']}, {size}"
+        )
+        columns = [
+            "system",
+            "median time",
+            "per-worker goodput / B",
+            "vs gloo ring",
+            "uplink bytes per allreduce / M",
         ]
-        for r in rows:
-            if not r.get("median_s"):
-                lines.append(f"| {r['system']} | failed: {str(r.get('error'))[:80]} | | | |")
-                continue
+
+        def racks(r):
             up = " / ".join(f"{x:.3f}" for x in r.get("uplink_bytes_per_allreduce_over_M", []))
-            vs = f"{gloo / r['median_s']:.2f}x" if gloo else "n/a"
-            lines.append(
-                f"| {r['system']} | {r['median_s'] * 1e3:.0f} ms | {r['goodput_share']:.2f} | {vs} | {up} |"
-            )
-        lines.append("")
+            return [f"{r['median_s'] * 1e3:.0f} ms", f"{r['goodput_share']:.2f}", _vs(gloo, r), up]
+
+        lines += _table(title, columns, rows, "system", racks) + [""]
     if "sharding" in results:
         rows = results["sharding"]
         one = next((r.get("median_s") for r in rows if r["shards"] == 1), None)
-        lines += [
+        title = (
             f"### Sharding: N = {a['workers']} workers, every link (switches' and workers') {a['rate']}, "
-            f"{a['mb']:g} MB float32",
-            "",
-            "| switches S | median time | speed-up vs S = 1 | per-worker goodput / B |",
-            "|---|---|---|---|",
-        ]
-        for r in rows:
-            if not r.get("median_s"):
-                lines.append(f"| {r['shards']} | failed: {str(r.get('error'))[:80]} | | |")
-                continue
-            vs = f"{one / r['median_s']:.2f}x" if one else "n/a"
-            lines.append(
-                f"| {r['shards']} | {r['median_s'] * 1e3:.0f} ms | {vs} | {r['goodput_share']:.2f} |"
-            )
-        lines.append("")
+            f"{size}"
+        )
+        columns = ["switches S", "median time", "speed-up vs S = 1", "per-worker goodput / B"]
+
+        def shards(r):
+            return [f"{r['median_s'] * 1e3:.0f} ms", _vs(one, r), f"{r['goodput_share']:.2f}"]
+
+        lines += _table(title, columns, rows, "shards", shards) + [""]
     if "colocated" in results:
         rows = results["colocated"]
         gloo = next((r.get("median_s") for r in rows if r["system"] == "gloo ring"), None)
-        lines += [
-            f"### Co-located: N = {a['workers']} workers, every worker link {a['rate']}, "
-            f"{a['mb']:g} MB float32",
-            "",
-            "| system | median time | per-worker goodput / B | vs gloo ring |",
-            "|---|---|---|---|",
-        ]
-        for r in rows:
-            if not r.get("median_s"):
-                lines.append(f"| {r['system']} | failed: {str(r.get('error'))[:80]} | | |")
-                continue
-            vs = f"{gloo / r['median_s']:.2f}x" if gloo else "n/a"
-            lines.append(
-                f"| {r['system']} | {r['median_s'] * 1e3:.0f} ms | {r['goodput_share']:.2f} | {vs} |"
-            )
+        title = f"### Co-located: N = {a['workers']} workers, every worker link {a['rate']}, {size}"
+        columns = ["system", "median time", "per-worker goodput / B", "vs gloo ring"]
+
+        def colocated(r):
+            return [f"{r['median_s'] * 1e3:.0f} ms", f"{r['goodput_share']:.2f}", _vs(gloo, r)]
+
+        lines += _table(title, columns, rows, "system", colocated)
     return "\n".join(lines) + "\n"
 
 

@@ -58,6 +58,26 @@ def _gs_retx(r) -> tuple[int, int]:
     return tw.get("retransmissions", 0), tw.get("packets_sent", 0)
 
 
+def _retx(r) -> int:
+    """Retransmissions of one run: gradswitch's own counter, the kernel's for the TCP systems."""
+    if r["system"] == "gradswitch":
+        return _gs_retx(r)[0]
+    return (r.get("counters") or {}).get("Tcp.RetransSegs", 0)
+
+
+def _save(plt, fig, out: Path, name: str, lines: list[str], lead: bool = True) -> None:
+    """Writes the figure beside the report and links it from the markdown."""
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=110)
+    plt.close(fig)
+    lines += ([""] if lead else []) + [f"![{name}]({name}.png)", ""]
+
+
+def _systems(rs) -> list[str]:
+    """The systems that have runs in rs, in report order."""
+    return [s for s in ORDER if any(r["system"] == s for r in rs)]
+
+
 def diagnose(r) -> str:
     """Where the time of one run went, from what was measured alongside it."""
     if not r or not _ok(r):
@@ -123,7 +143,7 @@ def section_models(recs, out: Path, lines: list[str]) -> None:
     lines += ["## Aggregation time for the papers' model sizes (paper 000 Fig. 11 / Table 3)", ""]
     ns = sorted({r["workers"] for r in rs})
     models = list(dict.fromkeys((r["model"], r["mb"]) for r in rs))
-    systems = [s for s in ORDER if any(r["system"] == s for r in rs)]
+    systems = _systems(rs)
     fig, axes = plt.subplots(1, len(ns), figsize=(6 * len(ns), 4.2), squeeze=False)
     for ax, n in zip(axes[0], ns, strict=True):
         lines += [
@@ -158,10 +178,7 @@ def section_models(recs, out: Path, lines: list[str]) -> None:
         ax.set_ylabel("aggregation time (s)")
         ax.set_title(f"N = {n}, {rs[0]['testbed']['rate']} links")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "models.png", dpi=110)
-    plt.close(fig)
-    lines += ["![models](models.png)", ""]
+    _save(plt, fig, out, "models", lines, lead=False)
 
 
 def section_scaling(recs, out: Path, lines: list[str]) -> None:
@@ -172,7 +189,7 @@ def section_scaling(recs, out: Path, lines: list[str]) -> None:
     nb = rs[0]["nbytes"]
     rate = rs[0].get("rate_bps") or next((r.get("rate_bps") for r in rs if r.get("rate_bps")), None)
     ns = sorted({r["workers"] for r in rs})
-    systems = [s for s in ORDER if any(r["system"] == s for r in rs)]
+    systems = _systems(rs)
     lines += [f"## Scaling with N at a fixed per-link rate ({rs[0]['testbed']['rate']}, {nb / MB:g} MB)", ""]
     lines += [
         "Bounds with B = link rate: in-network M/B, ring 2(N-1)/N·M/B, host N·M/B (payload only; "
@@ -212,10 +229,7 @@ def section_scaling(recs, out: Path, lines: list[str]) -> None:
     a2.set_xlabel("workers N")
     a2.set_ylabel("per-worker algorithm bandwidth (Gbit/s)")
     a2.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "scaling.png", dpi=110)
-    plt.close(fig)
-    lines += ["", "![scaling](scaling.png)", ""]
+    _save(plt, fig, out, "scaling", lines)
 
 
 def section_loss(recs, out: Path, lines: list[str]) -> None:
@@ -224,7 +238,7 @@ def section_loss(recs, out: Path, lines: list[str]) -> None:
         return
     plt = _plt()
     levels = sorted({r["loss"] for r in rs})
-    systems = [s for s in ORDER if any(r["system"] == s for r in rs)]
+    systems = _systems(rs)
     nb, n = rs[0]["nbytes"], rs[0]["workers"]
     lines += [
         f"## Random loss (N = {n}, {nb / MB:g} MB, {rs[0]['testbed']['rate']}; offloads off at every "
@@ -246,11 +260,7 @@ def section_loss(recs, out: Path, lines: list[str]) -> None:
         for s in systems:
             r = next((x for x in rs if x["loss"] == p and x["system"] == s), None)
             if r and _ok(r):
-                retx = (
-                    _gs_retx(r)[0]
-                    if s == "gradswitch"
-                    else (r.get("counters") or {}).get("Tcp.RetransSegs", 0)
-                )
+                retx = _retx(r)
                 cells.append(f"{_fmt_t(r['median_s'])} ({retx})")
             else:
                 cells.append(
@@ -265,11 +275,7 @@ def section_loss(recs, out: Path, lines: list[str]) -> None:
             r = next((x for x in rs if x["loss"] == p and x["system"] == s), None)
             t.append(r["median_s"] if r and _ok(r) else np.nan)
             if r and _ok(r):
-                rx.append(
-                    _gs_retx(r)[0]
-                    if s == "gradswitch"
-                    else (r.get("counters") or {}).get("Tcp.RetransSegs", 0)
-                )
+                rx.append(_retx(r))
             else:
                 rx.append(np.nan)
         a1.plot(xs_lab, t, "o-", color=COLORS[s], label=LABELS[s])
@@ -281,10 +287,7 @@ def section_loss(recs, out: Path, lines: list[str]) -> None:
     a2.set_ylabel("retransmitted packets / segments")
     a2.set_xlabel("random loss per link direction")
     a2.set_yscale("symlog")
-    fig.tight_layout()
-    fig.savefig(out / "loss.png", dpi=110)
-    plt.close(fig)
-    lines += ["", "![loss](loss.png)", ""]
+    _save(plt, fig, out, "loss", lines)
 
 
 def section_frames(recs, out: Path, lines: list[str]) -> None:
@@ -344,10 +347,7 @@ def section_frames(recs, out: Path, lines: list[str]) -> None:
         ax.set_ylabel("% of offered rate")
         ax.set_ylim(0, 105)
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / "frames.png", dpi=110)
-        plt.close(fig)
-        lines += ["", "![frames](frames.png)", ""]
+        _save(plt, fig, out, "frames", lines)
 
 
 def fit_alpha_beta(pts):
@@ -368,7 +368,7 @@ def section_small(recs, out: Path, lines: list[str]) -> None:
     plt = _plt()
     n = rs[0]["workers"]
     sizes = sorted({r["size"] for r in rs})
-    systems = [s for s in ORDER if any(r["system"] == s for r in rs)]
+    systems = _systems(rs)
     lines += [
         f"## Small tensors: latency and the alpha-beta model (N = {n}, paper 001)",
         "",
@@ -417,10 +417,7 @@ def section_small(recs, out: Path, lines: list[str]) -> None:
     ax.set_xlabel("tensor bytes")
     ax.set_ylabel("latency (µs)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "small.png", dpi=110)
-    plt.close(fig)
-    lines += ["", "![small](small.png)", ""]
+    _save(plt, fig, out, "small", lines)
 
 
 def section_variation(recs, out: Path, lines: list[str]) -> None:
@@ -453,10 +450,7 @@ def section_variation(recs, out: Path, lines: list[str]) -> None:
     ax.set_xlabel("allreduce time (ms)")
     ax.set_ylabel("CDF")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "variation.png", dpi=110)
-    plt.close(fig)
-    lines += ["", "![variation](variation.png)", ""]
+    _save(plt, fig, out, "variation", lines)
 
 
 def section_ddp(recs, lines: list[str]) -> None:
@@ -489,7 +483,9 @@ def cpu_table(recs) -> list[dict]:
     excluded): `worker` the mean over workers of their process CPU inside the timed calls (every
     thread), `host` an aggregator on the host (hostagg's server, MPI_Reduce+Bcast's root), `switch`
     gradswitchd's data threads (its backend's cpu_ns counters) and `daemon` the whole daemon process
-    (/proc, 10 ms ticks). GB = gradient bytes each worker reduces per iteration x timed iterations."""
+    (/proc, 10 ms ticks). GB = gradient bytes each worker reduces per iteration x timed iterations.
+    `per_train`, `per_sleep`: the data threads' datagrams per GRO train and per wake-up over the run
+    (STATS `udp.*`), the counts its CPU per datagram follows (BENCHMARKS.md §9)."""
     rows = []
     for s in ORDER:
         r = next((r for r in _by(recs, "cpu") if r["system"] == s and _ok(r)), None)
@@ -501,6 +497,9 @@ def cpu_table(recs) -> list[dict]:
         gb = r["nbytes"] * r["iters"] / 1e9
         per = lambda v, gb=gb: v / gb if v is not None else None  # noqa: E731
         workers = [c for c in ex.get("worker_cpu_s") or [] if c is not None]
+        sw = ex.get("switch") or {}  # the daemon's STATS over the run: what its CPU per datagram follows
+        rx = sum(v for k, v in sw.items() if k.startswith("udp.") and k.endswith(".rx_datagrams"))
+        per_dg = lambda k, rx=rx, sw=sw: rx / sw[k] if rx and sw.get(k) else None  # noqa: E731
         rows.append(
             {
                 "system": s,
@@ -508,6 +507,8 @@ def cpu_table(recs) -> list[dict]:
                 "host": per(ex.get("host_cpu_s")),
                 "switch": per(ex.get("switch_data_cpu_s")),
                 "daemon": per(ex.get("switch_cpu_s")),
+                "per_train": per_dg("udp.gro_trains"),
+                "per_sleep": per_dg("udp.sleeps"),
                 "gb": gb,
                 "workers": r["workers"],
             }
@@ -529,20 +530,25 @@ def section_cpu(recs, lines: list[str]) -> None:
         "aggregator (hostagg's server, MPI_Reduce+Bcast's root) over the timed iterations; gradswitchd's "
         "data threads from the backend's counters (STATS `*.cpu_ns`) and the whole daemon from /proc, over "
         "rank 0's timed window. Gradient generation and checking are outside the timed calls. Kernel work "
-        "done in softirq on behalf of another process (tbf, bridge, a receiver's stack) is not attributed.",
+        "run inline in a process's system call counts to that process: on the testbed's "
+        "veths the switch's data thread carries the bridge, tbf and the workers' receive path of its "
+        "results, and a worker's send the switch's receive path (BENCHMARKS.md §9); softirq work run by "
+        "ksoftirqd or on an idle core counts to no one.",
         "",
         "| system | per worker (s/GB) | host (s/GB) | switch data threads (s/GB) "
-        "| the same per GB of DATA received | switch daemon (s/GB) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| the same per GB of DATA received | switch daemon (s/GB) "
+        "| switch datagrams per GRO train | per wake-up |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    count = lambda v: f"{v:.1f}" if v is not None else "–"  # noqa: E731
     for r in rows:
         if "error" in r:
-            lines.append(f"| {LABELS[r['system']]} | {r['error']} | | | | |")
+            lines.append(f"| {LABELS[r['system']]} | {r['error']} | | | | | | |")
             continue
         per_data = r["switch"] / r["workers"] if r["switch"] is not None else None  # N gradients of DATA
         lines.append(
             f"| {LABELS[r['system']]} | {cell(r['worker'])} | {cell(r['host'])} | {cell(r['switch'])} "
-            f"| {cell(per_data)} | {cell(r['daemon'])} |"
+            f"| {cell(per_data)} | {cell(r['daemon'])} | {count(r['per_train'])} | {count(r['per_sleep'])} |"
         )
     lines.append("")
 
@@ -743,11 +749,7 @@ def bottleneck(recs) -> list[str]:
             "hostagg": 1 / n,
             "mpi_reduce_bcast": 1 / n,
         }[r["system"]]
-        retx = (
-            _gs_retx(r)[0]
-            if r["system"] == "gradswitch"
-            else (r.get("counters") or {}).get("Tcp.RetransSegs", 0)
-        )
+        retx = _retx(r)
         ls = r.get("link_share")
         lines.append(
             f"| {r['series']}{' ' + str(r.get('loss')) if r['series'] == 'loss' else ''} | "

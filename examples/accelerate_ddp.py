@@ -23,14 +23,12 @@ gathered from all of them, and with --save writes the final weights.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from _launch import add_run_options, parser, switch_if_needed, write_report
 from _synthetic import mlp, synthetic_split
 from torch.utils.data import DataLoader
 
@@ -44,20 +42,13 @@ import gradswitch.accelerate  # noqa: F401 - lets Accelerate use the gradswitch 
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", choices=["gradswitch", "gloo"], default="gradswitch")
-    p.add_argument(
-        "--way",
-        choices=["kwargs", "preinit"],
-        default="kwargs",
-        help="kwargs: InitProcessGroupKwargs(backend=...) to the Accelerator; preinit: "
-        "dist.init_process_group(backend) before it",
-    )
+    ways = {
+        "kwargs": "InitProcessGroupKwargs(backend=...) to the Accelerator",
+        "preinit": "dist.init_process_group(backend) before it",
+    }
+    p = parser(__doc__, ways)
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--batch-size", type=int, default=16, help="per process")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None, help="the main process writes its report here")
-    p.add_argument("--save", default=None, help="the main process writes the final state_dict here")
+    add_run_options(p, 16, "the main process", "its report")
     return p.parse_args(argv)
 
 
@@ -66,19 +57,6 @@ def make_accelerator(args) -> Accelerator:
         dist.init_process_group(args.backend)  # RANK, WORLD_SIZE, MASTER_* from the launcher
         return Accelerator(cpu=True)
     return Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(backend=args.backend)])
-
-
-def start_switch_if_needed(args):
-    if args.backend != "gradswitch" or os.environ.get("GRADSWITCH_SWITCH"):
-        return None
-    if int(os.environ.get("RANK", "0")) != 0:
-        return None  # the backend gives the others rank 0's address
-    from gradswitch.local_switch import LocalSwitch
-
-    sw = LocalSwitch(threads=1).start()
-    os.environ["GRADSWITCH_SWITCH"] = sw.address
-    print(f"started gradswitchd at {sw.address}", flush=True)
-    return sw
 
 
 def train(args, accelerator: Accelerator) -> dict:
@@ -118,23 +96,14 @@ def train(args, accelerator: Accelerator) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    switch = start_switch_if_needed(args)
-    try:
+    with switch_if_needed(args.backend):
         accelerator = make_accelerator(args)
         report = train(args, accelerator)
         if accelerator.is_main_process:
             weights = report.pop("weights")
-            print(json.dumps(report), flush=True)
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(report, f)
-            if args.save:
-                torch.save({k: v.detach().cpu() for k, v in weights.items()}, args.save)
+            write_report(report, weights, args.json, args.save)
         accelerator.wait_for_everyone()
         accelerator.end_training()
-    finally:
-        if switch is not None:
-            switch.stop()
     return 0
 
 

@@ -22,14 +22,12 @@ Trainer's logged losses and its parallel mode, and with --save writes the final 
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import tempfile
 
 import torch
 import torch.distributed as dist
+from _launch import add_run_options, parser, switch_if_needed, write_report
 
 try:
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
@@ -58,34 +56,15 @@ class Progressions(torch.utils.data.Dataset):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", choices=["gradswitch", "gloo"], default="gradswitch")
-    p.add_argument(
-        "--way",
-        choices=["ddp_backend", "preinit"],
-        default="ddp_backend",
-        help="ddp_backend: TrainingArguments(ddp_backend=...); preinit: dist.init_process_group(backend) "
-        "before the TrainingArguments (which then name no backend)",
-    )
+    ways = {
+        "ddp_backend": "TrainingArguments(ddp_backend=...)",
+        "preinit": "dist.init_process_group(backend) before the TrainingArguments (which then name no "
+        "backend)",
+    }
+    p = parser(__doc__, ways)
     p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--batch-size", type=int, default=4, help="per process")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None, help="the main process writes its report here")
-    p.add_argument("--save", default=None, help="the main process writes the final state_dict here")
+    add_run_options(p, 4, "the main process", "its report")
     return p.parse_args(argv)
-
-
-def start_switch_if_needed(args):
-    if args.backend != "gradswitch" or os.environ.get("GRADSWITCH_SWITCH"):
-        return None
-    if int(os.environ.get("RANK", "0")) != 0:
-        return None  # the backend gives the others rank 0's address
-    from gradswitch.local_switch import LocalSwitch
-
-    sw = LocalSwitch(threads=1).start()
-    os.environ["GRADSWITCH_SWITCH"] = sw.address
-    print(f"started gradswitchd at {sw.address}", flush=True)
-    return sw
 
 
 def train(args, output_dir: str) -> dict:
@@ -124,23 +103,14 @@ def train(args, output_dir: str) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    switch = start_switch_if_needed(args)
-    try:
+    with switch_if_needed(args.backend):
         with tempfile.TemporaryDirectory() as output_dir:
             report = train(args, output_dir)
         weights = report.pop("weights")
         if report.pop("main"):
-            print(json.dumps(report), flush=True)
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(report, f)
-            if args.save:
-                torch.save({k: v.detach().cpu().clone() for k, v in weights.items()}, args.save)
+            write_report(report, weights, args.json, args.save)
         dist.barrier()
         dist.destroy_process_group()
-    finally:
-        if switch is not None:
-            switch.stop()
     return 0
 
 

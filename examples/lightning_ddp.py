@@ -24,13 +24,12 @@ weights (--save).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 import torch
 import torch.nn.functional as F
+from _launch import add_run_options, parser, switch_if_needed, write_report
 from _synthetic import mlp, synthetic_split
 from torch.utils.data import DataLoader
 
@@ -95,17 +94,11 @@ class Report(pl.Callback):
             "global_step": trainer.global_step,
             "metrics": metrics,
         }
-        print(json.dumps(out, sort_keys=True), flush=True)
-        if self.json_path:
-            with open(self.json_path, "w") as f:
-                json.dump(out, f, sort_keys=True)
-        if self.save_path:
-            torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()}, self.save_path)
+        write_report(out, module.state_dict(), self.json_path, self.save_path, sort_keys=True)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", choices=["gradswitch", "gloo"], default="gradswitch")
+    p = parser(__doc__)
     p.add_argument(
         "--launcher",
         choices=["subprocess", "spawn"],
@@ -125,28 +118,8 @@ def parse_args(argv=None):
     p.add_argument("--wire", default=None, choices=["float32", "fixed32", "float16", "bfloat16", "float64"])
     p.add_argument("--steps", type=int, default=8, help="optimizer steps (validation every --val-every)")
     p.add_argument("--val-every", type=int, default=4, help="training batches between validations")
-    p.add_argument("--batch-size", type=int, default=16, help="per process")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None, help="global rank 0 writes the synced metrics here")
-    p.add_argument("--save", default=None, help="global rank 0 writes the final state_dict here")
+    add_run_options(p, 16, "global rank 0", "the synced metrics")
     return p.parse_args(argv)
-
-
-def start_switch_if_needed(args):
-    """A loopback switch when no address is known, started before Lightning launches anything, so that
-    the workers it starts inherit GRADSWITCH_SWITCH (torchrun's other ranks get it through the store)."""
-    if args.switch:
-        os.environ["GRADSWITCH_SWITCH"] = args.switch
-    if args.backend != "gradswitch" or os.environ.get("GRADSWITCH_SWITCH"):
-        return None
-    if int(os.environ.get("RANK", "0")) != 0 or int(os.environ.get("LOCAL_RANK", "0")) != 0:
-        return None
-    from gradswitch.local_switch import LocalSwitch
-
-    sw = LocalSwitch(threads=1).start()
-    os.environ["GRADSWITCH_SWITCH"] = sw.address
-    print(f"started gradswitchd at {sw.address}", flush=True)
-    return sw
 
 
 def main(argv=None) -> int:
@@ -154,8 +127,11 @@ def main(argv=None) -> int:
     if args.wire:
         os.environ["GRADSWITCH_WIRE"] = args.wire
     torch.set_num_threads(1)
-    switch = start_switch_if_needed(args)
-    try:
+    # before Lightning launches anything, so that the workers it starts inherit GRADSWITCH_SWITCH
+    # (torchrun's other ranks get it through the store)
+    if args.switch:
+        os.environ["GRADSWITCH_SWITCH"] = args.switch
+    with switch_if_needed(args.backend):
         strategy = DDPStrategy(
             process_group_backend=args.backend,
             start_method="spawn" if args.launcher == "spawn" else "popen",
@@ -180,9 +156,6 @@ def main(argv=None) -> int:
             DataLoader(train, batch_size=args.batch_size, shuffle=True),
             DataLoader(val, batch_size=args.batch_size),
         )
-    finally:
-        if switch is not None:
-            switch.stop()
     return 0
 
 

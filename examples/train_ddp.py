@@ -99,7 +99,12 @@ def parse_args(argv=None):
         help="host:port of a running switch (default $GRADSWITCH_SWITCH, "
         "else rank 0 starts one on 127.0.0.1)",
     )
-    p.add_argument("--wire", default="float32", choices=["float32", "fixed32", "float16", "bfloat16"])
+    p.add_argument("--wire", default="float32", choices=["float32", "fixed32", "float16", "bfloat16", "mx8"])
+    p.add_argument(
+        "--error-feedback",
+        action="store_true",
+        help="--mode hook, wire mx8/float16/bfloat16: each rank feeds its rounding back (docs/torch.md)",
+    )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
     p.add_argument("--lr", type=float, default=0.05)
@@ -117,6 +122,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.epochs < 1 or a.batch_size < 1 or a.hidden < 1:
         p.error("--epochs, --batch-size and --hidden must be at least 1")
+    if a.error_feedback and (a.mode != "hook" or a.wire not in ("mx8", "float16", "bfloat16")):
+        p.error("--error-feedback needs --mode hook and --wire mx8, float16 or bfloat16")
     if a.target_accuracy is not None and not 0 < a.target_accuracy <= 100:
         p.error(f"--target-accuracy {a.target_accuracy}: a percentage in (0, 100]")
     return a
@@ -174,7 +181,7 @@ def train(args) -> dict:
 
         net = nn.parallel.DistributedDataParallel(model)
         if args.mode == "hook":
-            state = gst.GradswitchState(wire=args.wire)
+            state = gst.GradswitchState(wire=args.wire, error_feedback=args.error_feedback)
             timer = CommTimer(gst.state_hook, state)
         else:
             timer = CommTimer(default_hooks.allreduce_hook, None)

@@ -59,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       gs_header h;
       gs_header_decode(r.data, &h);
       if (h.magic != GS_MAGIC || (h.job_id != ids[0] && h.job_id != ids[1])) __builtin_trap();
-      if (h.type == GS_MSG_RESULT && r.len != GS_HEADER_BYTES + h.count * gs_elem_size(h.elem_type))
+      if (h.type == GS_MSG_RESULT && r.len != GS_HEADER_BYTES + gs_payload_bytes(h.elem_type, h.count))
         __builtin_trap();
       if (r.dest_rank != GS_RANK_ALL && r.dest_rank >= r.world) __builtin_trap();
       const uint64_t dests = destinations(r);

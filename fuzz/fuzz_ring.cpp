@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gradswitch/wire.h"
+#include "path_parts.h"
 #include "worker/errors.h"
 #include "worker/ring/ring_allreduce.h"
 
@@ -68,8 +69,9 @@ class FuzzTransport : public Transport {
       __builtin_trap();
     if (h.type != GS_MSG_RING_PARTIAL && h.type != GS_MSG_RING_RESULT && h.type != GS_MSG_RING_DONE)
       __builtin_trap();
-    const size_t es = gs_elem_size(h.elem_type);
-    if (h.type != GS_MSG_RING_DONE && (es == 0 || GS_HEADER_BYTES + h.count * es != p.len)) __builtin_trap();
+    const size_t bytes = gs_payload_bytes(h.elem_type, h.count);
+    if (h.type != GS_MSG_RING_DONE && (gs_elem_size(h.elem_type) == 0 || GS_HEADER_BYTES + bytes != p.len))
+      __builtin_trap();
   }
 
   const uint8_t* data_;
@@ -90,24 +92,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   opt.world = kWorld;
   opt.job = "fuzz";
   opt.timeout_s = 3600;  // the input ends long before: no timer may fire an error here
-  JoinInfo join;
-  Counters counters;
-  std::atomic<bool> cancel{false};
-  PathContext ctx;
-  ctx.opt = &opt;
-  ctx.join = &join;
-  ctx.transport = &tx;
-  ctx.counters = &counters;
-  ctx.cancel = &cancel;
-  ctx.job_text = "job 'fuzz' (rank 1 of 3)";
-  RingConfig cfg;
-  for (unsigned k = 0; k < kWorld; ++k)
-    cfg.peers.push_back(RingPeer{htonl(0x7F000001), static_cast<uint16_t>(kBasePort + k)});
-  cfg.job_id = kJob;
-  cfg.key = kKey;
-  cfg.slots = kSlots;
-  cfg.payload_bytes = kPayload;
-  RingAllreduce ring(ctx, cfg);
+  PathParts parts(opt, {}, &tx, "job 'fuzz' (rank 1 of 3)");
+  RingAllreduce ring(parts.ctx, loopback_ring(kWorld, kBasePort, kJob, kKey, kSlots, kPayload));
 
   std::vector<float> tensor(kElements);
   for (size_t i = 0; i < kElements; ++i) tensor[i] = static_cast<float>(i % 13) - 6.0f;

@@ -6,9 +6,9 @@
  * docs/protocol.md is its specification; the two change together.
  *
  * A gradswitch datagram is a UDP payload: a 32-byte header followed by `count`
- * elements. Header fields are big-endian (network byte order); elements are
- * little-endian. This header is C99 and C++ compatible and has no dependencies
- * beyond <stdint.h>.
+ * elements (gs_payload_bytes: mx8 adds a scale byte per block). Header fields are big-endian (network byte
+ * order); elements are little-endian. This header is C99 and C++ compatible and has no dependencies beyond
+ * <stdint.h>.
  */
 #ifndef GRADSWITCH_WIRE_H
 #define GRADSWITCH_WIRE_H
@@ -66,7 +66,16 @@ enum gs_elem_type {
   GS_ELEM_FLOAT16 = 4,  /* IEEE 754 binary16, summed in fp32, rounded to nearest even */
   GS_ELEM_BFLOAT16 = 5, /* bfloat16, summed in fp32, rounded to nearest even */
   GS_ELEM_FLOAT64 = 6,  /* IEEE 754 binary64, summed in fp64 */
+  /* Blocks of GS_MX8_BLOCK FP8 E4M3 elements behind one E8M0 scale byte (docs/protocol.md 2.2),
+   * widened to fp32, summed in fp32, narrowed once. */
+  GS_ELEM_MX8 = 7,
 };
+
+/* mx8: elements per block (the last block of a payload may hold fewer), and the scale byte of a
+ * block holding a NaN or an infinity (every element decodes as NaN). */
+#define GS_MX8_BLOCK 32u
+#define GS_MX8_BLOCK_BYTES (1u + GS_MX8_BLOCK)
+#define GS_MX8_SCALE_NAN 0xFFu
 
 enum gs_flags {
   GS_FLAG_VERSION = 0x01, /* slot version (0 or 1) */
@@ -156,6 +165,9 @@ GS_STATIC_ASSERT(GS_DEFAULT_PAYLOAD_BYTES >= 1400, "default payload must carry a
 GS_STATIC_ASSERT(sizeof(double) == 8 && DBL_MANT_DIG == 53 && DBL_MAX_EXP == 1024,
                  "float64 elements are IEEE 754 binary64, the host's double");
 GS_STATIC_ASSERT(GS_DEFAULT_PAYLOAD_BYTES % 8 == 0, "the default payload holds whole float64 elements");
+GS_STATIC_ASSERT(GS_MX8_BLOCK_BYTES == 33 &&
+                     GS_DEFAULT_PAYLOAD_BYTES / GS_MX8_BLOCK_BYTES * GS_MX8_BLOCK == 1376,
+                 "the default payload holds 43 whole mx8 blocks of 33 bytes (docs/protocol.md 2.2)");
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gradswitch elements are little-endian on the wire; this host is not (add byte swaps first)"
@@ -168,7 +180,8 @@ static inline uint32_t gs_bswap32(uint32_t v) {
   return __builtin_bswap32(v);
 }
 
-/* Size in bytes of one element on the wire; 0 for an unknown type. */
+/* Size in bytes of one element on the wire; 0 for an unknown type. mx8's elements are 1 byte, but
+ * its payloads also hold scale bytes: a payload's length is gs_payload_bytes, never count x this. */
 static inline size_t gs_elem_size(uint8_t elem_type) {
   switch (elem_type) {
     case GS_ELEM_INT32:
@@ -180,9 +193,25 @@ static inline size_t gs_elem_size(uint8_t elem_type) {
     case GS_ELEM_FLOAT16:
     case GS_ELEM_BFLOAT16:
       return 2;
+    case GS_ELEM_MX8:
+      return 1;
     default:
       return 0;
   }
+}
+
+/* Length in bytes of a payload of `count` elements; 0 for an unknown type (or count 0). */
+static inline size_t gs_payload_bytes(uint8_t elem_type, size_t count) {
+  if (elem_type == GS_ELEM_MX8) return count + (count + GS_MX8_BLOCK - 1) / GS_MX8_BLOCK;
+  return count * gs_elem_size(elem_type);
+}
+
+/* The elements of a full chunk: the most that a payload of `payload_bytes` carries (mx8: whole
+ * blocks only, so that chunks start on block boundaries); 0 for an unknown type. */
+static inline size_t gs_max_count(uint8_t elem_type, size_t payload_bytes) {
+  if (elem_type == GS_ELEM_MX8) return payload_bytes / GS_MX8_BLOCK_BYTES * GS_MX8_BLOCK;
+  const size_t size = gs_elem_size(elem_type);
+  return size ? payload_bytes / size : 0;
 }
 
 static inline const char* gs_elem_name(uint8_t elem_type) {
@@ -199,6 +228,8 @@ static inline const char* gs_elem_name(uint8_t elem_type) {
       return "bfloat16";
     case GS_ELEM_FLOAT64:
       return "float64";
+    case GS_ELEM_MX8:
+      return "mx8";
     default:
       return "unknown";
   }

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+from . import _core, _sparse
 from .control import credentials
 
-WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
+WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "mx8", "int32")
 ALGORITHMS = ("switch", "ring", "auto")
 _NUMPY_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32))
 _TORCH_DTYPES = ("torch.float32", "torch.float64", "torch.int32")
@@ -306,8 +306,14 @@ class Group:
         return self._native.state_bytes
 
     # -- operations
-    def allreduce(self, x: Any) -> Any:
+    def allreduce(self, x: Any, sparse: bool | str = False) -> Any:
         """Sums x over all ranks, in place; returns x.
+
+        sparse=True skips the blocks (a packet's elements) that are zero on every rank: one small int32
+        allreduce of the ranks' block masks, then one of the union's blocks only (docs/protocol.md §9;
+        the same sums as dense). sparse="auto" sends the union's blocks compacted when at least
+        AUTO_MIN_ZERO_SHARE of them are zero, else the whole tensor. Every rank must pass the same value.
+        A tensor of at most one block goes densely. Not for optimizer jobs (ValueError).
 
         x: a C-contiguous numpy array or CPU torch tensor of float32, float64 or int32. Float tensors
         travel in the job's wire format (a float64 tensor on a 32- or 16-bit float wire is rounded to
@@ -319,9 +325,22 @@ class Group:
         job: the updated parameters), the others still hold this rank's input, and which are which
         differs between ranks. Treat x as undefined: recompute it, or restore it from a copy.
         """
+        mode = _sparse.check_mode(sparse)
+        if mode != "off":
+            return self._allreduce_sparse(x, mode)
         # Queued like allreduce_async so that an interrupted wait (Ctrl-C) leaves the tensor
         # referenced until the background thread is done with it.
         return self.allreduce_async(x).wait()
+
+    def _allreduce_sparse(self, x: Any, mode: str) -> Any:
+        view = _native_view(x)
+        flat = (view.numpy() if _is_torch_tensor(view) else view).reshape(-1)
+        block = _sparse.block_elements(self._native.payload_bytes, self.wire, flat.dtype)
+        _sparse.refuse_before_sending(flat, self.wire, self.optimizer)
+        if flat.size <= block:  # one packet at most: nothing to skip
+            return self.allreduce_async(x).wait()
+        _sparse.allreduce(flat, block, mode, lambda a: self.allreduce_async(a).wait())
+        return x
 
     def allreduce_async(self, x: Any) -> Handle:
         """Queues an in-place allreduce of x (run in order on the group's thread); returns a Handle.
@@ -449,7 +468,8 @@ class ConnectOptions:
     job: the job's name at the switch (default "default"); 1..64 characters of [A-Za-z0-9._:-].
     rank, world_size: this process's rank (default 0) in a job of `world_size` ranks (default 1, at most
         64).
-    wire: how float tensors travel (default "float32"): float32, fixed32, float16, bfloat16 or float64.
+    wire: how float tensors travel (default "float32"): float32, fixed32, float16, bfloat16, float64 or
+        mx8 (8-bit blocks, docs/protocol.md 2.2; the switch only, not the ring or an optimizer job).
     timeout: seconds an allreduce may make no progress before GradswitchTimeout (default 30).
     drop_rate, seed: the fraction of this worker's data packets dropped on purpose (default 0, for loss
         tests) and the seed of the drops (default 0).
@@ -561,8 +581,9 @@ def connect(
     given like any switch: the two levels are invisible to the workers (docs/scaling.md).
 
     Blocks until every rank joined (at most `join_timeout` seconds). `wire` is how float tensors
-    travel: float32, fixed32 (exact, order-independent sums), float16, bfloat16 or float64 (double
-    precision sums, twice float32's bytes). An allreduce fails
+    travel: float32, fixed32 (exact, order-independent sums), float16, bfloat16, float64 (double
+    precision sums, twice float32's bytes) or mx8 (about a quarter of float32's bytes: blocks of 32
+    8-bit floats sharing a scale, summed in fp32 on the switch). An allreduce fails
     with GradswitchTimeout after `timeout` seconds without progress. `drop_rate`/`seed` drop a fraction
     of this worker's outgoing data packets (loss testing); `shuffle_seed` (test hook) permutes the
     order of each window's first packets.
@@ -643,6 +664,11 @@ def _checked(o: ConnectOptions) -> ConnectOptions:
         )
     if o.switch is None and o.algorithm == "switch":
         raise ValueError("gradswitch: algorithm='switch' needs a switch address")
+    if o.wire == "mx8" and o.algorithm != "switch":
+        raise ValueError(
+            f"gradswitch: wire='mx8' is summed by the switch only; algorithm={o.algorithm!r} would reduce "
+            "on the ring, which carries 32- and 16-bit wires (use algorithm='switch', or wire='bfloat16')"
+        )
     peers = o.peers
     if peers is not None:
         if isinstance(peers, str) or not all(isinstance(p, str) for p in peers):

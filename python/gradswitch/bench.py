@@ -19,7 +19,7 @@ import numpy as np
 
 from ._args import bounded
 
-WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "int32")
+WIRES = ("float32", "fixed32", "float16", "bfloat16", "float64", "mx8", "int32")
 
 
 def window_option(text: str) -> str:
@@ -102,16 +102,21 @@ def element_dtype(wire: str):
     return {"int32": np.int32, "float64": np.float64}.get(wire, np.float32)
 
 
-def _expected(n: int, world: int, dtype) -> np.ndarray:
+def _expected(n: int, world: int, dtype, wire: str = "float32") -> np.ndarray:
     # Small integers: exact in fp32, fp16 (< 2048 in sum) and bf16 (< 256 in sum),
-    # so every wire checks exactly.
+    # so every wire checks exactly. mx8 keeps 4 significant bits: powers of two times N.
+    if wire == "mx8":
+        return (_tensor(n, 0, np.int64, wire) * world).astype(dtype)
     base = (np.arange(n, dtype=np.int64) % 16).astype(np.int64)
     total = sum(base * (r + 1) % 17 for r in range(world))
     return total.astype(dtype)
 
 
-def _tensor(n: int, rank: int, dtype) -> np.ndarray:
-    return ((np.arange(n, dtype=np.int64) % 16) * (rank + 1) % 17).astype(dtype)
+def _tensor(n: int, rank: int, dtype, wire: str = "float32") -> np.ndarray:
+    i = np.arange(n, dtype=np.int64)
+    if wire == "mx8":  # the same on every rank: 0, 1, 2 or 4 (a sum N * 2^k is exact in E4M3 for N <= 16)
+        return ((i % 5 != 0) << (i % 3)).astype(dtype)
+    return ((i % 16) * (rank + 1) % 17).astype(dtype)
 
 
 def _worker(args, rank: int, results) -> None:
@@ -133,10 +138,10 @@ def _worker(args, rank: int, results) -> None:
             drop_rate=args.drop_rate,
             seed=rank + 1,
         ) as g:
-            expected = _expected(n, args.workers, dtype)
+            expected = _expected(n, args.workers, dtype, args.wire)
             # Made once: generating it each time (~40 ms for 16 MB) would start the ranks' allreduces
             # that far apart, and the first rounds would time the slowest rank's numpy, not the network.
-            src = _tensor(n, rank, dtype)
+            src = _tensor(n, rank, dtype, args.wire)
             x = np.empty(n, dtype=dtype)
             times = []
             for i in range(args.warmup + args.iters):

@@ -66,6 +66,19 @@ def connect(host: str, port: int, timeout: float, netns: str | None = None) -> s
         return socket.create_connection((host, port), timeout=timeout)
 
 
+def http_exchange(
+    s: socket.socket, method: str, path: str, host: str, headers: str = ""
+) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 request on the connected socket s (`headers`: lines ending in CRLF), read until the
+    server closes: (status line and headers, body)."""
+    s.sendall(f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}\r\n".encode())
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head, body
+
+
 def _port_free(host: str, port: int, kind: int, netns: str | None) -> bool:
     with _in_netns(netns), socket.socket(socket.AF_INET, kind) as s:
         try:
@@ -378,11 +391,7 @@ class Daemon:
         auth = f"Authorization: Bearer {token}\r\n" if token else ""
         with connect(self.connect_host, self.metrics_port, timeout, self.netns) as s:
             s.settimeout(timeout)
-            s.sendall(f"GET /metrics HTTP/1.1\r\nHost: {self.connect_host}\r\n{auth}\r\n".encode())
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
+            head, body = http_exchange(s, "GET", "/metrics", self.connect_host, auth)
         if not head.startswith(b"HTTP/1.1 200"):
             raise SwitchError(f"GET /metrics: {head.decode(errors='replace').splitlines()[:1]}")
         return body.decode()

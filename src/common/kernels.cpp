@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/kernels_table.h"
+
 namespace gradswitch {
 
 // Defined in kernels_avx2.cpp / kernels_avx512.cpp (compiled with those ISAs enabled).
@@ -26,22 +28,23 @@ float float_of(uint32_t u) {
   return f;
 }
 
-// One template per operation for float and double elements.
+// One template per operation for float and double elements, and per 16-bit format; the table
+// names them as the SIMD files name theirs (common/kernels_table.h).
 template <typename T>
-void add_scalar(T* dst, const T* src, size_t n) {
+void add(T* dst, const T* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 template <typename T>
-void quantize_scalar(int32_t* dst, const T* src, size_t n, T scale) {
+void quantize(int32_t* dst, const T* src, size_t n, T scale) {
   // std::lrint rounds to nearest even in the default rounding mode, like cvtps2dq / cvtpd2dq.
   for (size_t i = 0; i < n; ++i) dst[i] = static_cast<int32_t>(std::lrint(src[i] * scale));
 }
 template <typename T>
-void dequantize_scalar(T* dst, const int32_t* src, size_t n, T scale) {
+void dequantize(T* dst, const int32_t* src, size_t n, T scale) {
   for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]) * scale;
 }
 template <typename T>
-T max_abs_scalar(const T* src, size_t n) {
+T max_abs(const T* src, size_t n) {
   T m = 0;
   for (size_t i = 0; i < n; ++i) {
     T a = std::fabs(src[i]);
@@ -50,54 +53,39 @@ T max_abs_scalar(const T* src, size_t n) {
   }
   return m;
 }
-template <typename To, typename From>
-void convert_scalar(To* dst, const From* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<To>(src[i]);
+void f32_to_f64(double* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
 }
-
-void add_i32_scalar(int32_t* dst, const int32_t* src, size_t n) {
+void f64_to_f32(float* dst, const double* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+void add_i32(int32_t* dst, const int32_t* src, size_t n) {
   for (size_t i = 0; i < n; ++i)
     dst[i] = static_cast<int32_t>(static_cast<uint32_t>(dst[i]) + static_cast<uint32_t>(src[i]));
 }
-void f16_to_f32_loop(float* dst, const uint16_t* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32_scalar(src[i]);
+
+struct F16 {
+  static float widen_one(uint16_t h) { return f16_to_f32_scalar(h); }
+  static uint16_t narrow_one(float f) { return f32_to_f16_scalar(f); }
+};
+struct BF16 {
+  static float widen_one(uint16_t h) { return bf16_to_f32_scalar(h); }
+  static uint16_t narrow_one(float f) { return f32_to_bf16_scalar(f); }
+};
+template <class H>
+void widen(float* dst, const uint16_t* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = H::widen_one(src[i]);
 }
-void add_f16_to_f32_loop(float* dst, const uint16_t* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] += f16_to_f32_scalar(src[i]);
+template <class H>
+void add_widened(float* dst, const uint16_t* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += H::widen_one(src[i]);
 }
-void f32_to_f16_loop(uint16_t* dst, const float* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = f32_to_f16_scalar(src[i]);
-}
-void bf16_to_f32_loop(float* dst, const uint16_t* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32_scalar(src[i]);
-}
-void add_bf16_to_f32_loop(float* dst, const uint16_t* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] += bf16_to_f32_scalar(src[i]);
-}
-void f32_to_bf16_loop(uint16_t* dst, const float* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16_scalar(src[i]);
+template <class H>
+void narrow(uint16_t* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = H::narrow_one(src[i]);
 }
 
-const Kernels kScalarKernels = {
-    "scalar",
-    add_scalar<float>,
-    add_i32_scalar,
-    f16_to_f32_loop,
-    add_f16_to_f32_loop,
-    f32_to_f16_loop,
-    bf16_to_f32_loop,
-    add_bf16_to_f32_loop,
-    f32_to_bf16_loop,
-    quantize_scalar<float>,
-    dequantize_scalar<float>,
-    max_abs_scalar<float>,
-    add_scalar<double>,
-    convert_scalar<double, float>,
-    convert_scalar<float, double>,
-    quantize_scalar<double>,
-    dequantize_scalar<double>,
-    max_abs_scalar<double>,
-};
+const Kernels kScalarKernels = GRADSWITCH_KERNELS_TABLE("scalar", float, double, F16, BF16);
 
 // F16C straight from CPUID (leaf 1, ECX bit 29): not every compiler's __builtin_cpu_supports knows it.
 bool cpu_has_f16c() {

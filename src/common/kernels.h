@@ -3,7 +3,8 @@
 // One table of function pointers per variant; `kernels()` picks the best one the CPU runs,
 // once, unless GRADSWITCH_SIMD=scalar|avx2|avx512 asks for a specific one. All variants give
 // bitwise identical results (tests/cpp/test_kernels.cpp checks it), so the choice only
-// changes speed.
+// changes speed. A new kernel is a field here, its entry in common/kernels_table.h (the one list of
+// the tables' fields), and one definition under that entry's name in each variant's file.
 #pragma once
 
 #include <cstddef>

@@ -1,19 +1,107 @@
 // AVX2 + F16C variant. This file alone is compiled with -mavx2 -mf16c -mfma; kernels.cpp only
 // calls into it after checking the CPU.
+//
+// Each kernel is written once over a lane type (F32x8, F64x4) or a 16-bit format (F16, BF16) that
+// names the intrinsics; the templates inline to the same loops as hand-written per-type code.
 #include <immintrin.h>
 
 #include <cmath>
+#include <limits>
 
 #include "common/kernels.h"
+#include "common/kernels_table.h"
 
 namespace gradswitch {
 namespace {
 
-void add_f32(float* dst, const float* src, size_t n) {
+struct F32x8 {
+  using T = float;
+  using V = __m256;
+  static constexpr size_t kLanes = 8;
+  static V load(const T* p) { return _mm256_loadu_ps(p); }
+  static void store(T* p, V v) { _mm256_storeu_ps(p, v); }
+  static V set1(T x) { return _mm256_set1_ps(x); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V abs(V a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
+  static V unordered(V a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+  static V bit_or(V a, V b) { return _mm256_or_ps(a, b); }
+  static bool any(V a) { return _mm256_movemask_ps(a) != 0; }
+  // fixed32 lanes: int32 <-> T, rounding to nearest even (cvtps2dq).
+  static V load_i32(const int32_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void store_i32(int32_t* p, V v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_cvtps_epi32(v));
+  }
+};
+
+struct F64x4 {
+  using T = double;
+  using V = __m256d;
+  static constexpr size_t kLanes = 4;
+  static V load(const T* p) { return _mm256_loadu_pd(p); }
+  static void store(T* p, V v) { _mm256_storeu_pd(p, v); }
+  static V set1(T x) { return _mm256_set1_pd(x); }
+  static V add(V a, V b) { return _mm256_add_pd(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_pd(a, b); }
+  static V max(V a, V b) { return _mm256_max_pd(a, b); }
+  static V abs(V a) {
+    return _mm256_and_pd(a, _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll)));
+  }
+  static V unordered(V a) { return _mm256_cmp_pd(a, a, _CMP_UNORD_Q); }
+  static V bit_or(V a, V b) { return _mm256_or_pd(a, b); }
+  static bool any(V a) { return _mm256_movemask_pd(a) != 0; }
+  static V load_i32(const int32_t* p) {
+    return _mm256_cvtepi32_pd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void store_i32(int32_t* p, V v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtpd_epi32(v));
+  }
+};
+
+template <class L>
+void add(typename L::T* dst, const typename L::T* src, size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), _mm256_loadu_ps(src + i)));
+  for (; i + L::kLanes <= n; i += L::kLanes) L::store(dst + i, L::add(L::load(dst + i), L::load(src + i)));
   for (; i < n; ++i) dst[i] += src[i];
+}
+template <class L>
+void quantize(int32_t* dst, const typename L::T* src, size_t n, typename L::T scale) {
+  const typename L::V s = L::set1(scale);
+  size_t i = 0;
+  for (; i + L::kLanes <= n; i += L::kLanes) L::store_i32(dst + i, L::mul(L::load(src + i), s));
+  for (; i < n; ++i) dst[i] = static_cast<int32_t>(std::lrint(src[i] * scale));
+}
+template <class L>
+void dequantize(typename L::T* dst, const int32_t* src, size_t n, typename L::T scale) {
+  const typename L::V s = L::set1(scale);
+  size_t i = 0;
+  for (; i + L::kLanes <= n; i += L::kLanes) L::store(dst + i, L::mul(L::load_i32(src + i), s));
+  for (; i < n; ++i) dst[i] = static_cast<typename L::T>(src[i]) * scale;
+}
+template <class L>
+typename L::T max_abs(const typename L::T* src, size_t n) {
+  using T = typename L::T;
+  typename L::V m = L::set1(0), nan_seen = L::set1(0);
+  size_t i = 0;
+  for (; i + L::kLanes <= n; i += L::kLanes) {
+    typename L::V a = L::abs(L::load(src + i));
+    nan_seen = L::bit_or(nan_seen, L::unordered(a));
+    m = L::max(m, a);
+  }
+  if (L::any(nan_seen)) return std::numeric_limits<T>::quiet_NaN();
+  alignas(32) T lanes[L::kLanes];
+  L::store(lanes, m);
+  T r = 0;
+  for (T v : lanes) r = v > r ? v : r;
+  for (; i < n; ++i) {
+    T a = std::fabs(src[i]);
+    if (std::isnan(a)) return a;
+    if (a > r) r = a;
+  }
+  return r;
 }
 
 void add_i32(int32_t* dst, const int32_t* src, size_t n) {
@@ -27,108 +115,59 @@ void add_i32(int32_t* dst, const int32_t* src, size_t n) {
     dst[i] = static_cast<int32_t>(static_cast<uint32_t>(dst[i]) + static_cast<uint32_t>(src[i]));
 }
 
-__m256 load_f16(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-__m256 load_bf16(const uint16_t* p) {
-  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-
-void f16_to_f32(float* dst, const uint16_t* src, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16(src + i));
-  for (; i < n; ++i) dst[i] = f16_to_f32_scalar(src[i]);
-}
-void add_f16_to_f32(float* dst, const uint16_t* src, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), load_f16(src + i)));
-  for (; i < n; ++i) dst[i] += f16_to_f32_scalar(src[i]);
-}
-void f32_to_f16(uint16_t* dst, const float* src, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(
-        reinterpret_cast<__m128i*>(dst + i),
-        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  for (; i < n; ++i) dst[i] = f32_to_f16_scalar(src[i]);
-}
-void bf16_to_f32(float* dst, const uint16_t* src, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_bf16(src + i));
-  for (; i < n; ++i) dst[i] = bf16_to_f32_scalar(src[i]);
-}
-void add_bf16_to_f32(float* dst, const uint16_t* src, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), load_bf16(src + i)));
-  for (; i < n; ++i) dst[i] += bf16_to_f32_scalar(src[i]);
-}
-void f32_to_bf16(uint16_t* dst, const float* src, size_t n) {
+// 16-bit formats, 8 lanes at a time: widen (load) and narrow (round to nearest even).
+struct F16 {
+  static __m256 load(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static __m128i narrow(__m256 v) {
+    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static float widen_one(uint16_t h) { return f16_to_f32_scalar(h); }
+  static uint16_t narrow_one(float f) { return f32_to_f16_scalar(f); }
+};
+struct BF16 {
+  static __m256 load(const uint16_t* p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
   // Round to nearest even on the bit pattern; NaNs are made quiet (as the scalar version).
-  const __m256i lsb_mask = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
-  const __m256i quiet = _mm256_set1_epi32(0x00400000);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256i x = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+  static __m128i narrow(__m256 v) {
+    const __m256i lsb_mask = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    __m256i x = _mm256_castps_si256(v);
     __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
     __m256i rounded =
         _mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(x, 16), lsb_mask)));
-    __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(x, quiet), is_nan);
-    r = _mm256_srli_epi32(r, 16);
-    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), packed);
+    __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_or_si256(x, quiet), is_nan), 16);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
   }
-  for (; i < n; ++i) dst[i] = f32_to_bf16_scalar(src[i]);
+  static float widen_one(uint16_t h) { return bf16_to_f32_scalar(h); }
+  static uint16_t narrow_one(float f) { return f32_to_bf16_scalar(f); }
+};
+
+template <class H>
+void widen(float* dst, const uint16_t* src, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, H::load(src + i));
+  for (; i < n; ++i) dst[i] = H::widen_one(src[i]);
 }
-void quantize(int32_t* dst, const float* src, size_t n, float scale) {
-  const __m256 s = _mm256_set1_ps(scale);
+template <class H>
+void add_widened(float* dst, const uint16_t* src, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + i), s)));
-  for (; i < n; ++i) dst[i] = static_cast<int32_t>(std::lrintf(src[i] * scale));
+    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), H::load(src + i)));
+  for (; i < n; ++i) dst[i] += H::widen_one(src[i]);
 }
-void dequantize(float* dst, const int32_t* src, size_t n, float scale) {
-  const __m256 s = _mm256_set1_ps(scale);
+template <class H>
+void narrow(uint16_t* dst, const float* src, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(
-        dst + i,
-        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))), s));
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
-}
-float max_abs(const float* src, size_t n) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256 m = _mm256_setzero_ps();
-  __m256 nan_seen = _mm256_setzero_ps();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 a = _mm256_and_ps(_mm256_loadu_ps(src + i), abs_mask);
-    nan_seen = _mm256_or_ps(nan_seen, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-    m = _mm256_max_ps(m, a);
-  }
-  if (_mm256_movemask_ps(nan_seen)) return NAN;
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m);
-  float r = 0.0f;
-  for (float v : lanes) r = v > r ? v : r;
-  for (; i < n; ++i) {
-    float a = std::fabs(src[i]);
-    if (std::isnan(a)) return a;
-    if (a > r) r = a;
-  }
-  return r;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), H::narrow(_mm256_loadu_ps(src + i)));
+  for (; i < n; ++i) dst[i] = H::narrow_one(src[i]);
 }
 
-void add_f64(double* dst, const double* src, size_t n) {
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    _mm256_storeu_pd(dst + i, _mm256_add_pd(_mm256_loadu_pd(dst + i), _mm256_loadu_pd(src + i)));
-  for (; i < n; ++i) dst[i] += src[i];
-}
 void f32_to_f64(double* dst, const float* src, size_t n) {
   size_t i = 0;
   for (; i + 4 <= n; i += 4) _mm256_storeu_pd(dst + i, _mm256_cvtps_pd(_mm_loadu_ps(src + i)));
@@ -139,52 +178,9 @@ void f64_to_f32(float* dst, const double* src, size_t n) {
   for (; i + 4 <= n; i += 4) _mm_storeu_ps(dst + i, _mm256_cvtpd_ps(_mm256_loadu_pd(src + i)));
   for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
-void quantize_f64(int32_t* dst, const double* src, size_t n, double scale) {
-  const __m256d s = _mm256_set1_pd(scale);
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_loadu_pd(src + i), s)));
-  for (; i < n; ++i) dst[i] = static_cast<int32_t>(std::lrint(src[i] * scale));
-}
-void dequantize_f64(double* dst, const int32_t* src, size_t n, double scale) {
-  const __m256d s = _mm256_set1_pd(scale);
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    _mm256_storeu_pd(
-        dst + i,
-        _mm256_mul_pd(_mm256_cvtepi32_pd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))), s));
-  for (; i < n; ++i) dst[i] = static_cast<double>(src[i]) * scale;
-}
-double max_abs_f64(const double* src, size_t n) {
-  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll));
-  __m256d m = _mm256_setzero_pd();
-  __m256d nan_seen = _mm256_setzero_pd();
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    __m256d a = _mm256_and_pd(_mm256_loadu_pd(src + i), abs_mask);
-    nan_seen = _mm256_or_pd(nan_seen, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
-    m = _mm256_max_pd(m, a);
-  }
-  if (_mm256_movemask_pd(nan_seen)) return NAN;
-  alignas(32) double lanes[4];
-  _mm256_store_pd(lanes, m);
-  double r = 0.0;
-  for (double v : lanes) r = v > r ? v : r;
-  for (; i < n; ++i) {
-    double a = std::fabs(src[i]);
-    if (std::isnan(a)) return a;
-    if (a > r) r = a;
-  }
-  return r;
-}
 
 }  // namespace
 
-extern const Kernels kAvx2Kernels = {
-    "avx2",      add_f32,         add_i32,     f16_to_f32,   add_f16_to_f32, f32_to_f16,
-    bf16_to_f32, add_bf16_to_f32, f32_to_bf16, quantize,     dequantize,     max_abs,
-    add_f64,     f32_to_f64,      f64_to_f32,  quantize_f64, dequantize_f64, max_abs_f64,
-};
+extern const Kernels kAvx2Kernels = GRADSWITCH_KERNELS_TABLE("avx2", F32x8, F64x4, F16, BF16);
 
 }  // namespace gradswitch

@@ -8,6 +8,7 @@
 
 #include "common/fixed_point.h"
 #include "common/kernels.h"
+#include "common/kernels_mx8.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
 
@@ -16,9 +17,12 @@ namespace gradswitch::worker {
 Chunking make_chunking(size_t count, uint8_t elem, uint32_t payload_bytes, DType dtype) {
   Chunking ch;
   ch.elem = elem;
-  ch.elem_bytes = gs_elem_size(elem);
   ch.dtype = elem == GS_ELEM_INT32 ? DType::kInt32 : dtype;  // the int32 wire carries int32 tensors only
-  ch.per = static_cast<uint32_t>(std::min<size_t>(payload_bytes / ch.elem_bytes, 0xFFFF));
+  ch.per = static_cast<uint32_t>(std::min<size_t>(gs_max_count(elem, payload_bytes), 0xFFFF));
+  if (ch.per == 0)
+    throw InvalidArgument("gradswitch: a payload of " + std::to_string(payload_bytes) +
+                          " bytes cannot carry one " + gs_elem_name(elem) + " chunk (mx8 needs " +
+                          std::to_string(GS_MX8_BLOCK_BYTES) + " bytes for a block)");
   ch.count = count;
   ch.chunks = (count + ch.per - 1) / ch.per;
   return ch;
@@ -53,6 +57,9 @@ void encode_floats(const Kernels& K, uint8_t elem, const float* f, size_t n, int
     case GS_ELEM_FLOAT64:
       K.f32_to_f64(reinterpret_cast<double*>(payload), f, n);
       break;
+    case GS_ELEM_MX8:
+      f32_to_mx8(payload, f, n);
+      break;
   }
 }
 
@@ -73,12 +80,16 @@ void decode_floats(const Kernels& K, uint8_t elem, const uint8_t* payload, size_
     case GS_ELEM_FLOAT64:
       K.f64_to_f32(f, reinterpret_cast<const double*>(payload), n);
       break;
+    case GS_ELEM_MX8:
+      mx8_to_f32(f, payload, n);
+      break;
   }
 }
 
-// Doubles travel as float64 or fixed32 directly; on a 32- or 16-bit float wire they are rounded to
-// float32 first, through this many elements of stack at a time.
+// Doubles travel as float64 or fixed32 directly; on a 32-, 16- or 8-bit float wire they are rounded
+// to float32 first, through this many elements of stack at a time (whole mx8 blocks).
 constexpr size_t kStage = 1024;
+static_assert(kStage % GS_MX8_BLOCK == 0, "a stage of doubles is whole mx8 blocks");
 
 void encode_doubles(const Kernels& K, uint8_t elem, const double* d, size_t n, int scale, uint8_t* payload) {
   if (elem == GS_ELEM_FLOAT64) {
@@ -90,7 +101,7 @@ void encode_doubles(const Kernels& K, uint8_t elem, const double* d, size_t n, i
     for (size_t i = 0; i < n; i += kStage) {
       size_t m = std::min(kStage, n - i);
       K.f64_to_f32(stage, d + i, m);
-      encode_floats(K, elem, stage, m, scale, payload + i * gs_elem_size(elem));
+      encode_floats(K, elem, stage, m, scale, payload + gs_payload_bytes(elem, i));
     }
   }
 }
@@ -104,7 +115,7 @@ void decode_doubles(const Kernels& K, uint8_t elem, const uint8_t* payload, size
     float stage[kStage];
     for (size_t i = 0; i < n; i += kStage) {
       size_t m = std::min(kStage, n - i);
-      decode_floats(K, elem, payload + i * gs_elem_size(elem), m, scale, stage);
+      decode_floats(K, elem, payload + gs_payload_bytes(elem, i), m, scale, stage);
       K.f32_to_f64(d + i, stage, m);
     }
   }
@@ -121,7 +132,7 @@ size_t encode_chunk(const Chunking& ch, const void* src, size_t c, int scale, ui
     encode_doubles(K, ch.elem, static_cast<const double*>(src) + off, n, scale, payload);
   else
     encode_floats(K, ch.elem, static_cast<const float*>(src) + off, n, scale, payload);
-  return n * ch.elem_bytes;
+  return gs_payload_bytes(ch.elem, n);
 }
 
 void decode_chunk(const Chunking& ch, const uint8_t* payload, size_t c, int scale, void* dst) {
@@ -130,7 +141,8 @@ void decode_chunk(const Chunking& ch, const uint8_t* payload, size_t c, int scal
   // Received datagrams may sit at any 4-byte offset (GRO trains of MTU-9000 datagrams): the
   // kernels read doubles only from 8-byte aligned memory.
   alignas(64) uint8_t aligned[GS_MAX_PAYLOAD_BYTES];
-  if (ch.elem_bytes == 8 && reinterpret_cast<uintptr_t>(payload) % 8 != 0 && n * 8 <= sizeof aligned) {
+  if (ch.elem == GS_ELEM_FLOAT64 && reinterpret_cast<uintptr_t>(payload) % 8 != 0 &&
+      n * 8 <= sizeof aligned) {
     std::memcpy(aligned, payload, n * 8);
     payload = aligned;
   }
@@ -144,12 +156,12 @@ void decode_chunk(const Chunking& ch, const uint8_t* payload, size_t c, int scal
 
 namespace {
 
-// The ring's per-hop functions work on float32 and int32 tensors.
+// The ring's per-hop functions work on float32 and int32 tensors, on 32- and 16-bit wires.
 void refuse_float64_in_ring(const Chunking& ch) {
-  if (ch.dtype == DType::kFloat64 || ch.elem == GS_ELEM_FLOAT64)
+  if (ch.dtype == DType::kFloat64 || ch.elem == GS_ELEM_FLOAT64 || ch.elem == GS_ELEM_MX8)
     throw UnsupportedType(
         "gradswitch: the ring allreduce carries float32 and int32 tensors on 32- and 16-bit "
-        "wires only; reduce float64 tensors through the switch");
+        "wires only; reduce float64 tensors, and the mx8 wire, through the switch");
 }
 
 }  // namespace

@@ -15,7 +15,6 @@ namespace gradswitch::worker {
 // (a gs_elem_type).
 struct Chunking {
   uint8_t elem = 0;
-  size_t elem_bytes = 0;
   DType dtype = DType::kFloat32;
   uint32_t per = 0;   // elements of a full chunk
   size_t count = 0;   // elements of the whole tensor
@@ -33,9 +32,10 @@ struct Chunking {
 };
 
 // `payload_bytes` is the largest payload a packet carries; a chunk holds at most 65535 elements
-// (the header's count field). count must be >= 1. An int32 tensor travels as int32; a float32 or
-// float64 tensor as any float wire type (float64 on a 32- or 16-bit float wire is rounded to
-// float32 first; float32 on the float64 wire is widened and its sum rounded once at the end).
+// (the header's count field; mx8: whole blocks, gs_max_count). count must be >= 1. An int32 tensor
+// travels as int32; a float32 or float64 tensor as any float wire type (float64 on a 32-, 16- or
+// 8-bit float wire is rounded to float32 first; float32 on the float64 wire is widened and its sum
+// rounded once at the end). Throws InvalidArgument when the payload holds no chunk of `elem`.
 Chunking make_chunking(size_t count, uint8_t elem, uint32_t payload_bytes, DType dtype = DType::kFloat32);
 // Shard `i` of `shards` of a tensor's chunks: its chunks i, i + shards, i + 2 shards, ... (none
 // when the tensor has fewer than i + 1 chunks). Striping by chunk number, not by contiguous

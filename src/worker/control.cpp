@@ -355,6 +355,17 @@ std::string ControlClient::request(const std::string& line, double timeout_s) {
 
 std::string ControlClient::request_with_payload(const std::string& line, const void* payload, size_t n,
                                                 double timeout_s) {
+  return exchange(line, payload, n, nullptr, nullptr, timeout_s);
+}
+
+std::string ControlClient::request_read_payload(const std::string& line, const std::string& bytes_key,
+                                                std::vector<uint8_t>* payload, double timeout_s) {
+  return exchange(line, nullptr, 0, &bytes_key, payload, timeout_s);
+}
+
+std::string ControlClient::exchange(const std::string& line, const void* payload, size_t n,
+                                    const std::string* bytes_key, std::vector<uint8_t>* reply_payload,
+                                    double timeout_s) {
   std::lock_guard<std::mutex> lk(mu_);
   if (fd_ < 0) throw Error("gradswitch: the control connection to " + endpoint_ + " is closed");
   auto deadline = deadline_after(timeout_s);
@@ -362,25 +373,15 @@ std::string ControlClient::request_with_payload(const std::string& line, const v
   std::string out = line + "\n";
   send_all(out.data(), out.size(), deadline, what);
   if (n > 0) send_all(payload, n, deadline, what);
-  return read_line(deadline, what, timeout_s);
-}
-
-std::string ControlClient::request_read_payload(const std::string& line, const std::string& bytes_key,
-                                                std::vector<uint8_t>* payload, double timeout_s) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (fd_ < 0) throw Error("gradswitch: the control connection to " + endpoint_ + " is closed");
-  auto deadline = deadline_after(timeout_s);
-  std::string what = line.substr(0, line.find(' '));
-  std::string out = line + "\n";
-  send_all(out.data(), out.size(), deadline, what);
   std::string reply = read_line(deadline, what, timeout_s);
-  payload->clear();
+  if (!bytes_key) return reply;
+  reply_payload->clear();
   Reply r = parse_reply(reply);
-  if (!r.ok || r.kv.find(bytes_key) == r.kv.end()) return reply;
-  long long b = r.get_int(bytes_key);
-  if (b < 0) throw Error("gradswitch: switch reply has a negative '" + bytes_key + "': " + reply);
-  payload->resize(static_cast<size_t>(b));
-  read_exact(payload->data(), payload->size(), deadline, what, timeout_s);
+  if (!r.ok || r.kv.find(*bytes_key) == r.kv.end()) return reply;
+  long long b = r.get_int(*bytes_key);
+  if (b < 0) throw Error("gradswitch: switch reply has a negative '" + *bytes_key + "': " + reply);
+  reply_payload->resize(static_cast<size_t>(b));
+  read_exact(reply_payload->data(), reply_payload->size(), deadline, what, timeout_s);
   return reply;
 }
 

@@ -106,6 +106,10 @@ class ControlClient {
   const std::string& endpoint() const { return endpoint_; }  // "host:port"
 
  private:
+  // One request under mu_: the line, then `n` raw bytes; the reply line, then (with `bytes_key`) the
+  // raw bytes it announces, into `*reply_payload` (request_read_payload).
+  std::string exchange(const std::string& line, const void* payload, size_t n, const std::string* bytes_key,
+                       std::vector<uint8_t>* reply_payload, double timeout_s);
   // Unlocked helpers (mu_ held by the caller).
   void send_all(const void* data, size_t n, std::chrono::steady_clock::time_point deadline,
                 const std::string& what);

@@ -117,8 +117,9 @@ uint8_t parse_wire(const std::string& name) {
   if (name == "float16") return GS_ELEM_FLOAT16;
   if (name == "bfloat16") return GS_ELEM_BFLOAT16;
   if (name == "float64") return GS_ELEM_FLOAT64;
+  if (name == "mx8") return GS_ELEM_MX8;
   throw InvalidArgument("gradswitch: unknown wire '" + name +
-                        "' (expected float32, fixed32, float16, bfloat16, float64 or int32)");
+                        "' (expected float32, fixed32, float16, bfloat16, float64, mx8 or int32)");
 }
 
 // ---------------------------------------------------------------- Handle

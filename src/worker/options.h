@@ -18,7 +18,7 @@ struct Options {
   unsigned rank = 0;
   unsigned world = 1;
   std::string wire =
-      "float32";  // how float tensors travel: float32 | fixed32 | float16 | bfloat16 | float64 | int32
+      "float32";  // how float tensors travel: float32 | fixed32 | float16 | bfloat16 | float64 | mx8 | int32
   std::string token = "gradswitch";
   // A switch with an auth file (docs/security.md): the tenant and its secret, proven by AUTH before
   // JOIN ("" = anonymous). The secret comes from the environment or a file, never a command line.

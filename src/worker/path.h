@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/counter.h"
+#include "gradswitch/wire.h"
 #include "worker/chunk_codec.h"
 #include "worker/control.h"
 #include "worker/counters.h"
@@ -24,6 +26,25 @@ struct PathContext {
   std::string job_text;                       // "job 'x' (job_id 3, rank 0 of 4)", for messages
   uint32_t switch_ipv4_be = 0;                // where DATA goes (network order); 0: the transport's peer
 };
+
+// Sends the packets a path queued in one batch, counts them and empties the queue.
+inline void send_counted(const PathContext& ctx, std::vector<OutPacket>* out) {
+  if (out->empty()) return;
+  uint64_t bytes = 0;
+  for (const OutPacket& p : *out) bytes += p.len;
+  ctx.transport->send_batch(out->data(), out->size());
+  counter_add(ctx.counters->packets_sent, out->size());
+  counter_add(ctx.counters->bytes_sent, bytes);
+  out->clear();
+}
+
+// Decodes a received datagram's header into `*h`. False when it is shorter than a header, or not
+// this protocol version's for job `job_id` with `key`: the path counts it ignored.
+inline bool decode_job_header(const uint8_t* p, uint32_t len, uint32_t job_id, uint32_t key, gs_header* h) {
+  if (len < GS_HEADER_BYTES) return false;
+  gs_header_decode(p, h);
+  return h->magic == GS_MAGIC && h->version == GS_VERSION && h->job_id == job_id && h->key == key;
+}
 
 // When an allreduce's packets left and its results came back, and what was resent: what the
 // timeline (timeline.h) shows. The data path writes it on the group's thread while the allreduce

@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/counter.h"
+#include "common/udp_offload.h"
 #include "worker/errors.h"
 #include "worker/transport.h"
 
@@ -23,18 +24,23 @@ namespace gradswitch::worker {
 namespace {
 
 constexpr size_t kMaxBatch = 64;
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 constexpr size_t kMaxGsoSegments = 64;
-constexpr size_t kRxMsgs = 64;          // datagrams (or GRO trains) per recvmmsg
-constexpr size_t kRxPlainBytes = 9216;  // > largest datagram (9000-byte MTU)
-constexpr size_t kRxGroBytes = 65536;   // a whole GRO train
+constexpr size_t kRxMsgs = 64;  // datagrams (or GRO trains) per recvmmsg
 constexpr size_t kMaxGsoBytes = 65000;
 constexpr unsigned kMaxForeignBatches = 4;
+
+// The kernel's receive time of a datagram (SO_TIMESTAMPNS, CLOCK_REALTIME) moved onto the steady
+// clock by `realtime_to_steady`; 0 when `h` carries none.
+int64_t kernel_receive_ns(const msghdr& h, int64_t realtime_to_steady) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+        c->cmsg_len >= CMSG_LEN(sizeof(timespec))) {
+      timespec ts;
+      std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+      return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec + realtime_to_steady;
+    }
+  return 0;
+}
 
 class UdpTransport final : public Transport {
  public:
@@ -70,11 +76,8 @@ class UdpTransport final : public Transport {
     socklen_t len = sizeof a;
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
-    if (gro) {
-      int one = 1;
-      gro_ = ::setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
-    }
-    rx_size_ = gro_ ? kRxGroBytes : kRxPlainBytes;
+    gro_ = gro && enable_udp_gro(fd_);
+    rx_size_ = gro_ ? kUdpRxGroBytes : kUdpRxPlainBytes;
     rx_msgs_ = gro_ ? 16 : kRxMsgs;  // a train holds up to 64 datagrams
     rx_mem_.assign(rx_size_ * rx_msgs_, 0);
   }
@@ -163,14 +166,7 @@ class UdpTransport final : public Transport {
           ++niov;
         }
         if (j - i > 1) {
-          m.msg_hdr.msg_control = cbuf_[nmsg];
-          m.msg_hdr.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
-          cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr);
-          c->cmsg_level = SOL_UDP;
-          c->cmsg_type = UDP_SEGMENT;
-          c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-          uint16_t seg = static_cast<uint16_t>(first.len);
-          std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+          set_gso_segment(&m.msg_hdr, cbuf_[nmsg], static_cast<uint16_t>(first.len));
         }
         msg_pkts_[nmsg] = j - i;
         ++nmsg;
@@ -232,19 +228,9 @@ class UdpTransport final : public Transport {
           const uint8_t* base = rx_mem_.data() + rx_size_ * i;
           size_t len = rmsg_[i].msg_len;
           size_t seg = len;
-          int64_t arrival = 0;
-          for (cmsghdr* c = CMSG_FIRSTHDR(&rmsg_[i].msg_hdr); c; c = CMSG_NXTHDR(&rmsg_[i].msg_hdr, c)) {
-            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-              int v = 0;
-              std::memcpy(&v, CMSG_DATA(c), std::min<size_t>(sizeof v, c->cmsg_len - CMSG_LEN(0)));
-              if (v > 0) seg = static_cast<size_t>(v);
-            } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
-                       c->cmsg_len >= CMSG_LEN(sizeof(timespec))) {
-              timespec ts;
-              std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
-              arrival = ts.tv_sec * 1'000'000'000LL + ts.tv_nsec + realtime_to_steady;
-            }
-          }
+          if (const int v = gro_ ? gro_segment_size(rmsg_[i].msg_hdr) : 0; v > 0)
+            seg = static_cast<size_t>(v);
+          const int64_t arrival = stamp_ ? kernel_receive_ns(rmsg_[i].msg_hdr, realtime_to_steady) : 0;
           if (filtering_ && !accepted(raddr_[i], rmsg_[i].msg_hdr.msg_namelen)) {
             // A GRO train has one source: each of its datagrams counts.
             if (dropped_) counter_add(*dropped_, seg ? (len + seg - 1) / seg : 1);
@@ -331,7 +317,7 @@ class UdpTransport final : public Transport {
   iovec iov_[kMaxBatch];
   sockaddr_in addr_[kMaxBatch];
   iovec giov_[kMaxBatch * 4];
-  alignas(cmsghdr) char cbuf_[kMaxBatch][CMSG_SPACE(sizeof(uint16_t))];
+  alignas(cmsghdr) char cbuf_[kMaxBatch][kGsoControlBytes];
   size_t msg_pkts_[kMaxBatch];
   std::vector<OutPacket> sorted_;
   bool gro_ = false;
@@ -346,7 +332,7 @@ class UdpTransport final : public Transport {
   std::vector<SourceRange> sources_;
   size_t hit_ = 0;
   std::atomic<uint64_t>* dropped_ = nullptr;
-  alignas(cmsghdr) char rcbuf_[kRxMsgs][CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(timespec))];
+  alignas(cmsghdr) char rcbuf_[kRxMsgs][kGroControlBytes + CMSG_SPACE(sizeof(timespec))];
 };
 
 }  // namespace

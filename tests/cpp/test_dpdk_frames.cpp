@@ -272,6 +272,12 @@ TEST(golden_frames_intercept_switch_arp_and_malformed) {
   CHECK(m.neighbours.lookup(ip_be(kIpA), &n, m.now_s, 300) && n == mac(kMacA));
   CHECK(m.neighbours.lookup(ip_be(kIpB), &n, m.now_s, 300) && n == mac(kMacB));
   CHECK(!m.neighbours.lookup(ip_be(kAggIp), &n, m.now_s, 300));
+  CHECK(m.neighbours.live(m.now_s, 300) == 2 && m.neighbours.live(m.now_s + 301, 300) == 0);
+  std::string dump;
+  m.neighbours.dump(&dump, m.now_s, 300);
+  CHECK(dump.size() == 2 * std::string("neigh.10.0.0.1=02:00:00:00:00:0A\n").size());
+  CHECK(dump.find("neigh.10.0.0.1=02:00:00:00:00:0A\n") != std::string::npos);
+  CHECK(dump.find("neigh.10.0.0.2=02:00:00:00:00:0B\n") != std::string::npos);
   CHECK(m.macs.lookup(mac(kAggMac), m.now_s, 300) == -1);  // the ARP reply's source is not learned
 }
 

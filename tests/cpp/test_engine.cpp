@@ -40,7 +40,7 @@ struct Fixture {
   }
   std::vector<uint8_t> packet(uint16_t rank, uint16_t slot, uint8_t elem_type, const void* payload,
                               uint16_t count, int8_t next_exp = GS_EXP_NONE, int8_t scale_exp = 0) {
-    size_t bytes = size_t{count} * gs_elem_size(elem_type);
+    size_t bytes = gs_payload_bytes(elem_type, count);
     std::vector<uint8_t> p(GS_HEADER_BYTES + bytes);
     HeaderBuilder(GS_MSG_DATA, id, key)
         .rank(rank)
@@ -55,6 +55,14 @@ struct Fixture {
     return engine.ingest(thread, p.data(), p.size(), 1, Endpoint{});  // the ranks joined from {0, 0}
   }
 };
+
+// A job of one rank with the engine's defaults otherwise.
+JobSpec one_rank_spec() {
+  JobSpec spec;
+  spec.world = 1;
+  spec.endpoints.resize(1);
+  return spec;
+}
 
 }  // namespace
 
@@ -169,24 +177,18 @@ TEST(header_validation_reasons) {
   int32_t v = 1;
   auto p = f.packet(0, 0, GS_ELEM_INT32, &v, 1);
   CHECK(f.engine.ingest(0, p.data(), 31, 1, Endpoint{}).reason == DropReason::kShortPacket);
-  auto bad = p;
-  bad[0] ^= 0xFF;
-  CHECK(f.ingest(bad).reason == DropReason::kBadMagic);
-  bad = p;
-  bad[2] = 9;
-  CHECK(f.ingest(bad).reason == DropReason::kBadVersion);
-  bad = p;
-  bad[3] = GS_MSG_RESULT;
-  CHECK(f.ingest(bad).reason == DropReason::kBadType);
-  bad = p;
-  bad[4] ^= 0x40;
-  CHECK(f.ingest(bad).reason == DropReason::kUnknownJob);
-  bad = p;
-  bad[17] = 99;
-  CHECK(f.ingest(bad).reason == DropReason::kBadElemType);
-  bad = p;
-  bad[19] = 2;  // count 2 but one element present
-  CHECK(f.ingest(bad).reason == DropReason::kBadLength);
+  // Why the engine drops `p` with byte `at` set to `value`.
+  const auto with_byte = [&](size_t at, uint8_t value) {
+    auto bad = p;
+    bad[at] = value;
+    return f.ingest(bad).reason;
+  };
+  CHECK(with_byte(0, p[0] ^ 0xFF) == DropReason::kBadMagic);
+  CHECK(with_byte(2, 9) == DropReason::kBadVersion);
+  CHECK(with_byte(3, GS_MSG_RESULT) == DropReason::kBadType);
+  CHECK(with_byte(4, p[4] ^ 0x40) == DropReason::kUnknownJob);
+  CHECK(with_byte(17, 99) == DropReason::kBadElemType);
+  CHECK(with_byte(19, 2) == DropReason::kBadLength);  // count 2 but one element present
   CHECK(f.ingest(f.packet(0, 1, GS_ELEM_INT32, &v, 1), 0).reason == DropReason::kWrongThread);
   CounterValues c = f.engine.total_counters();
   CHECK_EQ(c.drops_total(), 8u);
@@ -341,9 +343,7 @@ TEST(destroy_waits_for_a_thread_inside_a_burst) {
 
 TEST(job_table_limits_and_ids_are_not_reused) {
   Engine e(EngineConfig{1, 2});
-  JobSpec spec;
-  spec.world = 1;
-  spec.endpoints.resize(1);
+  JobSpec spec = one_rank_spec();
   std::string err;
   uint32_t a = e.create_job(spec, &err), b = e.create_job(spec, &err);
   CHECK(a && b && a != b);
@@ -400,12 +400,10 @@ TEST(data_counts_only_from_the_address_its_rank_joined_from) {
 
 TEST(the_join_wire_binds_the_element_types_of_data) {
   Engine e(EngineConfig{1, 4});
-  JobSpec spec;
-  spec.world = 1;
+  JobSpec spec = one_rank_spec();
   spec.slots = 4;
   spec.payload_bytes = 64;
   spec.wire = GS_ELEM_FLOAT16;
-  spec.endpoints.resize(1);
   std::string err;
   const uint32_t id = e.create_job(spec, &err);
   auto send = [&](uint8_t elem, uint16_t slot) {
@@ -415,18 +413,16 @@ TEST(the_join_wire_binds_the_element_types_of_data) {
   };
   CHECK(send(GS_ELEM_FLOAT16, 0).kind == IngestResult::kSend);  // the wire
   CHECK(send(GS_ELEM_INT32, 1).kind == IngestResult::kSend);    // integer tensors, on any wire
-  for (uint8_t other : {GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64})
+  for (uint8_t other : {GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64, GS_ELEM_MX8})
     CHECK(send(other, 2).reason == DropReason::kBadElemType);
   CHECK(Engine::default_elem_types(GS_ELEM_FLOAT32, true) == 1u << GS_ELEM_FLOAT32);  // optimizer jobs
-  spec.elem_types = 1u << 7;                                                          // not a type
+  spec.elem_types = 1u << 8;                                                          // not a type
   CHECK(e.create_job(spec, &err) == 0);
 }
 
 TEST(random_job_ids_are_found_and_collisions_refused) {
   Engine e(EngineConfig{1, 9});
-  JobSpec spec;
-  spec.world = 1;
-  spec.endpoints.resize(1);
+  JobSpec spec = one_rank_spec();
   std::string err;
   std::vector<uint32_t> ids;
   uint32_t draw = 0x12345678u;

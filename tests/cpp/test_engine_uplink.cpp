@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/header.h"
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
@@ -67,22 +68,15 @@ struct Leaf {
   static std::vector<uint8_t> packet(uint8_t type, uint32_t job, uint32_t key, uint16_t rank, uint8_t elem,
                                      const void* payload, uint16_t count, uint8_t flags = 0,
                                      int8_t next_exp = GS_EXP_NONE) {
-    const size_t bytes = size_t{count} * gs_elem_size(elem);
+    const size_t bytes = gs_payload_bytes(elem, count);
     std::vector<uint8_t> p(GS_HEADER_BYTES + bytes);
-    gs_header h{};
-    h.magic = GS_MAGIC;
-    h.version = GS_VERSION;
-    h.type = type;
-    h.job_id = job;
-    h.key = key;
-    h.rank = rank;
-    h.flags = flags;
-    h.elem_type = elem;
-    h.count = count;
-    h.seq = 7;
-    h.offset = 32;
-    h.next_exp = next_exp;
-    gs_header_encode(&h, p.data());
+    HeaderBuilder(type, job, key)
+        .rank(rank)
+        .flags(flags)
+        .elems(elem, count)
+        .round(7, 32)
+        .exps(next_exp, 0)
+        .encode(p.data());
     if (bytes) std::memcpy(p.data() + GS_HEADER_BYTES, payload, bytes);
     return p;
   }
@@ -184,6 +178,23 @@ TEST(float16_sums_go_up_in_fp32_and_come_down_rounded_once) {
   uint16_t h;
   std::memcpy(&h, down.data + GS_HEADER_BYTES, 2);
   CHECK(f16_to_f32_scalar(h) == 2052.0f);  // 2051 rounded to nearest even in fp16 (spacing 2)
+}
+
+TEST(mx8_sums_go_up_in_fp32_and_come_down_narrowed_once) {
+  Leaf leaf(GS_ELEM_MX8);
+  // Blocks of one element: 1.0 = 256 units of 2^-8 (scale 0x77, code 0x78) and 0.0625 = 256 of 2^-12.
+  const uint8_t one[2] = {0x77, 0x78}, sixteenth[2] = {0x73, 0x78};  // 256 * 2^-8, 256 * 2^-12
+  leaf.data(1, GS_ELEM_MX8, one, 1);
+  IngestResult up = leaf.data(2, GS_ELEM_MX8, sixteenth, 1);
+  CHECK(up.kind == IngestResult::kSend && header_of(up).elem_type == GS_ELEM_FLOAT32 && up.len == 36);
+  float partial;
+  std::memcpy(&partial, up.data + GS_HEADER_BYTES, 4);
+  CHECK(partial == 1.0625f);    // exact in fp32; in mx8 it would be a tie, rounded
+  const float total = 1.1875f;  // + the other rack's 0.125: 304 units of 2^-8, between 288 and 320
+  IngestResult down = leaf.from_spine(GS_MSG_RESULT, GS_ELEM_FLOAT32, &total, 1, kSpinePort, kSpineJob,
+                                      GS_EXP_NONE, /*completer=*/1, /*window=*/20);
+  CHECK(down.kind == IngestResult::kSend && header_of(down).elem_type == GS_ELEM_MX8 && down.len == 34);
+  CHECK(down.data[GS_HEADER_BYTES] == 0x77 && down.data[GS_HEADER_BYTES + 1] == 0x7A);  // the tie: 320, even
 }
 
 TEST(fixed32_exponents_go_up_as_the_racks_maximum_and_come_down_as_the_spines) {

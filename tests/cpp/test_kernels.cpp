@@ -77,6 +77,12 @@ TEST(variants_agree_bitwise) {
       ref.add_bf16_to_f32(w1.data(), bf1.data(), n);
       k->add_bf16_to_f32(w2.data(), bf1.data(), n);
       CHECK(same_bits(w1, w2));
+      ref.f16_to_f32(w1.data(), h1.data(), n);
+      k->f16_to_f32(w2.data(), h1.data(), n);
+      CHECK(same_bits(w1, w2));
+      ref.bf16_to_f32(w1.data(), bf1.data(), n);
+      k->bf16_to_f32(w2.data(), bf1.data(), n);
+      CHECK(same_bits(w1, w2));
       std::vector<int32_t> q1(n), q2(n);
       ref.quantize(q1.data(), b.data(), n, 1024.0f);
       k->quantize(q2.data(), b.data(), n, 1024.0f);

@@ -26,6 +26,8 @@
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
+#include "path_parts.h"
+#include "scripted_peer.h"
 #include "worker/control.h"
 #include "worker/group.h"
 #include "worker/ring/ring_allreduce.h"
@@ -121,36 +123,21 @@ class FakeSwitch {
     for (size_t i = 0; i < h.count; ++i) {
       switch (h.elem_type) {
         case GS_ELEM_INT32:
-        case GS_ELEM_FIXED32: {
-          int32_t v;
-          std::memcpy(&v, pl + 4 * i, 4);
-          r.acc_i[i] = static_cast<int32_t>(static_cast<uint32_t>(r.acc_i[i]) + static_cast<uint32_t>(v));
+        case GS_ELEM_FIXED32:  // wraps around, as the switch's sum
+          r.acc_i[i] = static_cast<int32_t>(static_cast<uint32_t>(r.acc_i[i]) + load<uint32_t>(pl, i));
           break;
-        }
-        case GS_ELEM_FLOAT32: {
-          float v;
-          std::memcpy(&v, pl + 4 * i, 4);
-          r.acc_f[i] += v;
+        case GS_ELEM_FLOAT32:
+          r.acc_f[i] += load<float>(pl, i);
           break;
-        }
-        case GS_ELEM_FLOAT16: {
-          uint16_t v;
-          std::memcpy(&v, pl + 2 * i, 2);
-          r.acc_f[i] += f16_to_f32_scalar(v);
+        case GS_ELEM_FLOAT16:
+          r.acc_f[i] += f16_to_f32_scalar(load<uint16_t>(pl, i));
           break;
-        }
-        case GS_ELEM_BFLOAT16: {
-          uint16_t v;
-          std::memcpy(&v, pl + 2 * i, 2);
-          r.acc_f[i] += bf16_to_f32_scalar(v);
+        case GS_ELEM_BFLOAT16:
+          r.acc_f[i] += bf16_to_f32_scalar(load<uint16_t>(pl, i));
           break;
-        }
-        case GS_ELEM_FLOAT64: {
-          double v;
-          std::memcpy(&v, pl + 8 * i, 8);
-          r.acc_d[i] += v;
+        case GS_ELEM_FLOAT64:
+          r.acc_d[i] += load<double>(pl, i);
           break;
-        }
       }
     }
     r.seen |= 1ull << h.rank;
@@ -174,23 +161,19 @@ class FakeSwitch {
       switch (r.elem) {
         case GS_ELEM_INT32:
         case GS_ELEM_FIXED32:
-          std::memcpy(out + 4 * i, &r.acc_i[i], 4);
+          store(out, i, r.acc_i[i]);
           break;
         case GS_ELEM_FLOAT32:
-          std::memcpy(out + 4 * i, &r.acc_f[i], 4);
+          store(out, i, r.acc_f[i]);
           break;
-        case GS_ELEM_FLOAT16: {
-          uint16_t v = f32_to_f16_scalar(r.acc_f[i]);
-          std::memcpy(out + 2 * i, &v, 2);
+        case GS_ELEM_FLOAT16:
+          store(out, i, f32_to_f16_scalar(r.acc_f[i]));
           break;
-        }
-        case GS_ELEM_BFLOAT16: {
-          uint16_t v = f32_to_bf16_scalar(r.acc_f[i]);
-          std::memcpy(out + 2 * i, &v, 2);
+        case GS_ELEM_BFLOAT16:
+          store(out, i, f32_to_bf16_scalar(r.acc_f[i]));
           break;
-        }
         case GS_ELEM_FLOAT64:
-          std::memcpy(out + 8 * i, &r.acc_d[i], 8);
+          store(out, i, r.acc_d[i]);
           break;
       }
     }
@@ -225,6 +208,17 @@ class FakeSwitch {
   }
 
  private:
+  // Element `i` of a payload of T (any alignment).
+  template <typename T>
+  static T load(const uint8_t* payload, size_t i) {
+    T v;
+    std::memcpy(&v, payload + sizeof(T) * i, sizeof(T));
+    return v;
+  }
+  template <typename T>
+  static void store(uint8_t* payload, size_t i, T v) {
+    std::memcpy(payload + sizeof(T) * i, &v, sizeof(T));
+  }
   struct Round {
     bool valid = false, complete = false;
     uint32_t seq = 0, offset = 0;
@@ -565,6 +559,17 @@ TEST(retransmission_resends_same_bytes_with_retx_flag) {
   CHECK(g[0]->stats().retransmissions >= 1);
 }
 
+// The JOIN answer of a switch path tested without a switch: 4 slots of 1440 bytes, one data port.
+JoinInfo one_switch_join() {
+  JoinInfo j;
+  j.job_id = 7;
+  j.key = 0xC0FFEE;
+  j.slots = 4;
+  j.payload_bytes = 1440;
+  j.data_port = 9000;
+  return j;
+}
+
 // Keeps every batch handed to it; receives nothing (the test hands the path its datagrams).
 class RecordingTransport : public Transport {
  public:
@@ -590,22 +595,10 @@ TEST(the_rounds_a_step_starts_and_resends_leave_in_one_send) {
   o.window = "fixed";
   o.rto_initial_s = 0.002;
   o.rto_max_s = 0.02;
-  JoinInfo j;
-  j.job_id = 7;
-  j.key = 0xC0FFEE;
-  j.slots = 4;
-  j.payload_bytes = 1440;
-  j.data_port = 9000;
+  const JoinInfo j = one_switch_join();
   RecordingTransport tx;
-  Counters k;
-  std::atomic<bool> cancel{false};
-  PathContext ctx;
-  ctx.opt = &o;
-  ctx.join = &j;
-  ctx.transport = &tx;
-  ctx.counters = &k;
-  ctx.cancel = &cancel;
-  SwitchAllreduce path(ctx, nullptr);
+  PathParts parts(o, j, &tx);
+  SwitchAllreduce path(parts.ctx, nullptr);
   std::vector<float> data(8 * 360, 1.0f);
   AllreduceOp op;
   op.base = reinterpret_cast<uint8_t*>(data.data());
@@ -642,7 +635,7 @@ TEST(the_rounds_a_step_starts_and_resends_leave_in_one_send) {
   }
   CHECK_EQ(first, 1u);
   CHECK_EQ(resent, 1u);
-  CHECK_EQ(k.retx_probe.load(), uint64_t{1});
+  CHECK_EQ(parts.counters.retx_probe.load(), uint64_t{1});
 }
 
 // Rank 1's first DATA of slot 1 is lost and its timers would not fire before the allreduce times out:
@@ -1008,76 +1001,19 @@ TEST(a_group_takes_datagrams_only_from_the_switch_or_its_ring_peers) {
 
 namespace {
 
-// A one-connection control peer on 127.0.0.1 that answers every request line with `answer`.
-class AnsweringPeer {
- public:
-  explicit AnsweringPeer(std::string answer) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(listen_fd_, 1);
-    socklen_t len = sizeof a;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this, answer] {
-      int fd = ::accept(listen_fd_, nullptr, nullptr);
-      if (fd < 0) return;
-      timeval tv{0, 20000};
-      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      std::string in;
-      while (!stop_) {
-        char buf[512];
-        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-        if (n == 0) break;
-        if (n > 0) in.append(buf, static_cast<size_t>(n));
-        for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
-          lines_.push_back(in.substr(0, nl));
-          in.erase(0, nl + 1);
-          (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
-        }
-      }
-      ::close(fd);
-    });
-  }
-  ~AnsweringPeer() {
-    stop_ = true;
-    ::shutdown(listen_fd_, SHUT_RDWR);
-    thread_.join();
-    ::close(listen_fd_);
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  std::vector<std::string> lines_;
-};
-
 // One switch path over a RecordingTransport, with a control connection to `peer`, and one allreduce of
 // one chunk admitted (its DATA recorded).
 struct AbortCase {
-  Options o;
-  JoinInfo j;
   RecordingTransport tx;
-  Counters k;
-  std::atomic<bool> cancel{false};
-  PathContext ctx;
+  PathParts parts{options(), one_switch_join(), &tx, "job 't'"};
   ControlClient control;
   SwitchAllreduce path;
   std::vector<float> data = std::vector<float>(10, 1.0f);
   AllreduceOp op;
-  explicit AbortCase(const AnsweringPeer& peer)
-      : o(options()),
-        j(join()),
-        ctx(context(o, j, tx, k, cancel)),
-        control("127.0.0.1", peer.port(), 2.0),
-        path(ctx, &control) {
+  explicit AbortCase(const ScriptedPeer& peer)
+      : control("127.0.0.1", peer.port(), 2.0), path(parts.ctx, &control) {
     op.base = reinterpret_cast<uint8_t*>(data.data());
-    op.ch = make_chunking(data.size(), GS_ELEM_FLOAT32, j.payload_bytes);
+    op.ch = make_chunking(data.size(), GS_ELEM_FLOAT32, parts.join.payload_bytes);
     path.admit(&op);
   }
   static Options options() {
@@ -1085,26 +1021,6 @@ struct AbortCase {
     o.job = "t";
     o.world = 2;
     return o;
-  }
-  static JoinInfo join() {
-    JoinInfo j;
-    j.job_id = 7;
-    j.key = 0xC0FFEE;
-    j.slots = 4;
-    j.payload_bytes = 1440;
-    j.data_port = 9000;
-    return j;
-  }
-  static PathContext context(const Options& o, const JoinInfo& j, Transport& tx, Counters& k,
-                             std::atomic<bool>& cancel) {
-    PathContext c;
-    c.opt = &o;
-    c.join = &j;
-    c.transport = &tx;
-    c.counters = &k;
-    c.cancel = &cancel;
-    c.job_text = "job 't'";
-    return c;
   }
   // The round's DATA turned into `type` (RESULT: a sum of one rank; ABORT: reason `reason`, rank `rank`).
   std::vector<uint8_t> answer(uint8_t type, uint8_t reason = 0, uint16_t rank = 0) const {
@@ -1133,14 +1049,14 @@ struct AbortCase {
 // control connection does not confirm (STATUS: running) is counted and ignored; the round goes on and
 // its RESULT completes the allreduce.
 TEST(an_abort_datagram_the_switch_does_not_confirm_is_ignored) {
-  AnsweringPeer peer("OK job_id=7 name=t world=2 state=running abort_reason=none abort_rank=- left=\n");
+  ScriptedPeer peer("OK job_id=7 name=t world=2 state=running abort_reason=none abort_rank=- left=\n");
   AbortCase c(peer);
   std::vector<AllreduceOp*> finished;
   c.take(c.answer(GS_MSG_ABORT, GS_ABORT_OPERATOR, GS_RANK_ALL), &finished);
-  CHECK_EQ(c.k.unconfirmed_aborts.load(), uint64_t{1});
+  CHECK_EQ(c.parts.counters.unconfirmed_aborts.load(), uint64_t{1});
   CHECK(finished.empty());
   c.take(c.answer(GS_MSG_ABORT, GS_ABORT_OPERATOR, GS_RANK_ALL), &finished);  // within the re-check interval
-  CHECK_EQ(c.k.unconfirmed_aborts.load(), uint64_t{2});
+  CHECK_EQ(c.parts.counters.unconfirmed_aborts.load(), uint64_t{2});
   c.take(c.answer(GS_MSG_RESULT), &finished);
   CHECK_EQ(finished.size(), size_t{1});
 }
@@ -1148,7 +1064,7 @@ TEST(an_abort_datagram_the_switch_does_not_confirm_is_ignored) {
 // The switch confirms the abort: the error is the switch's (STATUS's reason and rank: rank 1 left),
 // not the datagram's (which blamed the operator).
 TEST(a_confirmed_abort_fails_with_the_switchs_reason_not_the_datagrams) {
-  AnsweringPeer peer("OK job_id=7 name=t world=2 state=aborted abort_reason=rank_left abort_rank=1 left=\n");
+  ScriptedPeer peer("OK job_id=7 name=t world=2 state=aborted abort_reason=rank_left abort_rank=1 left=\n");
   AbortCase c(peer);
   std::vector<AllreduceOp*> finished;
   std::string msg;
@@ -1161,7 +1077,7 @@ TEST(a_confirmed_abort_fails_with_the_switchs_reason_not_the_datagrams) {
   }
   CHECK(msg.find("rank 1 left the job") != std::string::npos);
   CHECK(msg.find("control plane") == std::string::npos);
-  CHECK_EQ(c.k.unconfirmed_aborts.load(), uint64_t{0});
+  CHECK_EQ(c.parts.counters.unconfirmed_aborts.load(), uint64_t{0});
 }
 
 GS_TEST_MAIN()

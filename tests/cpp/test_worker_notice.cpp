@@ -14,6 +14,7 @@
 #include "gradswitch/control.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
+#include "scripted_peer.h"
 #include "worker/control.h"
 #include "worker/errors.h"
 #include "worker/switch/switch_notice.h"
@@ -23,60 +24,6 @@ using namespace gradswitch;
 using namespace gradswitch::worker;
 
 namespace {
-
-// A one-connection TCP peer on 127.0.0.1: sends `greeting` once connected, then answers every
-// request line with `answer` (if not empty), and closes after `close_after_ms` (if >= 0).
-class ScriptedSwitch {
- public:
-  ScriptedSwitch(std::string greeting, std::string answer, int close_after_ms = -1) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(listen_fd_, 1);
-    socklen_t len = sizeof a;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([=, this] {
-      int fd = ::accept(listen_fd_, nullptr, nullptr);
-      if (fd < 0) return;
-      if (!greeting.empty()) (void)!::send(fd, greeting.data(), greeting.size(), MSG_NOSIGNAL);
-      auto start = std::chrono::steady_clock::now();
-      std::string in;
-      for (;;) {
-        timeval tv{0, 20000};
-        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        char buf[512];
-        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-        if (n == 0) break;
-        if (n > 0) in.append(buf, static_cast<size_t>(n));
-        for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
-          in.erase(0, nl + 1);
-          if (!answer.empty()) (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
-        }
-        auto ms =
-            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-        if (close_after_ms >= 0 && ms.count() >= close_after_ms) break;
-        if (stop_) break;
-      }
-      ::close(fd);
-    });
-  }
-  ~ScriptedSwitch() {
-    stop_ = true;
-    ::shutdown(listen_fd_, SHUT_RDWR);
-    thread_.join();
-    ::close(listen_fd_);
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 SwitchNotice wait_notice(ControlClient& c) {
   for (int i = 0; i < 200; ++i) {
@@ -104,7 +51,7 @@ struct Context {
 }  // namespace
 
 TEST(event_lines_are_notices_and_replies_skip_them) {
-  ScriptedSwitch sw("EVENT aborted job_id=9 reason=rank_left rank=1 left=1\n", "OK\n");
+  ScriptedPeer sw("EVENT aborted job_id=9 reason=rank_left rank=1 left=1\n", "OK\n");
   ControlClient c("127.0.0.1", sw.port(), 2.0);
   // A request's reply is found behind the EVENT line, which stays for poll_notice.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -116,7 +63,7 @@ TEST(event_lines_are_notices_and_replies_skip_them) {
 }
 
 TEST(a_closed_connection_is_a_notice_for_good) {
-  ScriptedSwitch sw("", "", /*close_after_ms=*/0);
+  ScriptedPeer sw("", "", /*close_after_ms=*/0);
   ControlClient c("127.0.0.1", sw.port(), 2.0);
   CHECK(wait_notice(c).kind == SwitchNotice::Kind::kClosed);
   CHECK(c.poll_notice().kind == SwitchNotice::Kind::kClosed);
@@ -175,9 +122,9 @@ TEST(a_rank_that_left_for_a_lost_switch_makes_every_rank_lose_it) {
 
 TEST(a_timeout_on_an_aborted_job_names_the_abort_reason) {
   // The switch's STATUS says aborted, rank_left by rank 1 (not a number: a name and a rank).
-  ScriptedSwitch sw("",
-                    "OK job_id=9 name=t world=2 state=aborted abort_reason=rank_left abort_rank=1 left= "
-                    "idle_ms=3 rank_seq=0,0\n");
+  ScriptedPeer sw("",
+                  "OK job_id=9 name=t world=2 state=aborted abort_reason=rank_left abort_rank=1 left= "
+                  "idle_ms=3 rank_seq=0,0\n");
   ControlClient c("127.0.0.1", sw.port(), 2.0);
   Context t;
   StuckRound stuck;

@@ -20,6 +20,7 @@
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
+#include "path_parts.h"
 #include "worker/errors.h"
 #include "worker/ring/ring_allreduce.h"
 
@@ -128,13 +129,8 @@ class NetTransport : public Transport {
 };
 
 // One rank: options, context and ring path, as a Group would hold them.
-struct Rank {
-  Options opt;
-  JoinInfo join;
-  Counters counters;
-  std::atomic<bool> cancel{false};
+struct Rank : PathParts {
   std::unique_ptr<NetTransport> tx;
-  PathContext ctx;
   std::unique_ptr<RingAllreduce> ring;
   std::vector<int8_t> exps;
   uint32_t seq = 0;
@@ -149,20 +145,9 @@ struct Rank {
     opt.rto_max_s = 0.02;
     if (tweak) tweak(opt);
     tx = std::make_unique<NetTransport>(&net, rank);
-    ctx.opt = &opt;
-    ctx.join = &join;
     ctx.transport = tx.get();
-    ctx.counters = &counters;
-    ctx.cancel = &cancel;
     ctx.job_text = "job 'ring' (rank " + std::to_string(rank) + ")";
-    RingConfig cfg;
-    for (unsigned k = 0; k < world; ++k)
-      cfg.peers.push_back(RingPeer{htonl(0x7F000001), static_cast<uint16_t>(kBasePort + k)});
-    cfg.job_id = 9;
-    cfg.key = 0xABCD;
-    cfg.slots = slots;
-    cfg.payload_bytes = payload;
-    ring = std::make_unique<RingAllreduce>(ctx, cfg);
+    ring = std::make_unique<RingAllreduce>(ctx, loopback_ring(world, kBasePort, 9, 0xABCD, slots, payload));
   }
   // Allreduce of `data` (float32 or int32 bits) as `elem`.
   void allreduce(void* data, size_t count, uint8_t elem, std::vector<uint8_t>* done = nullptr) {

@@ -76,7 +76,7 @@ TEST(codec_roundtrip_every_wire) {
     for (size_t c = 0; c < ch.chunks; ++c) {
       int scale = elem == GS_ELEM_FIXED32 ? 30 - exps[c] : 0;
       size_t len = encode_chunk(ch, src.data(), c, scale, payload.data());
-      CHECK_EQ(len, ch.size(c) * ch.elem_bytes);
+      CHECK_EQ(len, gs_payload_bytes(ch.elem, ch.size(c)));
       decode_chunk(ch, payload.data(), c, scale, out.data());
     }
     // Multiples of 1/8 below 8 are exact in every wire type.
@@ -96,6 +96,40 @@ TEST(codec_roundtrip_every_wire) {
   CHECK(iout == isrc);
 }
 
+TEST(codec_mx8_chunks_are_whole_blocks) {
+  // 3000 values: two full chunks of 43 blocks (1376 elements) and a last one of 248 (7 blocks and 24).
+  std::vector<float> src(3000);
+  std::vector<double> dsrc(src.size());
+  for (size_t i = 0; i < src.size(); ++i) dsrc[i] = src[i] = std::sin(static_cast<float>(i)) * (1 + i % 7);
+  Chunking ch = make_chunking(src.size(), GS_ELEM_MX8, 1440);
+  Chunking dch = make_chunking(src.size(), GS_ELEM_MX8, 1440, DType::kFloat64);
+  CHECK_EQ(ch.per, 1376u);
+  CHECK_EQ(ch.chunks, 3u);
+  std::vector<float> out(src.size());
+  std::vector<double> dout(src.size());
+  std::vector<uint8_t> payload(1440), dpayload(1440);
+  for (size_t c = 0; c < ch.chunks; ++c) {
+    const size_t len = encode_chunk(ch, src.data(), c, 0, payload.data());
+    CHECK_EQ(len, size_t{ch.size(c)} + (size_t{ch.size(c)} + 31) / 32);
+    // Doubles are rounded to float32 through a stage: the same bytes as the float32 tensor's.
+    CHECK_EQ(encode_chunk(dch, dsrc.data(), c, 0, dpayload.data()), len);
+    CHECK(std::memcmp(payload.data(), dpayload.data(), len) == 0);
+    decode_chunk(ch, payload.data(), c, 0, out.data());
+    decode_chunk(dch, payload.data(), c, 0, dout.data());
+  }
+  for (size_t i = 0; i < src.size(); ++i) {
+    CHECK(std::fabs(out[i] - src[i]) <= 7 * 0x1p-4f);  // half a step of the largest block's binade
+    CHECK_EQ(dout[i], static_cast<double>(out[i]));
+  }
+  bool refused = false;
+  try {
+    make_chunking(10, GS_ELEM_MX8, 32);  // no room for one block
+  } catch (const InvalidArgument&) {
+    refused = true;
+  }
+  CHECK(refused);
+}
+
 TEST(codec_float64_tensors_on_every_float_wire) {
   // Multiples of 1/8 below 8 are exact in every wire type; one value needs float64's precision.
   std::vector<double> src(500);
@@ -111,9 +145,9 @@ TEST(codec_float64_tensors_on_every_float_wire) {
     std::vector<uint8_t> payload(1440 + 4);
     for (size_t c = 0; c < ch.chunks; ++c) {
       int scale = elem == GS_ELEM_FIXED32 ? 30 - exps[c] : 0;
-      CHECK_EQ(encode_chunk(ch, src.data(), c, scale, payload.data()), ch.size(c) * ch.elem_bytes);
+      CHECK_EQ(encode_chunk(ch, src.data(), c, scale, payload.data()), gs_payload_bytes(ch.elem, ch.size(c)));
       // A received datagram may start 4 bytes off an 8-byte boundary: decoding copes.
-      std::memmove(payload.data() + 4, payload.data(), ch.size(c) * ch.elem_bytes);
+      std::memmove(payload.data() + 4, payload.data(), gs_payload_bytes(ch.elem, ch.size(c)));
       decode_chunk(ch, payload.data() + 4, c, scale, out.data());
     }
     CHECK(out == src);

@@ -29,11 +29,18 @@ void period(WindowController& c, int64_t* now, int64_t own_rtt, bool limited = t
   c.on_result(*now, own_rtt, limited, rtt);
 }
 
+// One period of slow start from 16 (base 1 ms): a window of 32 rounds. Returns the time.
+int64_t at_32_rounds(WindowController& c) {
+  int64_t now = kMs;
+  period(c, &now, kMs);
+  CHECK_EQ(c.window(), 32u);
+  return now;
+}
+
 // A window of 64 rounds (two periods of slow start from 16, base 1 ms, target 0.5 ms: it tolerates
 // 0.57 ms of queue), then a result of this period that met `queue` of it. Returns the time.
 int64_t at_64_rounds_with_queue(WindowController& c, int64_t queue) {
-  int64_t now = kMs;
-  period(c, &now, kMs);
+  int64_t now = at_32_rounds(c);
   period(c, &now, kMs);
   CHECK_EQ(c.window(), 64u);
   c.on_result(now, kMs + queue, true, kMs);
@@ -53,9 +60,7 @@ TEST(window_starts_at_initial_and_is_capped_by_the_pool) {
 
 TEST(window_doubles_per_round_trip_while_used_and_stops_at_the_cap) {
   WindowController c(100, 500 * kUs);
-  int64_t now = kMs;
-  period(c, &now, kMs);
-  CHECK_EQ(c.window(), 32u);
+  int64_t now = at_32_rounds(c);
   CHECK(c.slow_start());
   period(c, &now, kMs);
   CHECK_EQ(c.window(), 64u);
@@ -75,9 +80,7 @@ TEST(window_does_not_grow_when_the_data_limited_it) {
 
 TEST(window_cuts_in_proportion_to_queueing_delay_then_grows_by_one) {
   WindowController c(256, 500 * kUs);
-  int64_t now = kMs;
-  period(c, &now, kMs);  // base 1 ms, window 32
-  CHECK_EQ(c.window(), 32u);
+  int64_t now = at_32_rounds(c);
   // At 32 rounds the tolerated queue is the target (0.5 ms) and 2 x 0.5 ms x (1/sqrt(32) - 1/16) /
   // (1 - 1/16) more: 621.9 us.
   CHECK_EQ(c.tolerated_queue_ns(), 621'895);
@@ -144,8 +147,7 @@ TEST(window_ranks_whose_bases_disagree_still_share_a_queue_evenly) {
 
 TEST(window_uses_the_smallest_own_round_trip_of_a_period) {
   WindowController c(256, 500 * kUs);
-  int64_t now = kMs;
-  period(c, &now, kMs);  // base 1 ms, window 32
+  int64_t now = at_32_rounds(c);
   // Most samples of this period were inflated (a descheduled thread), one was not: no queue.
   for (int i = 0; i < 4; ++i) {
     c.on_result(now, i == 2 ? kMs : 9 * kMs, true, kMs);
@@ -157,9 +159,7 @@ TEST(window_uses_the_smallest_own_round_trip_of_a_period) {
 
 TEST(window_grows_while_used_even_when_every_round_waits_for_other_ranks) {
   WindowController c(256, 500 * kUs);
-  int64_t now = kMs;
-  period(c, &now, kMs);
-  CHECK_EQ(c.window(), 32u);
+  int64_t now = at_32_rounds(c);
   // Results completed by another rank (own_rtt -1), however long they took: no delay sample, so no
   // cut; the window still grows: the job runs the smallest of its ranks' windows (run_at()), which
   // the rank that completes the rounds, measuring the queue, keeps down.
@@ -173,8 +173,7 @@ TEST(window_grows_while_used_even_when_every_round_waits_for_other_ranks) {
 
 TEST(window_loss_without_a_queue_is_not_congestion) {
   WindowController c(256, 500 * kUs);
-  int64_t now = kMs;
-  period(c, &now, kMs);
+  int64_t now = at_32_rounds(c);
   c.on_result(now, kMs, true, kMs);  // this period: no queue
   c.on_loss(now);
   CHECK_EQ(c.window(), 32u);
@@ -221,8 +220,7 @@ TEST(window_a_cut_that_a_real_loss_also_made_stays) {
 
 TEST(window_dsack_long_after_the_cut_undoes_nothing) {
   WindowController c(256, 500 * kUs);
-  int64_t now = kMs;
-  period(c, &now, kMs);
+  int64_t now = at_32_rounds(c);
   c.on_result(now, 2200 * kUs, true, kMs);  // 1.2 ms of queue: 0.62 ms tolerated at 32 rounds, + 0.5
   c.on_loss(now);
   CHECK_EQ(c.window(), 16u);
@@ -240,9 +238,7 @@ TEST(window_never_below_one_round) {
 
 TEST(window_the_job_runs_the_smallest_window_its_ranks_declared) {
   WindowController c(256, 500 * kUs);
-  int64_t now = kMs;
-  period(c, &now, kMs);
-  CHECK_EQ(c.window(), 32u);
+  int64_t now = at_32_rounds(c);
   c.run_at(0);  // no window declared: nothing changes
   CHECK_EQ(c.job_window(), 32u);
   c.run_at(40);  // the others' windows are larger: the job runs this rank's

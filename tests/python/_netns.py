@@ -29,14 +29,19 @@ def netns_unavailable_reason() -> str | None:
     return None
 
 
-def require_netns() -> None:
-    reason = netns_unavailable_reason()
+def skip_or_fail(reason: str | None, require_env: str) -> None:
+    """Nothing when reason is None; else skip the test with the reason printed, or fail it when the
+    environment variable require_env is 1 (CI that must run it)."""
     if reason is None:
         return
-    if os.environ.get("GRADSWITCH_REQUIRE_NETNS") == "1":
-        pytest.fail(f"GRADSWITCH_REQUIRE_NETNS=1 but {reason}")
+    if os.environ.get(require_env) == "1":
+        pytest.fail(f"{require_env}=1 but {reason}")
     print(f"skipping: {reason}")
     pytest.skip(reason)
+
+
+def require_netns() -> None:
+    skip_or_fail(netns_unavailable_reason(), "GRADSWITCH_REQUIRE_NETNS")
 
 
 def unique(tag: str) -> str:

@@ -1,9 +1,12 @@
-"""A real Prometheus server for the metrics tests: started on a scrape configuration, queried by PromQL."""
+"""A real Prometheus server for the metrics tests: started on a scrape configuration, queried by PromQL;
+and the bearer token it scrapes with, from `gradswitch metrics-token`."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import urllib.parse
 import urllib.request
 
@@ -11,6 +14,21 @@ import pytest
 
 from gradswitch import _tools
 from gradswitch.daemon import pick_ports
+
+
+def metrics_token(tenant: str, secret: str | None = None, secret_file=None) -> str:
+    """What `gradswitch metrics-token` prints for `tenant`, given its secret in GRADSWITCH_SECRET or
+    its file in GRADSWITCH_SECRET_FILE (the other variable unset); the command must succeed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADSWITCH_SECRET", "GRADSWITCH_SECRET_FILE")}
+    env["GRADSWITCH_TENANT"] = tenant
+    if secret is not None:
+        env["GRADSWITCH_SECRET"] = secret
+    if secret_file is not None:
+        env["GRADSWITCH_SECRET_FILE"] = str(secret_file)
+    cmd = [sys.executable, "-m", "gradswitch.cli", "metrics-token"]
+    cli = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    return cli.stdout
 
 
 def start_prometheus(tmp_path, scrape_configs: str):

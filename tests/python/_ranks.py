@@ -1,4 +1,5 @@
-"""Ranks as threads of the test process (the worker releases the GIL while it streams)."""
+"""Ranks as threads of the test process (the worker releases the GIL while it streams), and the end of
+ranks run as processes."""
 
 from __future__ import annotations
 
@@ -25,3 +26,13 @@ def in_threads(fn, world: int = 2, deadline_s: float = 120.0) -> list:
     if errors:
         raise errors[0]
     return out
+
+
+def join_or_kill(procs, timeout: float) -> None:
+    """Waits up to `timeout` seconds for each process (multiprocessing) to end, and kills (and reaps)
+    those still running: a test's `finally`, so that no rank outlives it."""
+    for p in procs:
+        p.join(timeout=timeout)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)

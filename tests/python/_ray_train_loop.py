@@ -56,12 +56,16 @@ def gloo_reference(world: int) -> list[dict[str, torch.Tensor]]:
     from _ranks import in_threads
 
     store = dist.HashStore()
+    # built here, one after the other: _model() seeds the global generator, which the rank threads
+    # share, so building in the threads interleaves their draws and, under load, gives rank 0
+    # weights no Ray worker starts from (CI failed on that, 1 run in ~20 on a loaded machine)
+    models = [_model() for _ in range(world)]
 
     def rank_weights(rank: int) -> dict[str, torch.Tensor]:
         pg = dist.ProcessGroup(store, rank, world)  # DDP wants a ProcessGroup, gloo's is a backend
         pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
         gloo = dist.ProcessGroupGloo(store, rank, world)
         pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
-        return _train(torch.nn.parallel.DistributedDataParallel(_model(), process_group=pg), rank)
+        return _train(torch.nn.parallel.DistributedDataParallel(models[rank], process_group=pg), rank)
 
     return in_threads(rank_weights, world)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _ranks import join_or_kill
 
 import gradswitch
 
@@ -117,6 +118,22 @@ def check(kind: str, wire: str, world: int, x: np.ndarray) -> tuple[bool, str]:
 # ---------------------------------------------------------------------------- process plumbing
 
 
+def reporting(body):
+    """A worker for run_workers from body(out, rank, *args), which fills its report `out` ("results" to
+    begin with): an exception goes into out["error"], and the report is queued whatever happens."""
+
+    @functools.wraps(body)
+    def worker(q, rank, *args):
+        out = {"results": []}
+        try:
+            body(out, rank, *args)
+        except Exception:
+            out["error"] = traceback.format_exc()
+        q.put((rank, out))
+
+    return worker
+
+
 def run_workers(target, args_per_rank: list[tuple], deadline_s: float) -> dict[int, dict]:
     """Starts one spawned process per entry (args start with rank) and collects one report each."""
     ctx = mp.get_context("spawn")
@@ -144,38 +161,31 @@ def run_workers(target, args_per_rank: list[tuple], deadline_s: float) -> dict[i
                         f"{[procs[i].exitcode for i in dead]}"
                     ) from None
     finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
+        join_or_kill(procs, 5)
     return reports
 
 
-def _plan_worker(q, rank, world, address, plan, connect_kwargs):
+@reporting
+def _plan_worker(out, rank, world, address, plan, connect_kwargs):
     """Runs `plan`: a list of (job, wire, cases); a case is (kind, size). Reports verdicts."""
-    out = {"results": [], "stats": {}, "digests": {}}
-    try:
-        for job, wire, cases in plan:
-            kw = dict(connect_kwargs)
-            if isinstance(kw.get("shuffle_seed"), list):
-                kw["shuffle_seed"] = kw["shuffle_seed"][rank]
-            with gradswitch.connect(
-                address, job=job, rank=rank, world_size=world, wire=wire, timeout=WORKER_TIMEOUT, **kw
-            ) as g:
-                for kind, size in cases:
-                    x = make_input(kind, rank, size)
-                    t0 = time.perf_counter()
-                    y = g.allreduce(x)
-                    dt = time.perf_counter() - t0
-                    assert y is x
-                    ok, info = check(kind, wire, world, x)
-                    out["results"].append((job, wire, kind, size, ok, info, dt))
-                    out["digests"][(job, kind, size)] = hashlib.sha256(x.tobytes()).hexdigest()
-                out["stats"][job] = g.stats()
-    except Exception:
-        out["error"] = traceback.format_exc()
-    q.put((rank, out))
+    out.update(stats={}, digests={})
+    for job, wire, cases in plan:
+        kw = dict(connect_kwargs)
+        if isinstance(kw.get("shuffle_seed"), list):
+            kw["shuffle_seed"] = kw["shuffle_seed"][rank]
+        with gradswitch.connect(
+            address, job=job, rank=rank, world_size=world, wire=wire, timeout=WORKER_TIMEOUT, **kw
+        ) as g:
+            for kind, size in cases:
+                x = make_input(kind, rank, size)
+                t0 = time.perf_counter()
+                y = g.allreduce(x)
+                dt = time.perf_counter() - t0
+                assert y is x
+                ok, info = check(kind, wire, world, x)
+                out["results"].append((job, wire, kind, size, ok, info, dt))
+                out["digests"][(job, kind, size)] = hashlib.sha256(x.tobytes()).hexdigest()
+            out["stats"][job] = g.stats()
 
 
 def assert_reports(reports: dict[int, dict]) -> None:
@@ -294,38 +304,34 @@ def test_float64_arrays_on_every_float_wire(start_switch):
     assert ("f64-float64", "float64", "exact64", 100_003, True, "exact") in results
 
 
-def _async_worker(q, rank, world, address, use_torch):
-    out = {"results": []}
-    try:
-        with gradswitch.connect(
-            address, job="async", rank=rank, world_size=world, wire="fixed32", timeout=WORKER_TIMEOUT
-        ) as g:
-            xs = [make_input("exact", rank, n) for n in (10, 70_001, 3, 500_000)]
-            ints = make_input("int", rank, 12_345)
-            handles = [g.allreduce_async(x) for x in xs] + [g.allreduce_async(ints)]
-            for h, x in zip(handles, xs + [ints], strict=True):
-                y = h.wait()
-                assert y is x and h.done()
-                kind = "int" if x.dtype == np.int32 else "exact"
-                out["results"].append(
-                    ("async", "fixed32", kind, x.size) + check(kind, "fixed32", world, x) + (0,)
-                )
-            if use_torch:
-                import torch
+@reporting
+def _async_worker(out, rank, world, address, use_torch):
+    with gradswitch.connect(
+        address, job="async", rank=rank, world_size=world, wire="fixed32", timeout=WORKER_TIMEOUT
+    ) as g:
+        xs = [make_input("exact", rank, n) for n in (10, 70_001, 3, 500_000)]
+        ints = make_input("int", rank, 12_345)
+        handles = [g.allreduce_async(x) for x in xs] + [g.allreduce_async(ints)]
+        for h, x in zip(handles, xs + [ints], strict=True):
+            y = h.wait()
+            assert y is x and h.done()
+            kind = "int" if x.dtype == np.int32 else "exact"
+            out["results"].append(
+                ("async", "fixed32", kind, x.size) + check(kind, "fixed32", world, x) + (0,)
+            )
+        if use_torch:
+            import torch
 
-                t = torch.from_numpy(make_input("exact", rank, 100_001))
-                p = torch.nn.Parameter(torch.from_numpy(make_input("exact", rank, 1001)))
-                ti = torch.from_numpy(make_input("int", rank, 777))
-                assert g.allreduce(t) is t
-                g.allreduce(p.data)
-                g.allreduce_async(ti).wait()
-                for kind, arr in (("exact", t.numpy()), ("exact", p.detach().numpy()), ("int", ti.numpy())):
-                    out["results"].append(
-                        ("torch", "fixed32", kind, arr.size) + check(kind, "fixed32", world, arr) + (0,)
-                    )
-    except Exception:
-        out["error"] = traceback.format_exc()
-    q.put((rank, out))
+            t = torch.from_numpy(make_input("exact", rank, 100_001))
+            p = torch.nn.Parameter(torch.from_numpy(make_input("exact", rank, 1001)))
+            ti = torch.from_numpy(make_input("int", rank, 777))
+            assert g.allreduce(t) is t
+            g.allreduce(p.data)
+            g.allreduce_async(ti).wait()
+            for kind, arr in (("exact", t.numpy()), ("exact", p.detach().numpy()), ("int", ti.numpy())):
+                out["results"].append(
+                    ("torch", "fixed32", kind, arr.size) + check(kind, "fixed32", world, arr) + (0,)
+                )
 
 
 def test_async_api_and_torch(start_switch):

@@ -4,15 +4,12 @@ the operator's token that `gradswitch metrics-token` writes, and has the job's s
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 
 import yaml
 from _daemon import daemon_binary
 from _deploy import ROOT, Process, run_ranks, shipped_config_for_test
-from _prometheus import query, start_prometheus
+from _prometheus import metrics_token, query, start_prometheus
 
 SCRAPE = ROOT / "deploy" / "prometheus" / "scrape.yml"
 
@@ -45,16 +42,7 @@ def test_prometheus_scrapes_the_shipped_switch_config_with_the_shipped_scrape_jo
     )
     (tmp_path / "ops.secret").write_text(ops_secret + "\n")
     (tmp_path / "ops.secret").chmod(0o600)
-    env = {**os.environ, "GRADSWITCH_TENANT": "ops", "GRADSWITCH_SECRET_FILE": str(tmp_path / "ops.secret")}
-    env.pop("GRADSWITCH_SECRET", None)
-    token = subprocess.run(
-        [sys.executable, "-m", "gradswitch.cli", "metrics-token"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    token = metrics_token("ops", secret_file=tmp_path / "ops.secret")
     (tmp_path / "gradswitch.token").write_text(token)
     sw = Process([daemon_binary(), "--config", str(config)], tmp_path / "switch.log")
     prom = None

@@ -16,7 +16,6 @@ import select
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -468,44 +467,35 @@ def run_group(sw, name, optimizer, p0, targets, scale, steps=STEPS, setlr=None, 
     ckpt_at: a step after which rank 1 takes a checkpoint (returned in extra["ckpt"])."""
     import gradswitch
 
-    trajs, errors, extra = [[], []], [], {}
+    trajs, extra = [[], []], {}
 
     def rank(r):
-        try:
-            with gradswitch.connect(
-                sw.address,
-                name,
-                r,
-                2,
-                optimizer=optimizer,
-                params=p0 if r == 0 else len(p0),
-                drop_rate=drop_rate,
-                seed=11,
-                timeout=20,
-            ) as g:
-                p = p0.copy()
-                for k in range(steps):
-                    if r == 0 and setlr and k in setlr:
-                        assert g.set_lr(setlr[k]) == float(np.float32(setlr[k]))
-                    x = (scale * (p - targets[r])).astype(f32)
-                    g.allreduce(x)
-                    p = x
-                    trajs[r].append(p.copy())
-                    if r == 1 and ckpt_at == k + 1:
-                        extra["ckpt"] = g.state_get()
-                if r == 0:
-                    extra["blob"] = g.state_get()
-                    extra["stats"] = g.stats()
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
+        with gradswitch.connect(
+            sw.address,
+            name,
+            r,
+            2,
+            optimizer=optimizer,
+            params=p0 if r == 0 else len(p0),
+            drop_rate=drop_rate,
+            seed=11,
+            timeout=20,
+        ) as g:
+            p = p0.copy()
+            for k in range(steps):
+                if r == 0 and setlr and k in setlr:
+                    assert g.set_lr(setlr[k]) == float(np.float32(setlr[k]))
+                x = (scale * (p - targets[r])).astype(f32)
+                g.allreduce(x)
+                p = x
+                trajs[r].append(p.copy())
+                if r == 1 and ckpt_at == k + 1:
+                    extra["ckpt"] = g.state_get()
+            if r == 0:
+                extra["blob"] = g.state_get()
+                extra["stats"] = g.stats()
 
-    ts = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(120)
-    if errors:
-        raise errors[0]
+    in_threads(rank, 2, 120)
     for a, b in zip(*trajs, strict=True):
         assert a.tobytes() == b.tobytes(), "the ranks received different parameters"
     return trajs[0], extra
@@ -576,29 +566,21 @@ def test_group_api_checkpoint_then_restore_continues_bit_for_bit(switch_factory)
     assert st["lr"] == float(np.float32(0.004))
     assert st["params"].tobytes() == traj[29].tobytes()
     # A new job: rank 0 restores instead of uploading parameters; the lr comes with the checkpoint.
-    p_ckpt, out, errors = traj[29].copy(), [[], []], []
+    p_ckpt, out = traj[29].copy(), [[], []]
 
     def rank(r):
-        try:
-            with gradswitch.connect(sw.address, "b", r, 2, optimizer=opt, params=len(p0)) as g:
-                assert g.state_bytes == len(blob)
-                if r == 0:
-                    g.state_set(blob)
-                p = p_ckpt.copy()
-                for _ in range(30):
-                    x = (scale * (p - targets[r])).astype(f32)
-                    g.allreduce(x)
-                    p = x
-                    out[r].append(p.copy())
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+        with gradswitch.connect(sw.address, "b", r, 2, optimizer=opt, params=len(p0)) as g:
+            assert g.state_bytes == len(blob)
+            if r == 0:
+                g.state_set(blob)
+            p = p_ckpt.copy()
+            for _ in range(30):
+                x = (scale * (p - targets[r])).astype(f32)
+                g.allreduce(x)
+                p = x
+                out[r].append(p.copy())
 
-    ts = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
-    assert not errors, errors
+    in_threads(rank, 2, 60)
     for k in range(30):
         assert out[0][k].tobytes() == traj[30 + k].tobytes(), f"step {k + 1} after the restore differs"
         assert out[1][k].tobytes() == traj[30 + k].tobytes()

@@ -15,6 +15,7 @@ import traceback
 import numpy as np
 import pytest
 from _daemon import daemon_binary
+from _ranks import join_or_kill
 from test_allreduce import WORKER_TIMEOUT, abs_sum, check, expected_sum, make_input, run_workers
 
 import gradswitch
@@ -269,10 +270,7 @@ def _run_fallback_workers(sw, sizes, queued, stop, drop=0.0, world=4) -> dict[in
                 raise AssertionError(f"workers did not report in time (got {sorted(reports)})") from None
             reports[rank] = rep
     finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+        join_or_kill(procs, 10)
     errors = {r: rep["error"] for r, rep in reports.items() if "error" in rep}
     assert not errors, "worker errors:\n" + "\n".join(f"rank {r}:\n{e}" for r, e in errors.items())
     for r, rep in reports.items():
@@ -405,10 +403,7 @@ def test_dead_rank_is_a_clear_error(switch_factory, mode):
                 raise AssertionError("ranks did not fail in time") from None
             reports[rank] = rep
     finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
+        join_or_kill(procs, 5)
     for r in range(world - 1):
         err = reports[r].get("error", "")
         if mode != "auto":

@@ -143,10 +143,14 @@ def test_cpu_per_gb_is_in_call_cpu_over_timed_bytes():
     assert by["hostagg"]["host"] == pytest.approx(4.0)
     assert by["mpi_allreduce"] == {"system": "mpi_allreduce", "error": "the run failed"}
     lines: list[str] = []
+    stats = {"udp.thread0.rx_datagrams": 640, "udp.thread1.rx_datagrams": 320, "udp.gro_trains": 30}
+    stats |= {"udp.sleeps": 16, "udp.thread0.cpu_ns": 5}
     suite_report.section_cpu(
-        [rec("gradswitch", worker_cpu_s=[0.1, 0.3], switch_data_cpu_s=0.05, switch_cpu_s=0.06)], lines
+        [rec("gradswitch", worker_cpu_s=[0.1, 0.3], switch_data_cpu_s=0.05, switch_cpu_s=0.06, switch=stats)],
+        lines,
     )
-    assert "| gradswitch (in-network) | 1.00 | – | 0.25 | 0.12 | 0.30 |" in lines  # DATA: 2 workers' worth
+    # DATA: 2 workers' worth; 960 datagrams in 30 GRO trains and 16 wake-ups
+    assert "| gradswitch (in-network) | 1.00 | – | 0.25 | 0.12 | 0.30 | 32.0 | 60.0 |" in lines, lines
 
 
 def test_ddp_series_runs_by_default_and_reports_the_overlap():

@@ -632,6 +632,28 @@ def test_injected_drops_are_counted(tmp_path):
         assert d.stop() == 0
 
 
+def test_bursts_and_sleeps_are_counted(tmp_path):
+    """udp.rx_bursts counts the receive calls that returned datagrams, udp.sleeps the data thread's waits:
+    each DATA sent a while after the previous RESULT arrived is a burst of its own after a wait."""
+    d = Daemon(tmp_path, threads=1)
+    try:
+        job = Job(d, "bursts", world=1)
+        job.udp[0].settimeout(5)
+        s0 = d.stats()
+        for seq in range(5):
+            job.udp[0].sendto(
+                data_packet(job.job_id, job.key, 0, 0, [seq], seq=seq), ("127.0.0.1", d.data_port)
+            )
+            assert HEADER.unpack(job.udp[0].recv(65536)[:32])[2] == MSG_RESULT
+            time.sleep(0.02)  # the data thread finds its socket empty and waits
+        s1 = d.stats()
+        assert s1["udp.rx_bursts"] - s0["udp.rx_bursts"] == 5
+        assert s1["udp.sleeps"] - s0["udp.sleeps"] >= 5
+        job.close()
+    finally:
+        assert d.stop() == 0
+
+
 def test_many_results_in_flight_arrive_intact(daemon):
     """A window of slots at once: bursts of results (UDP GSO writes) reach every rank intact."""
     job = Job(daemon, "window", world=3)

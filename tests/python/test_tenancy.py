@@ -89,6 +89,13 @@ class TenantJob(Job):
         self.job_id, self.key = int(replies[0]["job_id"]), int(replies[0]["key"])
 
 
+def one_round(daemon, tenant: str, name: str) -> None:
+    """A job of `tenant` joins, completes a round and closes: the switch still serves the tenant."""
+    job = TenantJob(daemon, tenant, name)
+    job.allreduce_round(slot=0, seq=0)
+    job.close()
+
+
 def as_tenant(daemon, tenant: str):
     c = daemon.connect()
     authenticate(c, tenant, SECRETS[tenant])
@@ -197,9 +204,7 @@ def test_a_tenant_at_its_quota_gets_no_resources_and_others_are_unaffected(share
         # alice is unaffected: her own jobs, and the same optimizer job, start.
         with as_tenant(shared, "alice") as a:
             assert a.request(hog.replace("job=hog", "job=big")).startswith("OK job_id=")
-        job = TenantJob(shared, "alice", "after")
-        job.allreduce_round(slot=0, seq=0)
-        job.close()
+        one_round(shared, "alice", "after")
     finally:
         for c in bob:
             c.close()
@@ -224,9 +229,7 @@ def test_one_address_cannot_take_every_control_connection(tmp_path):
         floods[0].settimeout(5)
         reply = floods[0].recv(300).decode()
         assert reply.startswith("ERR no_resources closed to make room: 256 control connections"), reply
-        job = TenantJob(d, "alice", "still")
-        job.allreduce_round(slot=0, seq=0)
-        job.close()
+        one_round(d, "alice", "still")
     finally:
         for s in floods:
             s.close()

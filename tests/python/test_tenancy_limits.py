@@ -15,7 +15,7 @@ import socket
 import pytest
 from conftest import require_or_skip
 from test_switch_daemon import Client, Daemon, parse_ok, wait_for
-from test_tenancy import SECRETS, TenantJob, as_tenant, auth_line, authenticate, joining
+from test_tenancy import SECRETS, as_tenant, auth_line, authenticate, joining, one_round
 
 # No `defaults` entry: the quotas are the switch's defaults (half of its limits, --tenant-share).
 AUTH_FILE = f"""tenant alice secret={SECRETS["alice"]}
@@ -72,9 +72,7 @@ def test_thousands_of_idle_connections_from_many_addresses_do_not_stop_a_join(tm
             s.bind((ADDRESSES[i % len(ADDRESSES)], 0))
             s.connect(("127.0.0.1", d.control_port))
             floods.append(s)
-        job = TenantJob(d, "alice", "still")  # CHALLENGE, AUTH and JOIN on two new connections
-        job.allreduce_round(slot=0, seq=0)
-        job.close()
+        one_round(d, "alice", "still")  # CHALLENGE, AUTH and JOIN on two new connections
         # The room came from the flood, oldest first, and each evicted connection was told why.
         floods[0].settimeout(5)
         reply = floods[0].recv(300).decode()
@@ -153,9 +151,7 @@ def test_a_tenant_with_default_quotas_cannot_fill_the_job_table(tmp_path):
             reply = c.readline()
             assert reply.startswith("ERR no_resources tenant 'bob' is at its quota of 2 jobs"), reply
         assert joining(d) == 2
-        job = TenantJob(d, "alice", "mine")  # alice still gets a job
-        job.allreduce_round(slot=0, seq=0)
-        job.close()
+        one_round(d, "alice", "mine")  # alice still gets a job
     finally:
         for c in bob:
             c.close()

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 from test_switch_daemon import Daemon, Job, parse_ok, wait_for
-from test_tenancy import SECRETS, TenantJob, as_tenant, auth_line
+from test_tenancy import SECRETS, TenantJob, as_tenant, auth_line, one_round
 from test_tenancy_metrics import MeteredDaemon, http_get, token
 
 
@@ -75,9 +75,7 @@ def test_a_tenant_added_to_the_file_can_join_after_sighup(reloadable):
     assert operator_stats(d)["auth_reloads"] == "0"
     rewrite(d, auth_text({"alice": SECRETS["alice"], "bob": SECRETS["bob"], "carol": SECRETS["carol"]}))
     hangup(d, reloads=1)
-    job = TenantJob(d, "carol", "new")
-    job.allreduce_round(slot=0, seq=0)
-    job.close()
+    one_round(d, "carol", "new")
     status, _, _ = http_get(d.metrics_port, f"Authorization: Bearer {token('carol')}\r\n")
     assert status == 200  # the new tenant's metrics token works too
     log = d.log()
@@ -108,9 +106,7 @@ def test_a_removed_tenant_cannot_auth_and_its_running_job_goes_on(reloadable):
     assert status == 401  # nor does its metrics token work
     job.close()
     # alice, still in the file, is unaffected.
-    other = TenantJob(d, "alice", "after")
-    other.allreduce_round(slot=0, seq=0)
-    other.close()
+    one_round(d, "alice", "after")
 
 
 def test_a_new_secret_replaces_the_old_one(reloadable):
@@ -166,9 +162,7 @@ def test_a_bad_new_auth_file_is_refused_and_the_running_job_is_unharmed(reloadab
         job.allreduce_round(slot=seq % 2, seq=seq)
     assert parse_ok(job.ctl[1].request("STATUS"))["state"] == "running"
     # The old table is in force: both old tenants authenticate and start jobs.
-    other = TenantJob(d, "bob", "other")
-    other.allreduce_round(slot=0, seq=0)
-    other.close()
+    one_round(d, "bob", "other")
     with d.connect() as c:
         assert auth_reply(c, "alice", SECRETS["alice"]).startswith("OK ")
     job.close()

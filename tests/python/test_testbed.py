@@ -3,14 +3,12 @@ each other, and rate, loss, duplication and reordering take effect."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
-import sys
 
 import pytest
 from _netns import require_netns, unique
+from _tb_run import cli, tcp_run, udp_loss, udp_run
 
 
 @pytest.fixture(autouse=True)
@@ -22,24 +20,6 @@ def _tb():
     from gradswitch import testbed
 
     return testbed
-
-
-def _tool(tb, host, *args, **kw):
-    return tb.python(
-        host,
-        "gradswitch.testbed.tools",
-        *args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
-    )
-
-
-def _last_json(p, timeout=30):
-    so, se = p.communicate(timeout=timeout)
-    assert p.returncode == 0, se
-    return json.loads(so.strip().splitlines()[-1])
 
 
 def test_up_down_leaves_nothing():
@@ -69,31 +49,17 @@ def test_failure_half_way_rolls_back(step):
 
 def test_down_from_another_process_and_cli():
     name = unique("cl")
-    py = [sys.executable, "-m", "gradswitch.testbed"]
-    import gradswitch.testbed.core as core
-
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(core.PYTHON_ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    r = subprocess.run(
-        py + ["up", "--name", name, "-n", "2", "--rate", "none"], capture_output=True, text=True, env=env
-    )
+    r = cli("up", "--name", name, "-n", "2", "--rate", "none")
     assert r.returncode == 0, r.stderr
     try:
-        r = subprocess.run(py + ["status"], capture_output=True, text=True, env=env)
+        r = cli("status")
         assert name in r.stdout and "MISSING" not in r.stdout.split(name, 1)[1].split("\n\n")[0]
-        r = subprocess.run(
-            py + ["exec", "--name", name, "w0", "--", "ping", "-c1", "-W2", "w1"],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
+        r = cli("exec", "--name", name, "w0", "--", "ping", "-c1", "-W2", "w1")
         assert r.returncode == 0, r.stdout + r.stderr
-        r = subprocess.run(py + ["up", "--name", name], capture_output=True, text=True, env=env)
+        r = cli("up", "--name", name)
         assert r.returncode == 1 and "already exists" in r.stderr
     finally:
-        r = subprocess.run(py + ["down", "--name", name], capture_output=True, text=True, env=env)
+        r = cli("down", "--name", name)
     assert r.returncode == 0, r.stderr
     assert _tb().leftovers(name) == []
 
@@ -110,11 +76,7 @@ def test_ping_and_tcp_between_hosts():
     with t.Testbed(workers=2, rate="1gbit", name=unique("pt")) as tb:
         for src, dst in (("w0", "w1"), ("w1", "host"), ("host", "switch"), ("switch", "w0")):
             tb.exec(src, ["ping", "-c1", "-W2", tb.address(dst)])
-        sink = _tool(tb, "w1", "tcp-sink", "--port", "5301", "--timeout", "20")
-        assert "listening" in sink.stdout.readline()
-        src = _tool(tb, "w0", "tcp-source", "--to", f"{tb.address('w1')}:5301", "--seconds", "0.3")
-        _last_json(src)
-        r = _last_json(sink)
+        r = tcp_run(tb, 0.3)
         assert r["bytes"] > 1 << 20
 
 
@@ -122,11 +84,7 @@ def test_ping_and_tcp_between_hosts():
 def test_rate_takes_effect(rate_mbit):
     t = _tb()
     with t.Testbed(workers=2, rate=f"{rate_mbit}mbit", name=unique("rt")) as tb:
-        sink = _tool(tb, "w1", "tcp-sink", "--port", "5301", "--timeout", "20")
-        assert "listening" in sink.stdout.readline()
-        src = _tool(tb, "w0", "tcp-source", "--to", f"{tb.address('w1')}:5301", "--seconds", "2")
-        _last_json(src)
-        r = _last_json(sink)
+        r = tcp_run(tb, 2)
         got = r["bits_per_second"] / 1e6
         print(f"configured {rate_mbit} Mbit/s, TCP goodput {got:.1f} Mbit/s")
         # goodput is ~95% of the wire rate (headers); tbf's bucket lets the first ~100 KB through at once
@@ -137,25 +95,7 @@ def test_loss_takes_effect():
     t = _tb()
     loss, count = 0.1, 4000
     with t.Testbed(workers=1, rate="none", loss=loss, name=unique("ls")) as tb:
-        sink = _tool(tb, "switch", "udp-sink", "--port", "5302", "--timeout", "10", "--idle", "0.5")
-        assert "listening" in sink.stdout.readline()
-        src = _tool(
-            tb,
-            "w0",
-            "udp-source",
-            "--to",
-            f"{tb.address('switch')}:5302",
-            "--count",
-            str(count),
-            "--pps",
-            "20000",
-            "--size",
-            "200",
-        )
-        s = _last_json(src)
-        assert s["send_errors"] == 0  # drops are silent to the sender
-        r = _last_json(sink)
-        lost = 1 - r["distinct"] / count
+        lost = udp_loss(tb, count)
         print(f"configured loss {loss}, measured {lost:.4f} over {count} datagrams (one link direction)")
         assert abs(lost - loss) < 0.03  # ~5 binomial sigmas
         # ping crosses the link twice (request and reply): success ~ (1-p)^2
@@ -166,19 +106,9 @@ def test_loss_takes_effect():
         assert abs(recv / 300 - (1 - loss) ** 2) < 0.1, out
 
 
-def _udp_run(tb, src, dst, count, burst=1):
-    """Send `count` numbered datagrams src -> dst, `burst` per send call; the sink's JSON result."""
-    sink = _tool(tb, dst, "udp-sink", "--port", "5303", "--timeout", "10", "--idle", "0.5")
-    assert "listening" in sink.stdout.readline()
-    to = f"{tb.address(dst)}:5303"
-    args = ["--to", to, "--count", str(count), "--pps", "20000", "--size", "200", "--burst", str(burst)]
-    assert _last_json(_tool(tb, src, "udp-source", *args))["send_errors"] == 0
-    return _last_json(sink)
-
-
 def _udp_copies(tb, src, dst, count):
     """(distinct, extra copies per distinct datagram) of `count` datagrams src -> dst."""
-    r = _udp_run(tb, src, dst, count)
+    r = udp_run(tb, src, dst, count)
     return r["distinct"], r["received"] / max(r["distinct"], 1) - 1
 
 
@@ -226,14 +156,14 @@ def test_reorder_takes_effect():
     with t.Testbed(workers=1, rate="1gbit", reorder=p, name=unique("ro")) as tb:
         assert tb.describe()["reorder"] == p and not tb.link.offloads_on()
         for src, dst in (("w0", "switch"), ("switch", "w0")):
-            r = _udp_run(tb, src, dst, count, burst)
+            r = udp_run(tb, src, dst, count, burst)
             late = r["late"] / count
             want = p * (burst - 1) / burst  # the last packet of a burst has nothing to fall behind
             print(f"{src} -> {dst}: reorder {p}, bursts of {burst}: late {late:.4f} (want {want:.3f}), {r}")
             assert r["received"] == r["distinct"] >= 0.98 * count
             assert abs(late - want) < 0.04, r
             assert 0 < r["displacement"]["p100"] < burst, r
-            r = _udp_run(tb, src, dst, 1000)  # one datagram per send: the backlog is empty each time
+            r = udp_run(tb, src, dst, 1000)  # one datagram per send: the backlog is empty each time
             assert r["late"] == 0, r
         # the packets the rules diverted, both directions (nft counters): about p of those sent
         rules = tb.exec("switch", ["nft", "list", "table", "netdev", "gs_reorder"]).stdout

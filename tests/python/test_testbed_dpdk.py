@@ -8,13 +8,12 @@ GRADSWITCH_REQUIRE_DPDK=1 (then it fails). ~30 s.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 
 import pytest
-from _netns import netns_unavailable_reason, unique
+from _netns import netns_unavailable_reason, skip_or_fail, unique
+from _tb_run import cli, last_json, tcp_run, udp_loss
 
 ALLREDUCE = r"""
 import json, sys, time
@@ -63,31 +62,13 @@ def dpdk_unavailable_reason() -> str | None:
 
 @pytest.fixture(autouse=True)
 def _dpdk():
-    why = dpdk_unavailable_reason()
-    if why is None:
-        return
-    if os.environ.get("GRADSWITCH_REQUIRE_DPDK") == "1":
-        pytest.fail(f"GRADSWITCH_REQUIRE_DPDK=1 but {why}")
-    print(f"skipping: {why}")
-    pytest.skip(why)
+    skip_or_fail(dpdk_unavailable_reason(), "GRADSWITCH_REQUIRE_DPDK")
 
 
 def _tb():
     from gradswitch import testbed
 
     return testbed
-
-
-def _tool(tb, host, *args):
-    return tb.python(
-        host, "gradswitch.testbed.tools", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def _last_json(p, timeout=60):
-    so, se = p.communicate(timeout=timeout)
-    assert p.returncode == 0, so + se
-    return json.loads(so.strip().splitlines()[-1])
 
 
 def _stats(tb) -> dict:
@@ -120,11 +101,7 @@ def test_dpdk_switch_ping_tcp_allreduce():
         assert f"{t.core.TAP}" in addrs and "10.66.0.1/24" in addrs, addrs
         for src, dst in (("w0", "w1"), ("w1", "host"), ("host", "switch"), ("switch", "w0")):
             tb.exec(src, ["ping", "-c1", "-W2", tb.address(dst)])
-        sink = _tool(tb, "w1", "tcp-sink", "--port", "5301", "--timeout", "20")
-        assert "listening" in sink.stdout.readline()
-        src = _tool(tb, "w0", "tcp-source", "--to", f"{tb.address('w1')}:5301", "--seconds", "0.5")
-        _last_json(src)
-        r = _last_json(sink)
+        r = tcp_run(tb, 0.5)
         assert r["bytes"] > 4 << 20, r
         before = _stats(tb)
         assert int(before["dpdk.l2_forwarded"]) > 3000, before
@@ -140,7 +117,7 @@ def test_dpdk_switch_ping_tcp_allreduce():
             )
             for r in range(2)
         ]
-        res = [_last_json(p) for p in procs]
+        res = [last_json(p) for p in procs]
         print("allreduce 4 MiB N=2 through DPDK, seconds:", [r["times"] for r in res])
         assert all(r["ok"] for r in res), res
         st = _stats(tb)
@@ -155,25 +132,7 @@ def test_dpdk_loss_on_host_side():
     t = _tb()
     loss, count = 0.1, 4000
     with t.Testbed(workers=1, rate="none", loss=loss, name=unique("dl"), switch="dpdk") as tb:
-        sink = _tool(tb, "switch", "udp-sink", "--port", "5302", "--timeout", "10", "--idle", "0.5")
-        assert "listening" in sink.stdout.readline()
-        src = _tool(
-            tb,
-            "w0",
-            "udp-source",
-            "--to",
-            f"{tb.address('switch')}:5302",
-            "--count",
-            str(count),
-            "--pps",
-            "20000",
-            "--size",
-            "200",
-        )
-        s = _last_json(src)
-        assert s["send_errors"] == 0  # UDP without IP_RECVERR does not see the host-side egress drop
-        r = _last_json(sink)
-        lost = 1 - r["distinct"] / count
+        lost = udp_loss(tb, count)  # UDP does not see the host-side egress drop
         print(f"--switch dpdk: configured loss {loss}, measured {lost:.4f} over {count} datagrams")
         assert abs(lost - loss) < 0.03
         # the rules are on the host side, and they count
@@ -200,34 +159,19 @@ def test_dpdk_cli_up_status_down():
     name = unique("dc")
     import gradswitch.testbed.core as core
 
-    py = [sys.executable, "-m", "gradswitch.testbed"]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(core.PYTHON_ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    r = subprocess.run(
-        py + ["up", "--name", name, "-n", "2", "--rate", "none", "--switch", "dpdk"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    r = cli("up", "--name", name, "-n", "2", "--rate", "none", "--switch", "dpdk")
     assert r.returncode == 0, r.stdout + r.stderr
     pid = core.load_state(name).daemon_pid
     try:
         # the daemon outlives the `up` process
         assert not _gone(pid)
-        r = subprocess.run(py + ["status"], capture_output=True, text=True, env=env)
+        r = cli("status")
         block = r.stdout.split(f"{name}:", 1)[1]
         assert "switch dpdk" in block and "running" in block and "NOT RUNNING" not in block, r.stdout
-        r = subprocess.run(
-            py + ["exec", "--name", name, "w0", "--", "ping", "-c1", "-W2", "w1"],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
+        r = cli("exec", "--name", name, "w0", "--", "ping", "-c1", "-W2", "w1")
         assert r.returncode == 0, r.stdout + r.stderr
     finally:
-        r = subprocess.run(py + ["down", "--name", name], capture_output=True, text=True, env=env)
+        r = cli("down", "--name", name)
     assert r.returncode == 0, r.stderr
     assert _tb().leftovers(name) == []
     assert _gone(pid)

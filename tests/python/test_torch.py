@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from _daemon import daemon_binary
+from _ranks import join_or_kill
 
 torch = pytest.importorskip("torch", reason="PyTorch is not importable: the gradswitch.torch tests need it")
 dist = pytest.importorskip("torch.distributed", reason="this PyTorch has no torch.distributed")
@@ -121,11 +122,7 @@ def run_workers(fn, *args, world=WORLD, env=None, timeout=90.0):
             else:
                 errors[rank] = value
     finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        join_or_kill(procs, 10)
     if errors:
         pytest.fail("worker error(s):\n" + "\n".join(f"[rank {r}] {tb}" for r, tb in sorted(errors.items())))
     return [results[r] for r in range(world)]

@@ -10,11 +10,11 @@ import os
 import signal
 import socket
 import time
-import traceback
 
 import numpy as np
 import pytest
-from test_allreduce import assert_reports, check, make_input, run_workers
+from _ranks import join_or_kill
+from test_allreduce import assert_reports, check, make_input, reporting, run_workers
 
 import gradswitch
 
@@ -181,24 +181,35 @@ def test_closed_group_refuses_work(start_switch):
 # ---------------------------------------------------------------------------- multi-process failures
 
 
-def _idle_rank_worker(q, rank, world, address, timeout, hold_s):
-    """Rank 0 allreduces; the others join and then do nothing for hold_s seconds."""
-    out = {"results": []}
+def _expect(out, error, key, not_raised, allreduce):
+    """allreduce() must raise `error`: its message goes to out[key], the seconds it took to
+    out["elapsed"], and out["error"] says `not_raised` when it returned. The error, or None."""
+    t0 = time.monotonic()
     try:
-        with gradswitch.connect(address, job="stuck", rank=rank, world_size=world, timeout=timeout) as g:
-            if rank == 0:
-                t0 = time.monotonic()
-                try:
-                    g.allreduce(np.ones(10_000, dtype=np.float32))
-                    out["error"] = "allreduce returned although a rank never contributed"
-                except gradswitch.GradswitchTimeout as e:
-                    out["timeout"] = str(e)
-                    out["elapsed"] = time.monotonic() - t0
-            else:
-                time.sleep(hold_s)
-    except Exception:
-        out["error"] = traceback.format_exc()
-    q.put((rank, out))
+        allreduce()
+        out["error"] = not_raised
+    except error as e:
+        out[key] = str(e)
+        out["elapsed"] = time.monotonic() - t0
+        return e
+    return None
+
+
+@reporting
+def _idle_rank_worker(out, rank, world, address, timeout, hold_s):
+    """Rank 0 allreduces; the others join and then do nothing for hold_s seconds."""
+    with gradswitch.connect(address, job="stuck", rank=rank, world_size=world, timeout=timeout) as g:
+        if rank == 0:
+            why = "allreduce returned although a rank never contributed"
+            _expect(
+                out,
+                gradswitch.GradswitchTimeout,
+                "timeout",
+                why,
+                lambda: g.allreduce(np.ones(10_000, np.float32)),
+            )
+        else:
+            time.sleep(hold_s)
 
 
 def test_timeout_names_job_seq_and_missing_ranks(start_switch):
@@ -213,29 +224,26 @@ def test_timeout_names_job_seq_and_missing_ranks(start_switch):
     assert sw.address in msg, msg  # what to check: reaching the switch
 
 
-def _crash_worker(q, rank, world, address, ready):
-    out = {"results": []}
-    try:
-        with gradswitch.connect(address, job="crash", rank=rank, world_size=world, timeout=8) as g:
-            x = make_input("exact", rank, 200_003)
-            g.allreduce(x)  # one good round first
-            out["results"].append(
-                ("crash", "float32", "exact", x.size) + check("exact", "float32", world, x) + (0,)
-            )
-            if rank == world - 1:
-                ready.set()
+@reporting
+def _crash_worker(out, rank, world, address, ready):
+    with gradswitch.connect(address, job="crash", rank=rank, world_size=world, timeout=8) as g:
+        x = make_input("exact", rank, 200_003)
+        g.allreduce(x)  # one good round first
+        out["results"].append(
+            ("crash", "float32", "exact", x.size) + check("exact", "float32", world, x) + (0,)
+        )
+        if rank == world - 1:
+            ready.set()
+
+        def keep_going():
             t0 = time.monotonic()
-            try:
-                while time.monotonic() - t0 < 20:
-                    g.allreduce(make_input("exact", rank, 4_000_000))
-                out["error"] = "allreduce kept working although a rank was killed"
-            except gradswitch.JobAborted as e:
-                out["aborted"] = str(e)
-                out["aborted_rank"] = e.rank
-                out["elapsed"] = time.monotonic() - t0
-    except Exception:
-        out["error"] = traceback.format_exc()
-    q.put((rank, out))
+            while time.monotonic() - t0 < 20:
+                g.allreduce(make_input("exact", rank, 4_000_000))
+
+        why = "allreduce kept working although a rank was killed"
+        e = _expect(out, gradswitch.JobAborted, "aborted", why, keep_going)
+        if e is not None:
+            out["aborted_rank"] = e.rank
 
 
 def test_killed_rank_aborts_others_and_switch_frees_job(start_switch):
@@ -264,10 +272,7 @@ def test_killed_rank_aborts_others_and_switch_frees_job(start_switch):
             reports[rank] = rep
         detect = time.monotonic() - t_kill
     finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
+        join_or_kill(procs, 5)
     assert_reports(reports)
     for r, rep in reports.items():
         print(f"rank {r} after {rep['elapsed']:.2f} s: {rep['aborted']}")
@@ -284,42 +289,29 @@ def test_killed_rank_aborts_others_and_switch_frees_job(start_switch):
     assert_reports(reports)
 
 
-def _pair_worker(q, rank, world, address):
-    out = {"results": []}
-    try:
-        with gradswitch.connect(address, job="crash", rank=rank, world_size=world, timeout=8) as g:
-            x = make_input("int", rank, 100_000)
-            g.allreduce(x)
-            out["results"].append(
-                ("crash", "int32", "int", x.size) + check("int", "float32", world, x) + (0,)
+@reporting
+def _pair_worker(out, rank, world, address):
+    with gradswitch.connect(address, job="crash", rank=rank, world_size=world, timeout=8) as g:
+        x = make_input("int", rank, 100_000)
+        g.allreduce(x)
+        out["results"].append(("crash", "int32", "int", x.size) + check("int", "float32", world, x) + (0,))
+
+
+@reporting
+def _exception_worker(out, rank, world, address):
+    if rank == 1:
+        try:
+            with gradswitch.connect(address, job="exc", rank=rank, world_size=world, timeout=20):
+                time.sleep(0.5)
+                raise RuntimeError("user code failed")
+        except RuntimeError:
+            out["left"] = True
+    else:
+        with gradswitch.connect(address, job="exc", rank=rank, world_size=world, timeout=20) as g:
+            why = "allreduce returned although rank 1 left"
+            _expect(
+                out, gradswitch.JobAborted, "aborted", why, lambda: g.allreduce(np.ones(1000, np.float32))
             )
-    except Exception:
-        out["error"] = traceback.format_exc()
-    q.put((rank, out))
-
-
-def _exception_worker(q, rank, world, address):
-    out = {"results": []}
-    try:
-        if rank == 1:
-            try:
-                with gradswitch.connect(address, job="exc", rank=rank, world_size=world, timeout=20):
-                    time.sleep(0.5)
-                    raise RuntimeError("user code failed")
-            except RuntimeError:
-                out["left"] = True
-        else:
-            with gradswitch.connect(address, job="exc", rank=rank, world_size=world, timeout=20) as g:
-                t0 = time.monotonic()
-                try:
-                    g.allreduce(np.ones(1000, dtype=np.float32))
-                    out["error"] = "allreduce returned although rank 1 left"
-                except gradswitch.JobAborted as e:
-                    out["aborted"] = str(e)
-                    out["elapsed"] = time.monotonic() - t0
-    except Exception:
-        out["error"] = traceback.format_exc()
-    q.put((rank, out))
 
 
 def test_exception_in_with_block_aborts_job_for_others(start_switch):

@@ -40,6 +40,7 @@ local elem_types = {
   [4] = "float16",
   [5] = "bfloat16",
   [6] = "float64",
+  [7] = "mx8",
 }
 local elem_sizes = { [1] = 4, [2] = 4, [3] = 4, [4] = 2, [5] = 2, [6] = 8 }
 local abort_reasons = {
@@ -125,31 +126,43 @@ gs.experts = { e.length, e.short, e.elem, e.mtype, e.reserved, e.retx, e.abort }
 gs.prefs.max_elements = Pref.uint("Elements shown per packet", 64,
   "How many elements of a packet are added to the tree (the rest is summarised)")
 
--- IEEE binary16 bits to a number.
-local function half_to_number(bits)
-  local sign = bit32.band(bits, 0x8000) ~= 0 and -1 or 1
-  local exp = bit32.band(bit32.rshift(bits, 10), 0x1F)
-  local mant = bit32.band(bits, 0x3FF)
-  if exp == 0 then return sign * math.ldexp(mant, -24) end
-  if exp == 31 then
+-- The bits of a binary floating-point number of exp_bits exponent and mant_bits mantissa bits (IEEE
+-- binary16: 5 and 10; bfloat16, the upper half of a binary32: 8 and 7) to a number.
+local function float_bits_to_number(bits, exp_bits, mant_bits)
+  local sign_bit = 2 ^ (exp_bits + mant_bits)
+  local sign = bit32.band(bits, sign_bit) ~= 0 and -1 or 1
+  local exp_max = 2 ^ exp_bits - 1
+  local exp = bit32.band(bit32.rshift(bits, mant_bits), exp_max)
+  local mant = bit32.band(bits, 2 ^ mant_bits - 1)
+  local bias = 2 ^ (exp_bits - 1) - 1
+  if exp == 0 then return sign * math.ldexp(mant, 1 - bias - mant_bits) end
+  if exp == exp_max then
     if mant == 0 then return sign * math.huge end
     return 0 / 0
   end
-  return sign * math.ldexp(mant + 1024, exp - 25)
+  return sign * math.ldexp(mant + 2 ^ mant_bits, exp - bias - mant_bits)
 end
 
--- bfloat16 bits (the upper half of a binary32) to a number.
-local function bfloat16_to_number(bits)
-  local sign = bit32.band(bits, 0x8000) ~= 0 and -1 or 1
-  local exp = bit32.band(bit32.rshift(bits, 7), 0xFF)
-  local mant = bit32.band(bits, 0x7F)
-  if exp == 0 then return sign * math.ldexp(mant, -133) end
-  if exp == 255 then
-    if mant == 0 then return sign * math.huge end
-    return 0 / 0
+-- Adds fields[name] over tvb(offset, length) for each { name, offset, length } of layout, in its order;
+-- returns the items by name.
+local function add_layout(root, fields, tvb, layout)
+  local items = {}
+  for _, l in ipairs(layout) do
+    items[l[1]] = root:add(fields[l[1]], tvb(l[2], l[3]))
   end
-  return sign * math.ldexp(mant + 128, exp - 134)
+  return items
 end
+
+-- The header's fields up to the exponents, { name in f, offset, length } (docs/protocol.md section 2).
+local header_layout = {
+  { "magic", 0, 2 }, { "version", 2, 1 }, { "type", 3, 1 }, { "job_id", 4, 4 }, { "key", 8, 4 },
+  { "rank", 12, 2 }, { "slot", 14, 2 }, { "flags", 16, 1 }, { "elem_type", 17, 1 }, { "count", 18, 2 },
+  { "seq", 20, 4 }, { "offset", 24, 4 },
+}
+-- The bit fields shown under the flags byte.
+local flag_fields = {
+  "flag_version", "flag_retx", "flag_unicast", "flag_last", "flag_sum", "flag_dsack", "flag_other",
+}
 
 local function flags_text(flags)
   local out = {}
@@ -162,6 +175,13 @@ end
 -- The elements of the payload, little-endian, as their type; at most max_elements of them.
 local function add_elements(tree, tvb, elem, count, scale_exp)
   local size = elem_sizes[elem]
+  if elem == 7 then -- mx8: blocks of a scale byte and 32 E4M3 bytes (docs/protocol.md 2.2), shown as bytes
+    local bytes = math.min(count + math.floor((count + 31) / 32), tvb:len() - GS_HEADER_BYTES)
+    if bytes > 0 then
+      tree:add(f.elements, tvb(GS_HEADER_BYTES, bytes)):set_text(string.format("Elements: %d mx8 (%d bytes)", count, bytes))
+    end
+    return
+  end
   local shown = math.min(count, gs.prefs.max_elements)
   local sub = tree:add(f.elements, tvb(GS_HEADER_BYTES, count * size))
   sub:set_text(string.format("Elements: %d %s", count, elem_types[elem]))
@@ -180,9 +200,9 @@ local function add_elements(tree, tvb, elem, count, scale_exp)
         sub:add(f.fixed32_value, r, v):set_generated()
       end
     elseif elem == 4 then
-      sub:add(f.float16, r, half_to_number(r:le_uint()))
+      sub:add(f.float16, r, float_bits_to_number(r:le_uint(), 5, 10))
     elseif elem == 5 then
-      sub:add(f.bfloat16, r, bfloat16_to_number(r:le_uint()))
+      sub:add(f.bfloat16, r, float_bits_to_number(r:le_uint(), 8, 7))
     elseif elem == 6 then
       sub:add_le(f.float64, r)
     end
@@ -229,30 +249,15 @@ local function dissect(tvb, pinfo, tree)
   local next_exp = tvb(28, 1):int()
   local scale_exp = tvb(29, 1):int()
 
-  root:add(f.magic, tvb(0, 2))
-  root:add(f.version, tvb(2, 1))
-  local type_item = root:add(f.type, tvb(3, 1))
-  if not msg_types[mtype] then type_item:add_proto_expert_info(e.mtype) end
-  root:add(f.job_id, tvb(4, 4))
-  root:add(f.key, tvb(8, 4))
-  local rank_item = root:add(f.rank, tvb(12, 2))
-  if mtype == 2 then rank_item:append_text(" (the completer: its DATA completed the round)") end
-  root:add(f.slot, tvb(14, 2))
-  local fl = root:add(f.flags, tvb(16, 1))
+  local items = add_layout(root, f, tvb, header_layout)
+  if not msg_types[mtype] then items.type:add_proto_expert_info(e.mtype) end
+  if mtype == 2 then items.rank:append_text(" (the completer: its DATA completed the round)") end
+  local fl = items.flags
   local names = flags_text(flags)
   if names ~= "" then fl:append_text(" (" .. names .. ")") end
-  fl:add(f.flag_version, tvb(16, 1))
-  fl:add(f.flag_retx, tvb(16, 1))
-  fl:add(f.flag_unicast, tvb(16, 1))
-  fl:add(f.flag_last, tvb(16, 1))
-  fl:add(f.flag_sum, tvb(16, 1))
-  fl:add(f.flag_dsack, tvb(16, 1))
-  fl:add(f.flag_other, tvb(16, 1))
+  for _, k in ipairs(flag_fields) do fl:add(f[k], tvb(16, 1)) end
   if bit32.band(flags, FLAG_RETX) ~= 0 then fl:add_proto_expert_info(e.retx) end
-  local elem_item = root:add(f.elem_type, tvb(17, 1))
-  root:add(f.count, tvb(18, 2))
-  root:add(f.seq, tvb(20, 4))
-  root:add(f.offset, tvb(24, 4))
+  local elem_item = items.elem_type
   if mtype == 3 then
     root:add(f.abort_reason, tvb(28, 1)):add_proto_expert_info(e.abort)
   else
@@ -330,19 +335,18 @@ local ne_length = ProtoExpert.new("gradswitch_notify.bad_length", "A completion 
   expert.group.MALFORMED, expert.severity.ERROR)
 gsn.experts = { ne_length }
 
+-- The completion signal's fields, { name in nf, offset, length } (include/gradswitch/notify.h).
+local notify_layout = {
+  { "magic", 0, 4 }, { "version", 4, 1 }, { "reason", 5, 1 }, { "reserved", 6, 2 }, { "job_id", 8, 4 },
+  { "seq", 12, 4 }, { "elements", 16, 8 }, { "last_result_ns", 24, 8 },
+}
+
 local function dissect_notify(tvb, pinfo, tree)
   pinfo.cols.protocol = "GRADSWITCH"
   local root = tree:add(gsn, tvb())
   if tvb:len() ~= GS_NOTIFY_BYTES then root:add_proto_expert_info(ne_length) end
   if tvb:len() < GS_NOTIFY_BYTES then return tvb:len() end
-  root:add(nf.magic, tvb(0, 4))
-  root:add(nf.version, tvb(4, 1))
-  root:add(nf.reason, tvb(5, 1))
-  root:add(nf.reserved, tvb(6, 2))
-  root:add(nf.job_id, tvb(8, 4))
-  root:add(nf.seq, tvb(12, 4))
-  root:add(nf.elements, tvb(16, 8))
-  root:add(nf.last_result_ns, tvb(24, 8))
+  add_layout(root, nf, tvb, notify_layout)
   pinfo.cols.info = string.format("COMPLETE job 0x%08x seq %d (%s)", tvb(8, 4):uint(), tvb(12, 4):uint(),
     notify_reasons[tvb(5, 1):uint()] or "?")
   return tvb:len()

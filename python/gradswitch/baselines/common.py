@@ -169,5 +169,32 @@ def fail_text(outs) -> str:
     return "\n".join(f"--- {n} rc={rc}\n{se.strip()[-2000:]}" for n, rc, so, se in outs if rc != 0)
 
 
+def add_rank_options(p) -> None:
+    """A worker's options that every system shares: its rank, the world, the size and the iterations."""
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--nbytes", type=int, required=True)
+    p.add_argument("--iters", type=int, required=True, help="total, warmup included")
+    p.add_argument("--warmup", type=int, default=1)
+
+
+def start_ranks(tb, module: str, ranks: int, args_of, env: dict | None = None) -> list:
+    """One `python -m module *args_of(r)` per rank r on machine w<r> of testbed tb, its output piped:
+    (name, process) pairs for wait_all."""
+    return [
+        (f"w{r}", tb.python(f"w{r}", module, *args_of(r), stdout=-1, stderr=-1, text=True, env=env))
+        for r in range(ranks)
+    ]
+
+
+def results_of(procs, timeout: float, what: str, tail=lambda: "", error=BaselineError) -> list[dict]:
+    """Waits for the processes (wait_all) and returns their result lines; if any failed, raises `error`
+    "<what> failed:" with every failed process's stderr and tail() (the switches' logs, say)."""
+    outs = wait_all(procs, timeout)
+    if any(rc != 0 for _, rc, _, _ in outs):
+        raise error(f"{what} failed:\n" + fail_text(outs) + tail())
+    return [r for _, _, so, _ in outs for r in parse_results(so)]
+
+
 def python() -> str:
     return sys.executable

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import numpy as np
 
-from .common import check, emit, grad
+from .common import add_rank_options, check, emit, grad
 
 
 def work(
@@ -62,11 +62,7 @@ def work(
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m gradswitch.baselines.gloo")
     p.add_argument("--master", required=True, help="addr:port of the TCP store (rank 0 listens)")
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--nbytes", type=int, required=True)
-    p.add_argument("--iters", type=int, required=True, help="total, warmup included")
-    p.add_argument("--warmup", type=int, default=1)
+    add_rank_options(p)
     p.add_argument("--ifname", default="gs-eth0")
     a = p.parse_args(argv)
     emit(**work(a.master, a.rank, a.world, a.nbytes, a.iters, a.warmup, a.ifname))

@@ -26,17 +26,7 @@ import numpy as np
 from gradswitch.daemon import Daemon
 from gradswitch.local_switch import control_request
 
-from .common import (
-    BaselineError,
-    check,
-    combine,
-    emit,
-    fail_text,
-    grad,
-    parse_results,
-    wait_all,
-    worker_count,
-)
+from .common import add_rank_options, check, combine, emit, grad, results_of, start_ranks, worker_count
 
 CONTROL_PORT = 17700
 DATA_PORT = 17701
@@ -196,37 +186,18 @@ def run_workers(
     """One worker process per rank r on machine w<r>, joining through addresses[r] (one switch, its
     rack's leaf, or a "a:port,b:port" list of shards); their result records in rank order. A failure
     raises BaselineError with every rank's output and `logs()` (the switches' logs)."""
-    extra = ["--switch-pid", switch_pid] if switch_pid else []
-    procs = [
-        (
-            f"w{r}",
-            tb.python(
-                f"w{r}",
-                "gradswitch.baselines.gradswitch_sys",
-                "worker",
-                "--switch", addr,
-                "--rank", r,
-                "--world", len(addresses),
-                "--nbytes", nbytes,
-                "--iters", total,
-                "--warmup", warmup,
-                "--wire", wire,
-                "--timeout", op_timeout,
-                "--drop-rate", drop_rate,
-                "--job", f"bench{os.getpid()}",
-                *extra,
-                stdout=-1,
-                stderr=-1,
-                text=True,
-                env=env,
-            ),
-        )
-        for r, addr in enumerate(addresses)
-    ]  # fmt: skip
-    outs = wait_all(procs, timeout)
-    if any(rc != 0 for _, rc, _, _ in outs):
-        raise BaselineError("gradswitch failed:\n" + fail_text(outs) + "\n--- gradswitchd log\n" + logs())
-    rs = [r for _, _, so, _ in outs for r in parse_results(so)]
+    n = len(addresses)
+    args = ["--world", n, "--nbytes", nbytes, "--iters", total, "--warmup", warmup, "--wire", wire]
+    args += ["--timeout", op_timeout, "--drop-rate", drop_rate, "--job", f"bench{os.getpid()}"]
+    args += ["--switch-pid", switch_pid] if switch_pid else []
+    procs = start_ranks(
+        tb,
+        "gradswitch.baselines.gradswitch_sys",
+        n,
+        lambda r: ["worker", "--switch", addresses[r], "--rank", r, *args],
+        env=env,
+    )
+    rs = results_of(procs, timeout, "gradswitch", tail=lambda: "\n--- gradswitchd log\n" + logs())
     rs.sort(key=lambda r: r["rank"])
     return rs
 
@@ -300,11 +271,7 @@ def main(argv=None) -> int:
     w = sub.add_parser("worker")
     w.add_argument("--switch", required=True, help="host:port of the switch's control plane")
     w.add_argument("--job", default="bench")
-    w.add_argument("--rank", type=int, required=True)
-    w.add_argument("--world", type=int, required=True)
-    w.add_argument("--nbytes", type=int, required=True)
-    w.add_argument("--iters", type=int, required=True, help="total, warmup included")
-    w.add_argument("--warmup", type=int, default=1)
+    add_rank_options(w)
     w.add_argument("--wire", default="float32")
     w.add_argument("--timeout", type=float, default=30.0)
     w.add_argument("--drop-rate", type=float, default=0.0)

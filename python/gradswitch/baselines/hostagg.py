@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from .common import check, emit, grad
+from .common import add_rank_options, check, emit, grad
 
 HELLO = struct.Struct("!4sIIQQ")  # magic, rank, world, nbytes, chunk bytes
 MAGIC = b"GSHA"
@@ -250,12 +250,8 @@ def main(argv=None) -> int:
     s.add_argument("--warmup", type=int, default=1, help="untimed first iterations (not in its cpu_s)")
     w = sub.add_parser("worker")
     w.add_argument("--connect", required=True)
-    w.add_argument("--rank", type=int, required=True)
-    w.add_argument("--world", type=int, required=True)
-    w.add_argument("--nbytes", type=int, required=True)
+    add_rank_options(w)
     w.add_argument("--chunk", type=int, default=1 << 20)
-    w.add_argument("--iters", type=int, required=True, help="total, warmup included")
-    w.add_argument("--warmup", type=int, default=1)
     a = p.parse_args(argv)
     if a.nbytes % 4:
         p.error("--nbytes must be a multiple of 4 (float32)")

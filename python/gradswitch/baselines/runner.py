@@ -17,7 +17,17 @@ import sys
 import tempfile
 
 from ..testbed import Testbed, TestbedError
-from .common import BaselineError, Result, combine, fail_text, parse_results, python, wait_all, worker_count
+from .common import (
+    BaselineError,
+    Result,
+    combine,
+    fail_text,
+    python,
+    results_of,
+    start_ranks,
+    wait_all,
+    worker_count,
+)
 from .gradswitch_sys import run_gradswitch, switch_daemon
 
 SYSTEMS = ("hostagg", "gloo", "mpi_allreduce", "mpi_reduce_bcast")
@@ -40,22 +50,14 @@ def run_hostagg(
     if chunk is None:  # small enough to pipeline (>= 32 chunks), big enough to keep per-chunk cost low
         chunk = min(1 << 20, max(64 << 10, (nbytes // 32) // 4096 * 4096))
     total = iters + warmup
+    args = ["--world", n, "--nbytes", nbytes, "--chunk", chunk, "--iters", total, "--warmup", warmup]
     srv = tb.python(
         "host",
         "gradswitch.baselines.hostagg",
         "server",
         "--port",
         port,
-        "--world",
-        n,
-        "--nbytes",
-        nbytes,
-        "--chunk",
-        chunk,
-        "--iters",
-        total,
-        "--warmup",
-        warmup,
+        *args,
         stdout=-1,
         stderr=-1,
         text=True,
@@ -64,38 +66,11 @@ def run_hostagg(
     if not first.startswith("READY"):
         outs = wait_all([("server", srv)], 5)
         raise BaselineError("hostagg server did not start:\n" + fail_text(outs) + first)
-    procs = [("server", srv)] + [
-        (
-            f"w{r}",
-            tb.python(
-                f"w{r}",
-                "gradswitch.baselines.hostagg",
-                "worker",
-                "--connect",
-                f"{tb.address('host')}:{port}",
-                "--rank",
-                r,
-                "--world",
-                n,
-                "--nbytes",
-                nbytes,
-                "--iters",
-                total,
-                "--warmup",
-                warmup,
-                "--chunk",
-                chunk,
-                stdout=-1,
-                stderr=-1,
-                text=True,
-            ),
-        )
-        for r in range(n)
-    ]
-    outs = wait_all(procs, timeout)
-    if any(rc != 0 for _, rc, _, _ in outs):
-        raise BaselineError("hostagg failed:\n" + fail_text(outs))
-    lines = [r for _, _, so, _ in outs for r in parse_results(so)]
+    connect = ["--connect", f"{tb.address('host')}:{port}"]
+    procs = [("server", srv)] + start_ranks(
+        tb, "gradswitch.baselines.hostagg", n, lambda r: ["worker", *connect, "--rank", r, *args]
+    )
+    lines = results_of(procs, timeout, "hostagg")
     rs = [r for r in lines if r.get("role") != "server"]
     server = next((r for r in lines if r.get("role") == "server"), {})
     return combine("hostagg", n, nbytes, iters, rs, n, {"chunk": chunk, "host_cpu_s": server.get("cpu_s")})
@@ -112,37 +87,12 @@ def run_gloo(
 ) -> Result:
     n = worker_count(tb, workers)
     master = f"{tb.address('w0')}:{port}"
-    procs = [
-        (
-            f"w{r}",
-            tb.python(
-                f"w{r}",
-                "gradswitch.baselines.gloo",
-                "--master",
-                master,
-                "--rank",
-                r,
-                "--world",
-                n,
-                "--nbytes",
-                nbytes,
-                "--iters",
-                iters + warmup,
-                "--warmup",
-                warmup,
-                "--ifname",
-                tb.interface(f"w{r}"),
-                stdout=-1,
-                stderr=-1,
-                text=True,
-            ),
-        )
-        for r in range(n)
-    ]
-    outs = wait_all(procs, timeout)
-    if any(rc != 0 for _, rc, _, _ in outs):
-        raise BaselineError("gloo failed:\n" + fail_text(outs))
-    rs = [r for _, _, so, _ in outs for r in parse_results(so)]
+    args = ["--master", master, "--world", n, "--nbytes", nbytes, "--iters", iters + warmup]
+    args += ["--warmup", warmup]
+    procs = start_ranks(
+        tb, "gradswitch.baselines.gloo", n, lambda r: [*args, "--rank", r, "--ifname", tb.interface(f"w{r}")]
+    )
+    rs = results_of(procs, timeout, "gloo")
     return combine("gloo", n, nbytes, iters, rs, n)
 
 

@@ -4,8 +4,8 @@
     dist.init_process_group("gradswitch")   # GRADSWITCH_SWITCH=host:port; allreduce SUM/AVG on the switch
 
 - ProcessGroupGradswitch / Options: the backend (other collectives through an internal gloo group);
-- GradswitchState + allreduce_hook / fixed32_hook / float16_hook / bfloat16_hook: DDP comm hooks for
-  users who keep gloo or nccl as their process group;
+- GradswitchState + allreduce_hook / fixed32_hook / float16_hook / bfloat16_hook / mx8_hook: DDP comm
+  hooks for users who keep gloo or nccl as their process group (error feedback on the lossy wires);
 - ChunkedOverlap: uniform-chunk overlap of backward and communication (paper 001's PCCO);
 - DistributedOptimizer, broadcast_parameters, broadcast_optimizer_state: Horovod-style API;
 - SwitchOptimizer: a torch.optim.Optimizer whose update runs in the switch (docs/optimizer.md).
@@ -45,6 +45,7 @@ from .hooks import (
     bfloat16_hook,
     fixed32_hook,
     float16_hook,
+    mx8_hook,
     state_hook,
 )
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
@@ -73,6 +74,7 @@ __all__ = [
     "fixed32_hook",
     "float16_hook",
     "gradswitch_group",
+    "mx8_hook",
     "register",
     "state_hook",
 ]

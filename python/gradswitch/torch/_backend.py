@@ -32,6 +32,7 @@ from torch.futures import Future
 
 import gradswitch
 
+from . import _sparse
 from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel
 from ._guards import refuse_undistributed_accelerate
 
@@ -47,7 +48,7 @@ class Options:
     switch: "host:port" of the switch's control port (or "host:port,host:port,..." to shard the job
         over several switches, as gradswitch.connect); default $GRADSWITCH_SWITCH; ranks without one use
         rank 0's (published through the store).
-    wire: how float tensors travel: float32, fixed32, float16, bfloat16 or float64 (default
+    wire: how float tensors travel: float32, fixed32, float16, bfloat16, float64 or mx8 (default
         $GRADSWITCH_WIRE or float32).
     timeout: seconds an allreduce may go without progress before it fails (default $GRADSWITCH_TIMEOUT or
         30).
@@ -67,6 +68,12 @@ class Options:
         ring's addresses come from the switch, or without one through the store (each rank announces
         the address it uses towards $MASTER_ADDR).
     cuda_piece_bytes: size of the pinned-memory pieces CUDA tensors are staged through.
+    sparse: block skipping (docs/protocol.md §9, docs/torch.md "Sparse gradients"): "off" (default:
+        every element travels; sparse COO tensors go to gloo), "on" (dense CPU float32/float64/int32
+        tensors skip the blocks that are zero on every rank; sparse COO tensors with one sparse
+        dimension, such as nn.Embedding(sparse=True)'s gradients, go through the switch as the union of
+        the rows the ranks touched) or "auto" (as "on", but a dense tensor whose union has few zero
+        blocks is sent whole). Default $GRADSWITCH_SPARSE or "off".
     tenant, secret_file: a switch with an auth file (docs/security.md): the tenant (default
         $GRADSWITCH_TENANT) and the file holding its secret (default $GRADSWITCH_SECRET, else the file
         $GRADSWITCH_SECRET_FILE). Never put the secret itself in a command line.
@@ -89,6 +96,7 @@ class Options:
     job: str = "torch"
     algorithm: str | None = None
     cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES
+    sparse: str | None = None
     tenant: str | None = None
     secret_file: str | None = None
     deadline_us: int | None = None
@@ -106,6 +114,10 @@ class Options:
         if self.algorithm is not None and self.algorithm not in gradswitch.ALGORITHMS:
             raise ValueError(
                 f"gradswitch: unknown algorithm {self.algorithm!r}; expected one of {gradswitch.ALGORITHMS}"
+            )
+        if self.sparse is not None and self.sparse not in _sparse.MODES:
+            raise ValueError(
+                f"gradswitch: Options.sparse must be one of {_sparse.MODES}, got {self.sparse!r}"
             )
         if self.wire is not None and self.wire not in gradswitch.WIRES:
             raise ValueError(f"gradswitch: unknown wire {self.wire!r}; expected one of {gradswitch.WIRES}")
@@ -353,6 +365,9 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
         wire = options.wire or os.environ.get("GRADSWITCH_WIRE") or "float32"
         op_timeout = options.timeout or float(os.environ.get("GRADSWITCH_TIMEOUT", "30"))
         algorithm = options.algorithm or os.environ.get("GRADSWITCH_ALGORITHM") or "switch"
+        self.sparse = options.sparse or os.environ.get("GRADSWITCH_SPARSE") or "off"
+        if self.sparse not in _sparse.MODES:
+            raise ValueError(f"gradswitch: GRADSWITCH_SPARSE={self.sparse!r} is not one of {_sparse.MODES}")
         if algorithm not in gradswitch.ALGORITHMS:
             raise ValueError(
                 f"gradswitch: GRADSWITCH_ALGORITHM={algorithm!r} is not one of {gradswitch.ALGORITHMS}"
@@ -425,7 +440,10 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
         return self._allreduce_each(list(tensors), _reduce_op(opts))
 
     def _route(self, t: torch.Tensor, name: str) -> str:
-        """Where one tensor's SUM/AVG runs: "switch", "gloo" or "error" (gloo refuses it too)."""
+        """Where one tensor's SUM/AVG runs: "switch", "rows" (a row-sparse COO tensor through the switch),
+        "gloo" or "error" (gloo refuses it too)."""
+        if self.sparse != "off" and _sparse.serves_rows(t) and (t.is_floating_point() or name == "SUM"):
+            return "rows"
         if t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
             return "gloo"  # sparse tensors (gloo sums them), other devices: gloo's answer or error
         if t.dtype == torch.bool and name == "AVG":
@@ -486,10 +504,17 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
         futs = []
         for t, route in zip(tensors, routes, strict=True):
             int_avg = _integer_average(t, name)
+            average = name == "AVG" and not int_avg
             if route == "gloo":
                 fut = self._gloo_future(t, dist.ReduceOp.SUM if int_avg else op)
+            elif route == "rows":
+                fut = self.channel.run_blocking(lambda g, t=t, a=average: _sparse.reduce_rows(g, t, a))
+            elif self.sparse != "off" and not int_avg and _sparse.serves_dense(t):
+                fut = self.channel.run_blocking(
+                    lambda g, t=t, a=average: _sparse.reduce_dense(g, t, a, self.sparse)
+                )
             else:
-                fut = self.channel.submit(_distinct_view(t), average=name == "AVG" and not int_avg)
+                fut = self.channel.submit(_distinct_view(t), average=average)
             futs.append(_then_integer_average(fut, t, self.size()) if int_avg else fut)
         return FutureWork(_collect(futs, tensors), tensors)
 

@@ -187,6 +187,27 @@ class Channel:
             if self._inflight == 0:
                 self.busy_s += time.perf_counter() - self._busy_since
 
+    def run_blocking(self, work: Any) -> Future:
+        """Runs work(group) (block skipping: its allreduces, waited for) on the caller's thread, after
+        the allreduces queued before it; a done future. Refused behind queued CUDA work, whose order
+        the stager keeps and a blocking call here would break."""
+        if self._closed:
+            raise RuntimeError("gradswitch: this channel (process group / hook state) was shut down")
+        fut: Future = Future()
+        self._begin()
+        try:
+            with self._lock:
+                if self._stage_pending:
+                    raise RuntimeError(
+                        "gradswitch: a sparse allreduce of a CPU tensor cannot follow queued CUDA "
+                        "allreduces; wait for them first, or use Options(sparse='off')"
+                    )
+                work(self.group)
+        finally:
+            self._end()
+        fut.set_result(None)
+        return fut
+
     # ------------------------------------------------------------------ CPU
     def _submit_cpu_or_defer(self, tensor: torch.Tensor, average: bool, fut: Future) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ from torch.futures import Future
 import gradswitch
 
 from ._channel import DEFAULT_CUDA_PIECE_BYTES, Channel
+from .error_feedback import FEEDBACK_WIRES, ErrorFeedback
 
 
 class GradswitchState:
@@ -37,6 +38,9 @@ class GradswitchState:
     switch: "host:port" (default $GRADSWITCH_SWITCH; ranks without one use rank 0's).
     deadline_us, quorum, rescale, straggler_report: bounded-time rounds (docs/protocol.md §3.1; default
     off), as gradswitch.connect() takes them.
+    error_feedback: on the lossy wires (mx8, float16, bfloat16), each rank adds to a bucket what its own
+    encoding of that bucket lost last step and keeps what it loses now (error_feedback.py). Off by
+    default; float32 buckets only.
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class GradswitchState:
         quorum: Any = None,
         rescale: bool = True,
         straggler_report: int = 10,
+        error_feedback: bool = False,
     ):
         if not dist.is_initialized():
             raise RuntimeError(
@@ -61,6 +66,8 @@ class GradswitchState:
             )
         if wire not in gradswitch.WIRES:
             raise ValueError(f"gradswitch: unknown wire {wire!r}; expected one of {gradswitch.WIRES}")
+        self.error_feedback = bool(error_feedback)
+        self._feedback: dict[str, ErrorFeedback] = {}
         self.process_group = process_group
         self.rank = dist.get_rank(process_group)
         self.world_size = dist.get_world_size(process_group)
@@ -139,7 +146,15 @@ class GradswitchState:
 
 def _bucket_hook(state: Any, bucket: dist.GradBucket, wire: str) -> Future:
     channel = _channel_of(state, wire)
-    return channel.submit(bucket.buffer(), average=True, label=f"DDP bucket {bucket.index()}")
+    buffer = bucket.buffer()
+    if getattr(state, "error_feedback", False):
+        if wire not in FEEDBACK_WIRES:
+            raise ValueError(
+                f"gradswitch: error_feedback=True needs a lossy wire ({', '.join(FEEDBACK_WIRES)}); this "
+                f"hook sends {wire}, which a rank cannot round alone (fixed32) or does not round"
+            )
+        state._feedback.setdefault(wire, ErrorFeedback(wire)).apply(bucket.index(), buffer)
+    return channel.submit(buffer, average=True, label=f"DDP bucket {bucket.index()}")
 
 
 def _channel_of(state: Any, wire: str) -> Channel:
@@ -173,6 +188,11 @@ def bfloat16_hook(state: GradswitchState, bucket: dist.GradBucket) -> Future[tor
     return _bucket_hook(state, bucket, "bfloat16")
 
 
+def mx8_hook(state: GradswitchState, bucket: dist.GradBucket) -> Future[torch.Tensor]:
+    """Averages the bucket on the switch, mx8 on the wire (8-bit blocks, fp32 sums; see error_feedback)."""
+    return _bucket_hook(state, bucket, "mx8")
+
+
 def state_hook(state: GradswitchState, bucket: dist.GradBucket) -> Future[torch.Tensor]:
     """Averages the bucket on the switch with the state's own wire."""
     return _bucket_hook(state, bucket, state.wire)
@@ -183,4 +203,5 @@ HOOKS = {
     "fixed32": fixed32_hook,
     "float16": float16_hook,
     "bfloat16": bfloat16_hook,
+    "mx8": mx8_hook,
 }

@@ -192,16 +192,21 @@ class SwitchOptimizer(torch.optim.Optimizer):
                         f"{g0[k]!r}"
                     )
 
-    def _sync_hyperparameters(self) -> None:
+    def _check_fixed(self, why) -> None:
+        """_check_groups, then ValueError(why(name, the job's value, the groups' value)) for a
+        hyperparameter that the switch fixed when the job was created and param_groups now set otherwise."""
         self._check_groups()
         g0 = self.param_groups[0]
         for k, v in self._gs_fixed.items():
             if g0[k] != v:
-                raise ValueError(
-                    f"gradswitch: SwitchOptimizer cannot change {k} after construction (the switch fixes it "
-                    f"when the job is created; only lr can change): {v!r} -> {g0[k]!r}"
-                )
-        lr = _f32(g0["lr"])
+                raise ValueError(why(k, v, g0[k]))
+
+    def _sync_hyperparameters(self) -> None:
+        self._check_fixed(
+            lambda k, job, now: f"gradswitch: SwitchOptimizer cannot change {k} after construction (the "
+            f"switch fixes it when the job is created; only lr can change): {job!r} -> {now!r}"
+        )
+        lr = _f32(self.param_groups[0]["lr"])
         if lr != self._gs_lr:
             if self._gs_rank == 0:  # rank 0 alone: its next DATA packet follows the OK (protocol §1.3)
                 self._gs_group.set_lr(lr)
@@ -266,14 +271,10 @@ class SwitchOptimizer(torch.optim.Optimizer):
         every rank writes its parameters into the model. Call it between steps, on every rank."""
         blob_t = state_dict.get("switch_state")
         super().load_state_dict({k: v for k, v in state_dict.items() if k != "switch_state"})
-        self._check_groups()
-        g0 = self.param_groups[0]
-        for k, v in self._gs_fixed.items():
-            if g0[k] != v:
-                raise ValueError(
-                    f"gradswitch: the checkpoint has {k}={g0[k]!r}, this SwitchOptimizer's job {v!r} "
-                    f"(only lr may differ)"
-                )
+        self._check_fixed(
+            lambda k, job, now: f"gradswitch: the checkpoint has {k}={now!r}, this SwitchOptimizer's job "
+            f"{job!r} (only lr may differ)"
+        )
         if blob_t is None:
             return
         blob = (

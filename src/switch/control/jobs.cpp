@@ -265,9 +265,9 @@ JobSpec Jobs::new_spec(const PendingJob& p) const {
     spec.quorum = p.quorum;
   }
   spec.elem_types = p.optimizer ? 0 : Engine::default_elem_types(p.wire, false) | p.types;
-  // A leaf sends its rack's 16-bit sums up as float32 (docs/protocol.md §8).
+  // A leaf sends its rack's 16-bit and mx8 sums up as float32 (docs/protocol.md §8).
   const bool from_leaves = std::any_of(p.leaf.begin(), p.leaf.end(), [](uint8_t l) { return l != 0; });
-  if (from_leaves && (p.wire == GS_ELEM_FLOAT16 || p.wire == GS_ELEM_BFLOAT16))
+  if (from_leaves && (p.wire == GS_ELEM_FLOAT16 || p.wire == GS_ELEM_BFLOAT16 || p.wire == GS_ELEM_MX8))
     spec.elem_types |= 1u << GS_ELEM_FLOAT32;
   draw_id_and_key(&spec);
   return spec;

@@ -185,10 +185,13 @@ void LeafUplink::start_job(PendingJob& p, uint64_t now_ns) {
   auto up = std::make_shared<UplinkSpec>();
   if (!spine_job(p, up.get())) return;
   JobSpec spec = jobs_.new_spec(p);
-  // The rack's rounds must fit the spine's slots and packets; 16-bit sums go up as fp32.
+  // The rack's rounds must fit the spine's slots and packets; 16-bit and mx8 sums go up as fp32.
   spec.slots = std::min(spec.slots, up->slots);
   const bool half = spec.wire == GS_ELEM_FLOAT16 || spec.wire == GS_ELEM_BFLOAT16;
-  const uint32_t fit = half ? (up->payload_bytes / 2) & ~3u : up->payload_bytes;
+  const uint32_t fp32_count = up->payload_bytes / 4;  // the spine's packet in fp32 elements
+  const uint32_t fit = half                       ? (up->payload_bytes / 2) & ~3u
+                       : spec.wire == GS_ELEM_MX8 ? (fp32_count / GS_MX8_BLOCK * GS_MX8_BLOCK_BYTES) & ~3u
+                                                  : up->payload_bytes;
   spec.payload_bytes = std::min(spec.payload_bytes, fit);
   if (spec.optimizer && spec.payload_bytes != up->payload_bytes)
     return jobs_.fail_pending(

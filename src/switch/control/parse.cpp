@@ -105,8 +105,8 @@ std::optional<uint64_t> parse_number(std::string_view s, uint64_t max) {
 }
 
 uint8_t wire_from_name(std::string_view s) {
-  for (uint8_t t :
-       {GS_ELEM_INT32, GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16, GS_ELEM_FLOAT64})
+  for (uint8_t t : {GS_ELEM_INT32, GS_ELEM_FLOAT32, GS_ELEM_FIXED32, GS_ELEM_FLOAT16, GS_ELEM_BFLOAT16,
+                    GS_ELEM_FLOAT64, GS_ELEM_MX8})
     if (s == gs_elem_name(t)) return t;
   return 0;
 }
@@ -391,7 +391,7 @@ static bool parse_join_member(const Request& r, JoinRequest* j, Error* err) {
   j->wire = wire_from_name(*v);
   if (!j->wire) {
     *err = {kErrBadRequest,
-            "wire=" + shown(*v) + " is unknown (int32|float32|fixed32|float16|bfloat16|float64)"};
+            "wire=" + shown(*v) + " is unknown (int32|float32|fixed32|float16|bfloat16|float64|mx8)"};
     return false;
   }
   if (!required(r, GS_KEY_TOKEN, &v, err)) return false;
@@ -443,7 +443,7 @@ static bool parse_join_types(const Request& r, JoinRequest* j, Error* err) {
     if (!type || (j->types >> type & 1)) {
       *err = {kErrBadRequest, "types=" + shown(*t) +
                                   " is not a list of distinct element types "
-                                  "(int32,float32,fixed32,float16,bfloat16,float64)"};
+                                  "(int32,float32,fixed32,float16,bfloat16,float64,mx8)"};
       return false;
     }
     j->types |= 1u << type;

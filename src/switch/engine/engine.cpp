@@ -9,6 +9,7 @@
 
 #include "common/header.h"
 #include "common/kernels.h"
+#include "common/kernels_mx8.h"
 #include "common/seq.h"
 #include "switch/engine/job.h"
 
@@ -26,13 +27,17 @@ size_t result_bytes(const JobSpec& s) {
 }
 // The datagram a round's shadow copy answers with: header, elements, and a PARTIAL's trailer.
 uint32_t result_len(const SlotVersion& sv) {
-  return static_cast<uint32_t>(GS_HEADER_BYTES + size_t{sv.count} * gs_elem_size(sv.elem_type) +
+  return static_cast<uint32_t>(GS_HEADER_BYTES + gs_payload_bytes(sv.elem_type, sv.count) +
                                (sv.partial ? GS_PARTIAL_TRAILER_BYTES : 0));
 }
-// 16-bit elements are summed in fp32: twice the payload, behind room for the header with which a
-// leaf sends such a sum up (job.h).
+// 16-bit and mx8 elements are summed in fp32: 4 bytes for each element a payload can carry, behind
+// room for the header with which a leaf sends such a sum up (job.h). mx8's elements are 1 byte: its
+// jobs need twice the 16-bit types' room.
 size_t accum_bytes(const JobSpec& s) {
-  return kAlign + round_up(size_t{s.payload_bytes} * 2);
+  const uint32_t types =
+      s.elem_types ? s.elem_types : Engine::default_elem_types(s.wire, s.optimizer != nullptr);
+  const uint8_t widest = (types >> GS_ELEM_MX8 & 1) ? GS_ELEM_MX8 : GS_ELEM_FLOAT16;
+  return kAlign + round_up(gs_max_count(widest, s.payload_bytes) * 4);
 }
 
 std::string check_membership(const JobSpec& spec) {
@@ -48,8 +53,9 @@ std::string check_uplink(const JobSpec& spec) {
   if (spec.optimizer) return "a leaf's job cannot optimize (the spine, the root, runs the optimizer)";
   if (u.data_threads.empty()) return "the spine's data ports are missing";
   if (spec.slots > u.slots) return "the leaf's slots exceed the spine's";
-  // Every round must fit one spine packet: 16-bit sums go up as fp32, twice their bytes.
-  const uint32_t up = is_16bit(spec.wire) ? spec.payload_bytes * 2 : spec.payload_bytes;
+  // Every round must fit one spine packet: fp32-summed types go up as fp32, in more bytes.
+  const size_t up =
+      gs_payload_bytes(uplink_elem_type(spec.wire), gs_max_count(spec.wire, spec.payload_bytes));
   if (up > u.payload_bytes) return "the leaf's rounds would not fit the spine's payload";
   return "";
 }
@@ -162,7 +168,7 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
   }
   if (spec.uplink)
     if (std::string why = check_uplink(spec); !why.empty()) return fail(why);
-  if (spec.elem_types & ~uint32_t{0x7E}) return fail("elem_types names an unknown element type");
+  if (spec.elem_types & ~uint32_t{0xFE}) return fail("elem_types names an unknown element type");
   if (spec.deadline_ns && (spec.optimizer || spec.uplink || spec.quorum == 0 || spec.quorum > spec.world))
     return fail("a deadline needs a quorum of 1..world, and neither an optimizer nor an uplink");
   unsigned index = config_.max_jobs;
@@ -494,8 +500,10 @@ DropReason Engine::check_data(unsigned thread, Arrival& a, const Job& job) const
   if (thread_of_slot(h.slot) != thread) return DropReason::kWrongThread;
   a.elem_size = gs_elem_size(h.elem_type);  // 0 for unknown types, so the shift is < 32
   if (a.elem_size == 0 || !(job.elem_types >> h.elem_type & 1)) return DropReason::kBadElemType;
-  a.payload_len = size_t{h.count} * a.elem_size;
-  if (a.payload_len > spec.payload_bytes || a.len != GS_HEADER_BYTES + a.payload_len)
+  a.payload_len = gs_payload_bytes(h.elem_type, h.count);
+  // At most a full chunk: for mx8 a count whose bytes would fit (a partial block) may still exceed the
+  // elements the fp32 accumulator holds.
+  if (h.count > gs_max_count(h.elem_type, spec.payload_bytes) || a.len != GS_HEADER_BYTES + a.payload_len)
     return DropReason::kBadLength;
   if (const Optimizer* opt = job.optimizer.get()) {
     // Each chunk must map onto whole parameters so that its step is applied exactly once.
@@ -635,10 +643,9 @@ bool Engine::join_round(Arrival& a, Job& job, SlotVersion& sv) {
       k.add_i32(reinterpret_cast<int32_t*>(sum), reinterpret_cast<const int32_t*>(payload), h.count);
       break;
     case GS_ELEM_FLOAT16:
-      k.add_f16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
-      break;
     case GS_ELEM_BFLOAT16:
-      k.add_bf16_to_f32(sv.accum, reinterpret_cast<const uint16_t*>(payload), h.count);
+    case GS_ELEM_MX8:
+      widen_into_fp32(h.elem_type, sv.accum, payload, h.count, true);
       break;
     case GS_ELEM_FLOAT64:
       k.add_f64(reinterpret_cast<double*>(sum), reinterpret_cast<const double*>(payload), h.count);
@@ -686,17 +693,45 @@ bool Engine::open_round(Arrival& a, SlotVersion& sv, RoundState state, uint32_t 
   sv.told_ns = 0;
   sv.overdue = false;
   sv.partial = false;
-  if (h.elem_type == GS_ELEM_FLOAT16 || h.elem_type == GS_ELEM_BFLOAT16) {
-    const auto* p16 = reinterpret_cast<const uint16_t*>(aligned_payload(a));
-    if (h.elem_type == GS_ELEM_FLOAT16)
-      kernels().f16_to_f32(sv.accum, p16, h.count);
-    else
-      kernels().bf16_to_f32(sv.accum, p16, h.count);
+  if (sums_in_fp32(h.elem_type)) {
+    widen_into_fp32(h.elem_type, sv.accum, aligned_payload(a), h.count, false);
   } else {
     std::memcpy(sv.result + GS_HEADER_BYTES, a.packet + GS_HEADER_BYTES, a.payload_len);
   }
   sv.state.store(RoundState::kOpen, std::memory_order_relaxed);
   return true;
+}
+
+void widen_into_fp32(uint8_t elem_type, float* accum, const uint8_t* payload, size_t count, bool add) {
+  const Kernels& k = kernels();
+  const auto* p16 = reinterpret_cast<const uint16_t*>(payload);  // aligned_payload: 2-byte aligned
+  switch (elem_type) {
+    case GS_ELEM_FLOAT16:
+      (add ? k.add_f16_to_f32 : k.f16_to_f32)(accum, p16, count);
+      break;
+    case GS_ELEM_BFLOAT16:
+      (add ? k.add_bf16_to_f32 : k.bf16_to_f32)(accum, p16, count);
+      break;
+    case GS_ELEM_MX8:
+      (add ? add_mx8_to_f32 : mx8_to_f32)(accum, payload, count);
+      break;
+  }
+}
+
+void narrow_from_fp32(uint8_t elem_type, uint8_t* payload, const float* accum, size_t count) {
+  const Kernels& k = kernels();
+  auto* p16 = reinterpret_cast<uint16_t*>(payload);
+  switch (elem_type) {
+    case GS_ELEM_FLOAT16:
+      k.f32_to_f16(p16, accum, count);
+      break;
+    case GS_ELEM_BFLOAT16:
+      k.f32_to_bf16(p16, accum, count);
+      break;
+    case GS_ELEM_MX8:
+      f32_to_mx8(payload, accum, count);
+      break;
+  }
 }
 
 // 6. A complete round (not a leaf's): narrows 16-bit sums, runs the optimizer's step, and publishes
@@ -708,14 +743,8 @@ void Engine::complete_round(unsigned thread, Arrival& a, Job& job, uint8_t versi
 IngestResult& Engine::finish_round(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
                                    uint64_t now_ns) {
   SlotVersion& sv = job.slots[slot].version[version];
-  const Kernels& k = kernels();
-  if (is_16bit(sv.elem_type)) {
-    auto* out = reinterpret_cast<uint16_t*>(sv.result + GS_HEADER_BYTES);
-    if (sv.elem_type == GS_ELEM_FLOAT16)
-      k.f32_to_f16(out, sv.accum, sv.count);
-    else
-      k.f32_to_bf16(out, sv.accum, sv.count);
-  }
+  if (sums_in_fp32(sv.elem_type))
+    narrow_from_fp32(sv.elem_type, sv.result + GS_HEADER_BYTES, sv.accum, sv.count);
   if (job.optimizer && sv.count > 0) {
     // The sum becomes the step's gradient; the result (and so the shadow copy) carries the new
     // parameters, which is why a retransmission can never apply the step twice.

@@ -6,7 +6,6 @@
 
 #include "common/counter.h"
 #include "common/header.h"
-#include "common/kernels.h"
 #include "switch/engine/engine.h"
 #include "switch/engine/job.h"
 
@@ -15,9 +14,9 @@ namespace gradswitch {
 namespace {
 
 // Where a round's packet to the spine starts: the result buffer (its sum is the payload in place),
-// or for 16-bit types the header room before the fp32 accumulator.
+// or for fp32-summed types the header room before the fp32 accumulator.
 uint8_t* uplink_packet(SlotVersion& sv) {
-  return is_16bit(sv.elem_type) ? reinterpret_cast<uint8_t*>(sv.accum) - GS_HEADER_BYTES : sv.result;
+  return sums_in_fp32(sv.elem_type) ? reinterpret_cast<uint8_t*>(sv.accum) - GS_HEADER_BYTES : sv.result;
 }
 
 }  // namespace
@@ -54,8 +53,7 @@ IngestResult& Engine::going_up(const Job& job, uint16_t slot, SlotVersion& sv, I
   r.kind = IngestResult::kSend;
   r.dest_rank = GS_RANK_ALL;
   r.data = uplink_packet(sv);
-  r.len = static_cast<uint32_t>(GS_HEADER_BYTES +
-                                size_t{sv.count} * gs_elem_size(uplink_elem_type(sv.elem_type)));
+  r.len = static_cast<uint32_t>(GS_HEADER_BYTES + gs_payload_bytes(uplink_elem_type(sv.elem_type), sv.count));
   r.endpoints = &up.data_threads[slot % up.data_threads.size()];
   r.world = 1;
   r.type = GS_MSG_DATA;
@@ -162,11 +160,8 @@ void Engine::result_from_spine(unsigned thread, Arrival& a, Job& job) {
     payload = a.ts.aligned_payload;
   }
   uint8_t* out = sv.result + GS_HEADER_BYTES;
-  const Kernels& k = kernels();
-  if (sv.elem_type == GS_ELEM_FLOAT16)
-    k.f32_to_f16(reinterpret_cast<uint16_t*>(out), reinterpret_cast<const float*>(payload), h.count);
-  else if (sv.elem_type == GS_ELEM_BFLOAT16)
-    k.f32_to_bf16(reinterpret_cast<uint16_t*>(out), reinterpret_cast<const float*>(payload), h.count);
+  if (sums_in_fp32(sv.elem_type))
+    narrow_from_fp32(sv.elem_type, out, reinterpret_cast<const float*>(payload), h.count);
   else
     std::memcpy(out, payload, payload_len);
   sv.next_exp = h.next_exp;  // the maximum over every rack

@@ -15,13 +15,19 @@
 
 namespace gradswitch {
 
-inline bool is_16bit(uint8_t elem_type) {
-  return elem_type == GS_ELEM_FLOAT16 || elem_type == GS_ELEM_BFLOAT16;
+// Types the switch widens into the fp32 accumulator, sums there and narrows once at the end:
+// float16, bfloat16 and mx8 (docs/protocol.md §2).
+inline bool sums_in_fp32(uint8_t elem_type) {
+  return elem_type == GS_ELEM_FLOAT16 || elem_type == GS_ELEM_BFLOAT16 || elem_type == GS_ELEM_MX8;
 }
-// The element type a round of `elem_type` goes up to the spine in: 16-bit sums stay fp32.
+// The element type a round of `elem_type` goes up to the spine in: fp32-summed types stay fp32.
 inline uint8_t uplink_elem_type(uint8_t elem_type) {
-  return is_16bit(elem_type) ? static_cast<uint8_t>(GS_ELEM_FLOAT32) : elem_type;
+  return sums_in_fp32(elem_type) ? static_cast<uint8_t>(GS_ELEM_FLOAT32) : elem_type;
 }
+// Widens a payload of a sums_in_fp32 type into `accum` (written, or added when `add`), and narrows
+// `accum` back into a payload of that type (round to nearest even; mx8 as §2.2 specifies).
+void widen_into_fp32(uint8_t elem_type, float* accum, const uint8_t* payload, size_t count, bool add);
+void narrow_from_fp32(uint8_t elem_type, uint8_t* payload, const float* accum, size_t count);
 
 // kUplink: a leaf's round that every member of the rack contributed to, sent up to the spine and
 // waiting for its result (which then becomes the shadow copy, kComplete).
@@ -62,10 +68,10 @@ struct SlotVersion {
   bool partial = false;
   uint64_t owed = 0;
   // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
-  // types accumulate in place here (the payload starts 32-byte aligned); 16-bit types accumulate in
-  // `accum` and are narrowed at the end. A leaf sends a round up from the same memory: `result` with
-  // the DATA header written over the result's, or for 16-bit types the fp32 `accum`, behind the
-  // GS_HEADER_BYTES reserved just before it.
+  // types accumulate in place here (the payload starts 32-byte aligned); sums_in_fp32 types
+  // accumulate in `accum` and are narrowed at the end. A leaf sends a round up from the same memory:
+  // `result` with the DATA header written over the result's, or for sums_in_fp32 types the fp32
+  // `accum`, behind the GS_HEADER_BYTES reserved just before it.
   uint8_t* result = nullptr;
   float* accum = nullptr;
 };

@@ -73,6 +73,30 @@ gs_header RingAllreduce::header(uint8_t type, unsigned slot, const Round& r) con
       .exps(r.own_exp, r.scale);
 }
 
+gs_header RingAllreduce::forward_header(uint8_t type, unsigned slot, const Round& r, int8_t next_exp,
+                                        bool sum) const {
+  gs_header h = header(type, slot, r);
+  h.next_exp = next_exp;
+  if (sum) h.flags |= GS_FLAG_SUM;
+  return h;
+}
+
+void RingAllreduce::store_result(const Round& r, const AllreduceOp& op, const uint8_t* bytes, bool sum) {
+  if (r.bootstrap) return;  // an exponent round carries no sum
+  if (sum)
+    decode_sum(op.ch, bytes, r.chunk, op.base);
+  else
+    decode_chunk(op.ch, bytes, r.chunk, r.scale, op.base);
+}
+
+void RingAllreduce::send_result_back(unsigned slot, uint8_t version, const Round& r, const gs_header& oh,
+                                     size_t len) {
+  Shadow& sh = shadows_[2 * slot + version];
+  sh = Shadow{true, r.seq, r.offset, static_cast<uint32_t>(GS_HEADER_BYTES + len), oh};
+  gs_header_encode(&oh, shadow_packet(slot, version));
+  queue(shadow_packet(slot, version), sh.len, prev_, true);
+}
+
 void RingAllreduce::queue(const uint8_t* data, uint32_t len, unsigned rank, bool droppable) {
   if (droppable && drops_.drop()) {
     counter_add(ctx_.counters->injected_drops);
@@ -82,13 +106,7 @@ void RingAllreduce::queue(const uint8_t* data, uint32_t len, unsigned rank, bool
 }
 
 void RingAllreduce::flush() {
-  if (out_.empty()) return;
-  uint64_t bytes = 0;
-  for (auto& p : out_) bytes += p.len;
-  ctx_.transport->send_batch(out_.data(), out_.size());
-  counter_add(ctx_.counters->packets_sent, out_.size());
-  counter_add(ctx_.counters->bytes_sent, bytes);
-  out_.clear();
+  send_counted(ctx_, &out_);
 }
 
 void RingAllreduce::send_done(uint32_t seq) {
@@ -207,11 +225,8 @@ void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64
   const unsigned s = h.slot;
   const uint8_t v = h.flags & GS_FLAG_VERSION;
   Round& r = rounds_[s];
-  Counters& k = *ctx_.counters;
-  if (position(s) == 0) {  // this rank roots the slot: its previous rank sends it results, never partials
-    counter_add(k.ignored);
-    return;
-  }
+  // This rank roots the slot: its previous rank sends it results, never partials.
+  if (position(s) == 0) return ignore();
   const bool same = r.state != State::kIdle && v == r.version && h.seq == r.seq && h.offset == r.offset;
   if (!same || r.state == State::kDone) {
     // A resent partial of a round finished here, or one of the next allreduce.
@@ -220,15 +235,11 @@ void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64
     if (r.state == State::kIdle ||
         (r.state == State::kDone && round_is_newer(h.seq, h.offset, r.seq, r.offset))) {
       return stash_early(payload - GS_HEADER_BYTES,
-                         GS_HEADER_BYTES + h.count * static_cast<uint32_t>(gs_elem_size(h.elem_type)));
+                         static_cast<uint32_t>(GS_HEADER_BYTES + gs_payload_bytes(h.elem_type, h.count)));
     }
-    counter_add(k.ignored);
-    return;
+    return ignore();
   }
-  if (r.state == State::kForwarded) {  // a duplicate: this rank's own timer covers the rest
-    counter_add(k.ignored);
-    return;
-  }
+  if (r.state == State::kForwarded) return ignore();  // a duplicate: this rank's own timer covers the rest
   const AllreduceOp& op = *flight_[s]->op;
   if (h.count != r.count || h.elem_type != r.elem ||
       (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale))
@@ -245,17 +256,15 @@ void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64
   if (r.bootstrap) {
     len = 0;
   } else if (h.flags & GS_FLAG_SUM) {  // someone held the sum already: it wins
-    len = static_cast<size_t>(r.count) * op.ch.elem_bytes;
+    len = gs_payload_bytes(op.ch.elem, r.count);
     std::memcpy(out, payload, len);
   } else if (r.own_sum) {
     len = encode_sum(op.ch, op.base, r.chunk, out);
   } else {
     accumulate_chunk(op.ch, op.input(), r.chunk, r.scale, payload, out);
-    len = static_cast<size_t>(r.count) * op.ch.elem_bytes;
+    len = gs_payload_bytes(op.ch.elem, r.count);
   }
-  gs_header oh = header(last ? GS_MSG_RING_RESULT : GS_MSG_RING_PARTIAL, s, r);
-  oh.next_exp = next_exp;
-  if (sum) oh.flags |= GS_FLAG_SUM;
+  const gs_header oh = forward_header(last ? GS_MSG_RING_RESULT : GS_MSG_RING_PARTIAL, s, r, next_exp, sum);
   if (!last) {
     window_.seal(s, oh, len);
     r.state = State::kForwarded;
@@ -264,17 +273,9 @@ void RingAllreduce::on_partial(const gs_header& h, const uint8_t* payload, int64
     last_progress_ns_ = now;
     return;
   }
-  // The last rank of the chain: `out` is the finished sum.
-  Shadow& sh = shadows_[2 * s + v];
-  sh = Shadow{true, r.seq, r.offset, static_cast<uint32_t>(GS_HEADER_BYTES + len), oh};
-  gs_header_encode(&oh, shadow_packet(s, v));
-  if (!r.bootstrap) {
-    if (sum)
-      decode_sum(op.ch, out, r.chunk, op.base);
-    else
-      decode_chunk(op.ch, out, r.chunk, r.scale, op.base);
-  }
-  queue(shadow_packet(s, v), sh.len, prev_, true);
+  // The last rank of the chain: `out` (the shadow's payload) is the finished sum.
+  store_result(r, op, out, sum);
+  send_result_back(s, v, r, oh, len);
   finish_round(s, next_exp, now, finished);
 }
 
@@ -283,57 +284,30 @@ void RingAllreduce::on_result(const gs_header& h, const uint8_t* payload, int64_
   const unsigned s = h.slot;
   const uint8_t v = h.flags & GS_FLAG_VERSION;
   Round& r = rounds_[s];
-  Counters& k = *ctx_.counters;
   if (r.state != State::kForwarded || v != r.version || h.seq != r.seq || h.offset != r.offset ||
-      h.count != r.count || h.elem_type != r.elem) {
-    counter_add(k.ignored);  // a duplicate, or an answer to an earlier resend
-    return;
-  }
-  if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
+      h.count != r.count || h.elem_type != r.elem)
+    return ignore();  // a duplicate, or an answer to an earlier resend
+  if (h.flags & GS_FLAG_UNICAST) counter_add(ctx_.counters->unicast_results);
   const AllreduceOp& op = *flight_[s]->op;
   loss_[position(s)].delivered(window_.timer(s), now);
   const bool sum = h.flags & GS_FLAG_SUM;
-  const size_t len = static_cast<size_t>(h.count) * op.ch.elem_bytes;
-  if (!r.bootstrap) {
-    if (sum)
-      decode_sum(op.ch, payload, r.chunk, op.base);
-    else
-      decode_chunk(op.ch, payload, r.chunk, r.scale, op.base);
-  }
+  const size_t len = gs_payload_bytes(op.ch.elem, h.count);
+  store_result(r, op, payload, sum);
   if (position(s) != 0) {  // keep it for the previous rank and pass it on
-    gs_header oh = header(GS_MSG_RING_RESULT, s, r);
-    oh.next_exp = h.next_exp;
-    if (sum) oh.flags |= GS_FLAG_SUM;
-    uint8_t* sp = shadow_packet(s, v);
-    std::memcpy(sp + GS_HEADER_BYTES, payload, len);
-    gs_header_encode(&oh, sp);
-    Shadow& sh = shadows_[2 * s + v];
-    sh = Shadow{true, r.seq, r.offset, static_cast<uint32_t>(GS_HEADER_BYTES + len), oh};
-    queue(sp, sh.len, prev_, true);
+    std::memcpy(shadow_packet(s, v) + GS_HEADER_BYTES, payload, len);
+    send_result_back(s, v, r, forward_header(GS_MSG_RING_RESULT, s, r, h.next_exp, sum), len);
   }
   finish_round(s, h.next_exp, now, finished);
 }
 
 void RingAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
                             std::vector<AllreduceOp*>* finished) {
-  Counters& k = *ctx_.counters;
-  if (len < GS_HEADER_BYTES) {
-    counter_add(k.ignored);
-    return;
-  }
   gs_header h;
-  gs_header_decode(p, &h);
-  if (h.magic != GS_MAGIC || h.version != GS_VERSION || h.job_id != cfg_.job_id || h.key != cfg_.key ||
-      h.slot >= cfg_.slots) {
-    counter_add(k.ignored);
-    return;
-  }
-  const size_t es = gs_elem_size(h.elem_type);
+  if (!decode_job_header(p, len, cfg_.job_id, cfg_.key, &h) || h.slot >= cfg_.slots) return ignore();
+  const size_t bytes = gs_payload_bytes(h.elem_type, h.count);
   const bool data = h.type == GS_MSG_RING_PARTIAL || h.type == GS_MSG_RING_RESULT;
-  if (data && (es == 0 || len < GS_HEADER_BYTES + h.count * es || h.count * es > cfg_.payload_bytes)) {
-    counter_add(k.ignored);
-    return;
-  }
+  if (data && (gs_elem_size(h.elem_type) == 0 || len < GS_HEADER_BYTES + bytes || bytes > cfg_.payload_bytes))
+    return ignore();
   if (h.type == GS_MSG_RING_PARTIAL && h.rank == prev_)
     return on_partial(h, p + GS_HEADER_BYTES, now, finished);
   if (h.type == GS_MSG_RING_RESULT && h.rank == next_)
@@ -343,7 +317,7 @@ void RingAllreduce::receive(const uint8_t* p, uint32_t len, int64_t now,
     prev_done_valid_ = true;
     return;
   }
-  counter_add(k.ignored);  // e.g. a late answer of the switch after a fallback
+  ignore();  // e.g. a late answer of the switch after a fallback
 }
 
 int64_t RingAllreduce::check_timers(int64_t now) {
@@ -363,16 +337,16 @@ int64_t RingAllreduce::check_timers(int64_t now) {
 }
 
 bool RingAllreduce::carries(const Chunking& ch) {
-  return ch.dtype != DType::kFloat64 && ch.elem != GS_ELEM_FLOAT64;
+  return ch.dtype != DType::kFloat64 && ch.elem != GS_ELEM_FLOAT64 && ch.elem != GS_ELEM_MX8;
 }
 
 void RingAllreduce::admit(AllreduceOp* op) {
   counter_add(ctx_.counters->ring_allreduces);  // also the one it refuses, as the Group counted them
   const AllreduceOp& o = *op;
   if (!carries(o.ch))
-    throw UnsupportedType("gradswitch: the ring carries float32 and int32 tensors on 32- and 16-bit wires; " +
-                          ctx_.job_text +
-                          " cannot reduce float64 on it (reduce float64 tensors through the switch)");
+    throw UnsupportedType(
+        "gradswitch: the ring carries float32 and int32 tensors on 32- and 16-bit wires; " + ctx_.job_text +
+        " cannot reduce float64 tensors or the mx8 wire on it (reduce them through the switch)");
   if (N_ == 1) {  // the sum of one rank, in the wire type's precision like the switch's
     std::vector<uint8_t> buf(cfg_.payload_bytes);
     for (size_t c = 0; c < o.ch.chunks; ++c) {

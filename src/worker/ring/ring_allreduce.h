@@ -92,6 +92,13 @@ class RingAllreduce : public DataPath {
 
   unsigned position(unsigned slot) const;  // 0 = root ... N-1 = last
   gs_header header(uint8_t type, unsigned slot, const Round& r) const;
+  // A PARTIAL or RESULT passed on: the agreed next exponent, SUM when `sum` is held.
+  gs_header forward_header(uint8_t type, unsigned slot, const Round& r, int8_t next_exp, bool sum) const;
+  // Writes a round's finished sum (its wire bytes; `sum`: SUM encoding) into the tensor.
+  void store_result(const Round& r, const AllreduceOp& op, const uint8_t* bytes, bool sum);
+  // Keeps the RESULT whose payload (`len` bytes) is in the shadow packet of (`slot`, `version`),
+  // to answer resent partials, and sends it to the previous rank.
+  void send_result_back(unsigned slot, uint8_t version, const Round& r, const gs_header& oh, size_t len);
   using Finished = std::vector<AllreduceOp*>;
   // Starts slot `slot`'s next round if its allreduce was admitted (fixed32: its exponent round first).
   void start_slot(unsigned slot, int64_t now, Finished* finished);
@@ -102,6 +109,7 @@ class RingAllreduce : public DataPath {
   void on_result(const gs_header& h, const uint8_t* payload, int64_t now, Finished* finished);
   void answer_from_shadow(unsigned slot, uint8_t version);
   void stash_early(const uint8_t* p, uint32_t len);
+  void ignore() { counter_add(ctx_.counters->ignored); }  // a datagram with no use here
   void queue(const uint8_t* data, uint32_t len, unsigned rank, bool droppable);
   void flush();
   void send_done(uint32_t seq);

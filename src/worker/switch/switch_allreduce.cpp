@@ -193,27 +193,15 @@ void SwitchAllreduce::launch(unsigned slot, int64_t now) {
 }
 
 void SwitchAllreduce::send_queued() {
-  if (out_.empty()) return;
-  uint64_t bytes = 0;
-  for (auto& p : out_) bytes += p.len;
-  ctx_.transport->send_batch(out_.data(), out_.size());
-  counter_add(ctx_.counters->packets_sent, out_.size());
-  counter_add(ctx_.counters->bytes_sent, bytes);
-  out_.clear();
+  send_counted(ctx_, &out_);
 }
 
 void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<AllreduceOp*>* finished) {
   const uint8_t* p = in.data;
   const uint32_t len = in.len;
   Counters& k = *ctx_.counters;
-  if (len < GS_HEADER_BYTES) {
-    counter_add(k.ignored);
-    return;
-  }
   gs_header h;
-  gs_header_decode(p, &h);
-  if (h.magic != GS_MAGIC || h.version != GS_VERSION || h.job_id != ctx_.join->job_id ||
-      h.key != ctx_.join->key) {
+  if (!decode_job_header(p, len, ctx_.join->job_id, ctx_.join->key, &h)) {
     counter_add(k.ignored);
     return;
   }
@@ -278,7 +266,7 @@ void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<Allre
   // A PARTIAL RESULT (docs/protocol.md §3.1) carries its contributors after the elements.
   const size_t trailer = h.flags & GS_FLAG_PARTIAL ? GS_PARTIAL_TRAILER_BYTES : 0;
   if (h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
-      len < GS_HEADER_BYTES + static_cast<size_t>(h.count) * op.ch.elem_bytes + trailer ||
+      len < GS_HEADER_BYTES + gs_payload_bytes(op.ch.elem, h.count) + trailer ||
       (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale)) {
     counter_add(k.ignored);
     return;
@@ -315,7 +303,7 @@ void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<Allre
   if (op.base) decode_chunk(op.ch, p + GS_HEADER_BYTES, r.chunk, r.scale, op.base);
   if (trailer)
     partial_chunk(op, r.chunk,
-                  gs_held_contributors(p + GS_HEADER_BYTES + size_t{h.count} * op.ch.elem_bytes));
+                  gs_held_contributors(p + GS_HEADER_BYTES + gs_payload_bytes(op.ch.elem, h.count)));
   if (op.done) (*op.done)[r.chunk] = 1;
   AllreduceOp* whole = f->op;
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce

@@ -76,8 +76,7 @@ std::string mismatch_text(const std::map<std::string, std::string>& kv, const Pa
     what = a + " sends " + types[0] + " elements, " + b + " " + types[1] +
            " (an int32 tensor on one rank and a float tensor on the other?)";
   } else if (counts[0] != counts[1] || last[0] != last[1]) {
-    const size_t size = gs_elem_size(elem_of(types[0]));
-    const long long per = size ? ctx.join->payload_bytes / size : 0;
+    const auto per = static_cast<long long>(gs_max_count(elem_of(types[0]), ctx.join->payload_bytes));
     what = a + " passed " + extent(last[0] == "1", number(counts[0], 0), offset, per) + ", " + b + " " +
            extent(last[1] == "1", number(counts[1], 0), offset, per);
   } else {

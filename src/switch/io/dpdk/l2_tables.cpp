@@ -37,7 +37,7 @@ bool aged(uint32_t now_s, uint32_t seen_s, uint32_t age_s) {
 int MacTable::lookup(const MacAddr& mac, uint32_t now_s, uint32_t age_s) const {
   const uint64_t key = mac_key(mac);
   for (unsigned i = 0, h = mix(key); i < kProbe; ++i, ++h) {
-    const Entry& e = entries_[h % kSize];
+    const MacEntry& e = entries_[h % kSize];
     const uint64_t w = e.word.load(std::memory_order_relaxed);
     if (w == 0) return -1;
     if ((w & kMacMask) != key) continue;
@@ -50,9 +50,9 @@ int MacTable::lookup(const MacAddr& mac, uint32_t now_s, uint32_t age_s) const {
 bool MacTable::learn(const MacAddr& mac, unsigned port, uint32_t now_s, uint32_t age_s) {
   const uint64_t key = mac_key(mac);
   const uint64_t word = key | (uint64_t{port + 1} << 48);
-  Entry* reuse = nullptr;
+  MacEntry* reuse = nullptr;
   for (unsigned i = 0, h = mix(key); i < kProbe; ++i, ++h) {
-    Entry& e = entries_[h % kSize];
+    MacEntry& e = entries_[h % kSize];
     uint64_t w = e.word.load(std::memory_order_relaxed);
     if ((w & kMacMask) == key) {
       const bool changed = w != word;
@@ -77,26 +77,20 @@ bool MacTable::learn(const MacAddr& mac, unsigned port, uint32_t now_s, uint32_t
   return true;
 }
 
-unsigned MacTable::live(uint32_t now_s, uint32_t age_s) const {
-  unsigned n = 0;
-  for (const Entry& e : entries_)
-    if (e.word.load(std::memory_order_relaxed) &&
-        !aged(now_s, e.seen_s.load(std::memory_order_relaxed), age_s))
-      ++n;
-  return n;
+// A dump reads an entry's words again after live(): a live entry stays live with a word that is
+// as valid (a MAC entry's word is never 0 again, a neighbour's IP and valid bit never go).
+bool MacEntry::live(uint32_t now_s, uint32_t age_s) const {
+  return word.load(std::memory_order_relaxed) && !aged(now_s, seen_s.load(std::memory_order_relaxed), age_s);
 }
 
-void MacTable::dump(std::string* out, uint32_t now_s, uint32_t age_s) const {
-  for (const Entry& e : entries_) {
-    const uint64_t w = e.word.load(std::memory_order_relaxed);
-    if (!w || aged(now_s, e.seen_s.load(std::memory_order_relaxed), age_s)) continue;
-    *out += "mac." + mac_to_string(mac_of_key(w)) + "=" + std::to_string((w >> 48) - 1) + "\n";
-  }
+void MacEntry::append(std::string* out) const {
+  const uint64_t w = word.load(std::memory_order_relaxed);
+  *out += "mac." + mac_to_string(mac_of_key(w)) + "=" + std::to_string((w >> 48) - 1) + "\n";
 }
 
 bool NeighbourTable::lookup(uint32_t ip_be, MacAddr* mac, uint32_t now_s, uint32_t age_s) const {
   for (unsigned i = 0, h = mix(ip_be); i < kProbe; ++i, ++h) {
-    const Entry& e = entries_[h % kSize];
+    const NeighbourEntry& e = entries_[h % kSize];
     const uint32_t k = e.ip.load(std::memory_order_acquire);
     if (k == 0) return false;
     if (k != ip_be) continue;
@@ -112,7 +106,7 @@ void NeighbourTable::learn(uint32_t ip_be, const MacAddr& mac, uint32_t now_s) {
   if (ip_be == 0 || ip_be == 0xFFFFFFFFu || !mac.is_unicast_host()) return;
   const uint64_t word = mac_key(mac) | kNeighbourValid;
   for (unsigned i = 0, h = mix(ip_be); i < kProbe; ++i, ++h) {
-    Entry& e = entries_[h % kSize];
+    NeighbourEntry& e = entries_[h % kSize];
     uint32_t k = e.ip.load(std::memory_order_acquire);
     if (k == 0) {
       if (!e.ip.compare_exchange_strong(k, ip_be, std::memory_order_acq_rel) && k != ip_be) continue;
@@ -125,23 +119,15 @@ void NeighbourTable::learn(uint32_t ip_be, const MacAddr& mac, uint32_t now_s) {
   }
 }
 
-unsigned NeighbourTable::live(uint32_t now_s, uint32_t age_s) const {
-  unsigned n = 0;
-  for (const Entry& e : entries_)
-    if (e.ip.load(std::memory_order_relaxed) && (e.mac.load(std::memory_order_relaxed) & kNeighbourValid) &&
-        !aged(now_s, e.seen_s.load(std::memory_order_relaxed), age_s))
-      ++n;
-  return n;
+bool NeighbourEntry::live(uint32_t now_s, uint32_t age_s) const {
+  return ip.load(std::memory_order_relaxed) && (mac.load(std::memory_order_relaxed) & kNeighbourValid) &&
+         !aged(now_s, seen_s.load(std::memory_order_relaxed), age_s);
 }
 
-void NeighbourTable::dump(std::string* out, uint32_t now_s, uint32_t age_s) const {
-  for (const Entry& e : entries_) {
-    const uint32_t k = e.ip.load(std::memory_order_relaxed);
-    const uint64_t w = e.mac.load(std::memory_order_relaxed);
-    if (!k || !(w & kNeighbourValid) || aged(now_s, e.seen_s.load(std::memory_order_relaxed), age_s))
-      continue;
-    *out += "neigh." + ipv4_to_string(k) + "=" + mac_to_string(mac_of_key(w)) + "\n";
-  }
+void NeighbourEntry::append(std::string* out) const {
+  const uint32_t k = ip.load(std::memory_order_relaxed);
+  *out += "neigh." + ipv4_to_string(k) + "=" +
+          mac_to_string(mac_of_key(mac.load(std::memory_order_relaxed))) + "\n";
 }
 
 L2Destination l2_destination(const MacTable& macs, const MacAddr& dst, unsigned in_port, uint32_t now_s,

@@ -11,47 +11,59 @@
 
 namespace gradswitch::dpdk {
 
+// What both tables are: an open-addressed array of `Entry`, probed `kProbe` entries from a key's
+// hash, whose live entries are counted and listed. An `Entry` says whether it is live (not aged
+// after `age_s` seconds) and appends its line ("<kind>.<key>=<value>\n").
+template <class Entry>
+class AgingTable {
+ public:
+  static constexpr unsigned kSize = 4096, kProbe = 16;
+  unsigned live(uint32_t now_s, uint32_t age_s) const {
+    unsigned n = 0;
+    for (const Entry& e : entries_) n += e.live(now_s, age_s);
+    return n;
+  }
+  // Appends one line per live entry (STATUS).
+  void dump(std::string* out, uint32_t now_s, uint32_t age_s) const {
+    for (const Entry& e : entries_)
+      if (e.live(now_s, age_s)) e.append(out);
+  }
+
+ protected:
+  Entry entries_[kSize];
+};
+
 // MAC -> port. One 64-bit word per entry: MAC in the low 48 bits, port + 1 in the high 16, so an
 // entry is read and written atomically; `seen_s` ages it. Entries are never removed: an aged one
 // reads as missing and is reused by the next new address that probes it.
-class MacTable {
+struct MacEntry {
+  std::atomic<uint64_t> word{0};
+  std::atomic<uint32_t> seen_s{0};
+  bool live(uint32_t now_s, uint32_t age_s) const;
+  void append(std::string* out) const;  // "mac.<MAC>=<port>\n"
+};
+class MacTable : public AgingTable<MacEntry> {
  public:
-  static constexpr unsigned kSize = 4096, kProbe = 16;
   // The port `mac` was last seen on, or -1 (unknown or aged out).
   int lookup(const MacAddr& mac, uint32_t now_s, uint32_t age_s) const;
   // Returns true when the address was new or moved. A full probe region leaves it unknown (flooded).
   bool learn(const MacAddr& mac, unsigned port, uint32_t now_s, uint32_t age_s);
-  unsigned live(uint32_t now_s, uint32_t age_s) const;
-  // Appends "mac.<MAC>=<port>\n" per live entry.
-  void dump(std::string* out, uint32_t now_s, uint32_t age_s) const;
-
- private:
-  struct Entry {
-    std::atomic<uint64_t> word{0};
-    std::atomic<uint32_t> seen_s{0};
-  };
-  Entry entries_[kSize];
 };
 
 // IPv4 -> MAC. An entry's key is claimed once (compare-and-swap from 0) and keeps its address; the
 // MAC word carries a valid bit.
-class NeighbourTable {
+struct NeighbourEntry {
+  std::atomic<uint32_t> ip{0};
+  std::atomic<uint32_t> seen_s{0};
+  std::atomic<uint64_t> mac{0};
+  bool live(uint32_t now_s, uint32_t age_s) const;
+  void append(std::string* out) const;  // "neigh.<IP>=<MAC>\n"
+};
+class NeighbourTable : public AgingTable<NeighbourEntry> {
  public:
-  static constexpr unsigned kSize = 4096, kProbe = 16;
   bool lookup(uint32_t ip_be, MacAddr* mac, uint32_t now_s, uint32_t age_s) const;
   // Ignores addresses that cannot be a neighbour (0.0.0.0, broadcast, multicast or zero MAC).
   void learn(uint32_t ip_be, const MacAddr& mac, uint32_t now_s);
-  unsigned live(uint32_t now_s, uint32_t age_s) const;
-  // Appends "neigh.<IP>=<MAC>\n" per live entry.
-  void dump(std::string* out, uint32_t now_s, uint32_t age_s) const;
-
- private:
-  struct Entry {
-    std::atomic<uint32_t> ip{0};
-    std::atomic<uint32_t> seen_s{0};
-    std::atomic<uint64_t> mac{0};
-  };
-  Entry entries_[kSize];
 };
 
 // Where ordinary traffic goes: flooded (broadcast, multicast, unknown unicast), filtered (the

@@ -1,15 +1,10 @@
 // Grouping a burst's datagrams by destination, and their sendmmsg messages (see result_batch.h).
 #include "switch/io/udp/result_batch.h"
 
-#include <netinet/udp.h>
-
 #include <cstring>
 
+#include "common/udp_offload.h"
 #include "gradswitch/wire.h"
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
 
 namespace gradswitch {
 
@@ -31,7 +26,7 @@ ResultBatch::ResultBatch()
       eps_(kMaxEndpoints),
       msgs_(kMaxMsgs),
       addrs_(kMaxMsgs),
-      ctrl_(kMaxMsgs * CMSG_SPACE(sizeof(uint16_t))),
+      ctrl_(kMaxMsgs * kGsoControlBytes),
       msg_group_(kMaxMsgs),
       iovs_(kMaxIovs) {
   entries_.reserve(kMaxEntries);
@@ -114,15 +109,8 @@ bool ResultBatch::build(uint32_t gi, const Endpoint& ep, bool gso) {
     ++n_iovs_;
   }
   if (train) {
-    msghdr& h = msgs_[n_msgs_].msg_hdr;
-    h.msg_control = ctrl_.data() + n_msgs_ * CMSG_SPACE(sizeof(uint16_t));
-    h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
-    cmsghdr* c = CMSG_FIRSTHDR(&h);
-    c->cmsg_level = SOL_UDP;
-    c->cmsg_type = UDP_SEGMENT;
-    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-    const uint16_t s = static_cast<uint16_t>(g.seg);
-    std::memcpy(CMSG_DATA(c), &s, sizeof s);
+    set_gso_segment(&msgs_[n_msgs_].msg_hdr, ctrl_.data() + n_msgs_ * kGsoControlBytes,
+                    static_cast<uint16_t>(g.seg));
   }
   n_msgs_ = m;
   return true;

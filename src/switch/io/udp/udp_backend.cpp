@@ -19,26 +19,18 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
+#include "common/udp_offload.h"
 #include "switch/io/udp/result_batch.h"
 #include "switch/io/udp/result_hold.h"
 #include "switch/io/udp/round_deadlines.h"
 #include "switch/log.h"
 #include "switch/uplink/uplink_timers.h"
 
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
-
 namespace gradswitch {
 namespace {
 
 constexpr int kSocketBufferBytes = 8 << 20;
 constexpr int kPollMs = 50;                  // the stop flag is seen at least this often
-constexpr size_t kRxPlainBytes = 9216;       // > largest valid datagram (32 + 8940)
-constexpr size_t kRxGroBytes = 65536;        // a GRO-coalesced train of datagrams
 constexpr size_t kMaxGroRxMemory = 8 << 20;  // per thread; beyond it (huge --batch) GRO stays off
 // The leaf's upward loss timers: the worker library's defaults (Options::rto_initial_s, rto_max_s).
 constexpr int64_t kUplinkRtoMinNs = 4'000'000;
@@ -84,7 +76,7 @@ class UdpBackend final : public Backend {
     RoundDeadlines deadlines;  // open rounds of jobs with deadline_us= (docs/protocol.md §3.1)
     // Read by the control thread (stats()); written by this thread only.
     std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0},
-        held_bursts{0};
+        held_bursts{0}, rx_bursts{0}, sleeps{0};
     std::atomic<uint64_t> rx_datagrams{0};
     // The thread's CPU clock while it runs (-1 before and after), its CPU time once it ended.
     std::atomic<clockid_t> cpu_clock{-1};
@@ -146,10 +138,8 @@ bool UdpBackend::open(std::string* error) {
     set_buffer(t->fd, SO_SNDBUF, SO_SNDBUFFORCE, "send", &warned_tx);
 
     t->gso = config_.udp_gso == "on";
-    int one = 1;
-    t->gro = size_t(batch) * kRxGroBytes <= kMaxGroRxMemory &&
-             ::setsockopt(t->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
-    t->rx_size = t->gro ? kRxGroBytes : kRxPlainBytes;
+    t->gro = size_t(batch) * kUdpRxGroBytes <= kMaxGroRxMemory && enable_udp_gro(t->fd);
+    t->rx_size = t->gro ? kUdpRxGroBytes : kUdpRxPlainBytes;
     t->loss = LossInjector(config_.drop_rate, config_.seed, i);
     t->hold = ResultHold(uint64_t{config_.hold_us} * 1000);
 
@@ -157,7 +147,7 @@ bool UdpBackend::open(std::string* error) {
     t->rx_msgs.resize(batch);
     t->rx_iov.resize(batch);
     t->rx_addr.resize(batch);
-    t->rx_ctrl.assign(size_t(batch) * CMSG_SPACE(sizeof(int)), 0);
+    t->rx_ctrl.assign(size_t(batch) * kGroControlBytes, 0);
     threads_.push_back(std::move(t));
   }
   return true;
@@ -183,8 +173,10 @@ uint64_t UdpBackend::Thread::cpu_ns() const {
 
 std::vector<BackendStat> UdpBackend::stats() const {
   using Kind = BackendStat::Kind;
-  uint64_t inj = 0, err = 0, trunc = 0, gso = 0, gro = 0, held = 0;
+  uint64_t inj = 0, err = 0, trunc = 0, gso = 0, gro = 0, held = 0, bursts = 0, sleeps = 0;
   for (auto& t : threads_) {
+    bursts += t->rx_bursts.load(std::memory_order_relaxed);
+    sleeps += t->sleeps.load(std::memory_order_relaxed);
     inj += t->injected_drops.load(std::memory_order_relaxed);
     err += t->send_errors.load(std::memory_order_relaxed);
     trunc += t->truncated.load(std::memory_order_relaxed);
@@ -202,6 +194,11 @@ std::vector<BackendStat> UdpBackend::stats() const {
       {"gro_trains", "Received GRO trains (several datagrams in one read)", Kind::kCounter, gro},
       {"held_bursts", "Bursts whose results waited to leave with the next burst's (--hold-us)",
        Kind::kCounter, held},
+      // What a data thread's CPU per datagram follows where it is not busy: datagrams per burst and per
+      // wake-up (BENCHMARKS.md §9).
+      {"rx_bursts", "Receive calls that returned datagrams (each one engine burst)", Kind::kCounter, bursts},
+      {"sleeps", "Waits of the data threads for a datagram or a timer (each one a wake-up)", Kind::kCounter,
+       sleeps},
   };
   for (auto& t : threads_) {
     out.push_back({"rx_datagrams", "Datagrams this data thread handed to the engine or dropped",
@@ -233,8 +230,8 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       h.msg_name = &t.rx_addr[i];
       h.msg_namelen = sizeof(sockaddr_in);
       if (t.gro) {
-        h.msg_control = t.rx_ctrl.data() + i * CMSG_SPACE(sizeof(int));
-        h.msg_controllen = CMSG_SPACE(sizeof(int));
+        h.msg_control = t.rx_ctrl.data() + i * kGroControlBytes;
+        h.msg_controllen = kGroControlBytes;
       }
     }
     int n = ::recvmmsg(t.fd, t.rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
@@ -262,9 +259,11 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
       const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
                         static_cast<long>(wait_ns % 1'000'000'000)};
       pollfd p{t.fd, POLLIN, 0};
+      counter_add(t.sleeps);
       ::ppoll(&p, 1, &ts, nullptr);
       continue;
     }
+    counter_add(t.rx_bursts);
     const uint64_t now = monotonic_ns();
     engine_.begin_burst(t.index);
     for (int i = 0; i < n; ++i) {
@@ -277,16 +276,9 @@ void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
         len = t.rx_size;
       }
       size_t seg = len;  // a GRO train is a run of datagrams of `seg` bytes (the last may be shorter)
-      if (t.gro) {
-        for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c))
-          if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-            int s;
-            std::memcpy(&s, CMSG_DATA(c), sizeof s);
-            if (s > 0 && size_t(s) < len) {
-              seg = size_t(s);
-              counter_add(t.gro_trains);
-            }
-          }
+      if (const int s = t.gro ? gro_segment_size(h) : 0; s > 0 && size_t(s) < len) {
+        seg = size_t(s);
+        counter_add(t.gro_trains);
       }
       size_t off = 0;
       do {

@@ -1,0 +1,85 @@
+"""Error feedback for the lossy wires: each rank keeps what its own encoding dropped and adds it back.
+
+A rank's gradient g travels as Q(g), its wire encoding (mx8: docs/protocol.md section 2.2; float16 and
+bfloat16: a round-to-nearest-even cast). With error feedback the rank sends Q(g + e) instead and keeps
+e' = (g + e) - Q(g + e) for the next step, as PowerSGD's DDP hook keeps its compression residuals
+(torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook): what one step's rounding loses, a later
+step sends, so the sum of the updates follows the sum of the true gradients.
+
+`wire_round` reproduces the worker's encoding bit for bit (tests/python/test_mx8.py checks it against an
+allreduce through a real switch), in torch operations, so it runs on the gradient's own device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Wires whose encoding a rank can reproduce alone. fixed32's scale is agreed over the ranks per chunk
+# (docs/protocol.md section 5), float32 and float64 lose nothing on the way up.
+FEEDBACK_WIRES = ("mx8", "float16", "bfloat16")
+MX8_BLOCK = 32
+
+
+def _mx8_round(x: torch.Tensor) -> torch.Tensor:
+    """The mx8 encoding of a float32 tensor's blocks of 32 (from its first element), decoded."""
+    flat = x.reshape(-1)
+    n = flat.numel()
+    blocks = torch.nn.functional.pad(flat, (0, (-n) % MX8_BLOCK)).view(-1, MX8_BLOCK)
+    amax = blocks.abs().amax(dim=1, keepdim=True)
+    poisoned = ~torch.isfinite(amax)  # a NaN or an infinity: the whole block decodes as NaN
+    # floor(log2 amax) exactly, from frexp (amax = m * 2^e, m in [0.5, 1)); an all-zero block's scale
+    # is irrelevant to its (zero) values.
+    _, e = torch.frexp(torch.where(poisoned | (amax == 0), torch.ones_like(amax), amax))
+    scale_exp = torch.clamp(e - 1 - 8, min=-127)
+    v = torch.ldexp(blocks, -scale_exp)  # exact (docs/protocol.md 2.2)
+    # E4M3: 3 mantissa bits, exponents down to -6 (below: subnormal steps of 2^-9).
+    _, ve = torch.frexp(torch.where(v == 0, torch.ones_like(v), v))
+    step_exp = torch.clamp(ve - 1, min=-6) - 3
+    q = torch.round(torch.ldexp(v, -step_exp))  # torch.round: half to even
+    q = torch.clamp(torch.ldexp(q, step_exp), -448.0, 448.0)
+    out = torch.ldexp(q, scale_exp)
+    out = torch.where(poisoned.expand_as(out), torch.full_like(out, float("nan")), out)
+    return out.reshape(-1)[:n].view_as(x)
+
+
+def wire_round(x: torch.Tensor, wire: str) -> torch.Tensor:
+    """What `x` (float32) arrives as at the switch on `wire`, as float32."""
+    if wire == "mx8":
+        return _mx8_round(x)
+    if wire == "float16":
+        return x.to(torch.float16).to(x.dtype)
+    if wire == "bfloat16":
+        return x.to(torch.bfloat16).to(x.dtype)
+    raise ValueError(
+        f"gradswitch: error feedback needs a lossy wire a rank encodes alone ({', '.join(FEEDBACK_WIRES)}), "
+        f"not {wire!r}"
+    )
+
+
+class ErrorFeedback:
+    """One rank's residuals, one per DDP bucket index (a bucket whose size changes starts afresh, as
+    after DDP rebuilds its buckets on the first iterations)."""
+
+    def __init__(self, wire: str):
+        if wire not in FEEDBACK_WIRES:
+            wire_round(torch.zeros(1), wire)  # raises the explanation
+        self.wire = wire
+        self._residuals: dict[int, torch.Tensor] = {}
+
+    def apply(self, key: int, grad: torch.Tensor) -> None:
+        """Adds the residual kept under `key` to `grad` in place and keeps the new one."""
+        if grad.dtype != torch.float32:
+            raise TypeError(
+                "gradswitch: error feedback keeps float32 residuals; the bucket is "
+                f"{str(grad.dtype).replace('torch.', '')} (train in float32, or turn error feedback off)"
+            )
+        r = self._residuals.get(key)
+        if r is not None and r.shape == grad.shape and r.device == grad.device:
+            grad.add_(r)
+        sent = wire_round(grad, self.wire)
+        r = grad - sent
+        # A non-finite gradient leaves no residual: it would poison every later step.
+        self._residuals[key] = torch.nan_to_num(r, nan=0.0, posinf=0.0, neginf=0.0)
+
+    def reset(self) -> None:
+        self._residuals.clear()
