@@ -225,11 +225,13 @@ def _spread_and_fastest(gloo_pg, walls: list[float], iteration_s: float) -> dict
     }
 
 
-def compute_s(args, reps: int = 3) -> float:
-    """The median forward + backward of the model alone (no communication): what --slow-compute scales."""
+def compute_s(args, reps: int = 5) -> float:
+    """The median forward + backward of the model alone (no communication, after one warm-up): what
+    --slow-compute scales. Every rank runs it at once, so it is measured under the load of training."""
     torch.manual_seed(0)
     model = make_model(args)
     x, y = make_batch(args, torch.Generator().manual_seed(1))
+    loss_of(model(x), y).backward()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -303,10 +305,13 @@ def worker(rank: int, world: int, args) -> list[dict]:
     nparams = sum(p.numel() for p in make_model(args).parameters())
     if rank == 0 and args.rank is not None:
         print(f"{describe(args, nparams)}, {world} workers, wire {args.wire}", flush=True)
+    if args.slow_rank is not None:
+        dist.barrier(group=gloo_pg)
+        alone = compute_s(args)
+        args.slow_s = (args.slow_compute - 1) * alone
     if rank == args.slow_rank:
-        args.slow_s = (args.slow_compute - 1) * compute_s(args)
         print(
-            f"rank {rank}: forward + backward {args.slow_s / (args.slow_compute - 1) * 1e3:.1f} ms; "
+            f"rank {rank}: forward + backward {alone * 1e3:.1f} ms; "
             f"sleeps {args.slow_s * 1e3:.1f} ms more each iteration (--slow-compute)",
             flush=True,
         )
