@@ -11,7 +11,7 @@ launch, in every scenario:
     loss1         --loss random loss on every link, both directions
 
     sudo flock /tmp/gradswitch-netns.lock python3 bench/straggler_bench.py [--rounds 3] [--iters 3] \
-        [--width 2048] [--deadline-us 30000] [--quorum 3] [--out bench/results/<date>-straggler]
+        [--width 2048] [--deadline-us 100000] [--quorum 3] [--out bench/results/<date>-straggler]
 
 The straggler is the last rank. Each round runs every scenario once (one launch of all configurations
 on the same testbed, reshaped between launches), the scenarios' and the configurations' order reversed
@@ -132,7 +132,7 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--rate", default="1gbit")
     p.add_argument("--width", type=int, default=2048, help="the MLP's hidden width (torch_iteration.py)")
-    p.add_argument("--deadline-us", type=int, default=30000)
+    p.add_argument("--deadline-us", type=int, default=100000)
     p.add_argument("--quorum", type=int, default=3)
     p.add_argument("--slow-compute", type=float, default=2.0, help="the slow-compute straggler's factor")
     p.add_argument("--loss", type=float, default=0.01, help="loss1: drop probability per link and direction")
