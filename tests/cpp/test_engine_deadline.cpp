@@ -8,6 +8,7 @@
 #include "common/header.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
+#include "ingest_result.h"
 #include "switch/engine/engine.h"
 
 using namespace gradswitch;
@@ -64,12 +65,6 @@ struct Job4 {
     return s.counters;
   }
 };
-
-gs_header header_of(const IngestResult& r) {
-  gs_header h;
-  gs_header_decode(r.data, &h);
-  return h;
-}
 
 }  // namespace
 

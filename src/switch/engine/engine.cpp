@@ -396,18 +396,7 @@ void Engine::ingest_data(unsigned thread, Arrival& a) {
   Job* job = admit_data(thread, a);
   if (!job) return;
   const gs_header& h = a.h;
-  IngestResult& r = a.r;
-  JobThreadState& js = *a.js;
-  r.src_rank = h.rank;
-  r.endpoints = job->spec.endpoints.data();
-  r.world = job->member_count;
-  r.slot = h.slot;
-  js.last_activity_ns.store(a.now_ns, std::memory_order_relaxed);
-  std::atomic<int64_t>& rank_seq = js.rank_seq[h.rank];
-  const int64_t last = rank_seq.load(std::memory_order_relaxed);
-  if (last < 0 || seq_after(h.seq, static_cast<uint32_t>(last)))
-    rank_seq.store(h.seq, std::memory_order_relaxed);
-  js.clock.seen(h.seq, a.now_ns);
+  note_arrival(a, *job);
 
   const uint8_t version = h.flags & GS_FLAG_VERSION;
   SlotVersion& sv = job->slots[h.slot].version[version];
@@ -433,35 +422,57 @@ void Engine::ingest_data(unsigned thread, Arrival& a) {
   }
   // 5. The slot version's round: join it or start it.
   if (same_round ? !join_round(a, *job, sv) : !open_round(a, sv, state, held_seq, held_offset)) return;
-  if (sv.arrived < job->member_count) {
-    // Bounded-time rounds (§3.1): the opening contribution starts the round's deadline, which the
-    // backend's timer brings to close_overdue(); past it, the quorum's contribution closes the round.
-    if (job->spec.deadline_ns) {
-      if (sv.overdue && sv.arrived >= job->spec.quorum) {
-        close_partial(thread, *job, h.slot, version, r, a.now_ns);
-        return;
-      }
-      if (!same_round) {
-        r.deadline_ns = a.now_ns + job->spec.deadline_ns;
-        r.seq = h.seq;
-        r.version = version;
-        r.offset = h.offset;
-      }
-    }
-    r.kind = IngestResult::kAbsorbed;
-    // A resend that the round lacked: the sender's timer found its loss, which the ranks the round
-    // still lacks may not have done yet (their rounds sent at once, a peer's small window): tell them.
-    if (h.flags & GS_FLAG_RETX) answer_held(a.ts, js, *job, h, sv, 0, a.now_ns, r);
-    return;
-  }
+  if (sv.arrived < job->member_count) return still_open(thread, a, *job, sv, !same_round);
   // 6. Complete: up to the spine from a leaf, else the result to every rank.
   sv.completer = h.rank;
   sv.completed_by_resend = h.flags & GS_FLAG_RETX;
   if (job->spec.uplink) {
-    send_up(thread, *job, h.slot, version, r);
+    send_up(thread, *job, h.slot, version, a.r);
     return;
   }
   complete_round(thread, a, *job, version);
+}
+
+// What the job's thread state learns from each of its DATA packets, and the result's addressing.
+void Engine::note_arrival(Arrival& a, const Job& job) {
+  const gs_header& h = a.h;
+  IngestResult& r = a.r;
+  JobThreadState& js = *a.js;
+  r.src_rank = h.rank;
+  r.endpoints = job.spec.endpoints.data();
+  r.world = job.member_count;
+  r.slot = h.slot;
+  js.last_activity_ns.store(a.now_ns, std::memory_order_relaxed);
+  std::atomic<int64_t>& rank_seq = js.rank_seq[h.rank];
+  const int64_t last = rank_seq.load(std::memory_order_relaxed);
+  if (last < 0 || seq_after(h.seq, static_cast<uint32_t>(last)))
+    rank_seq.store(h.seq, std::memory_order_relaxed);
+  js.clock.seen(h.seq, a.now_ns);
+}
+
+// 5b. The contribution went in and the round still lacks ranks.
+void Engine::still_open(unsigned thread, Arrival& a, Job& job, SlotVersion& sv, bool opened) {
+  const gs_header& h = a.h;
+  IngestResult& r = a.r;
+  const uint8_t version = h.flags & GS_FLAG_VERSION;
+  // Bounded-time rounds (§3.1): the opening contribution starts the round's deadline, which the
+  // backend's timer brings to close_overdue(); past it, the quorum's contribution closes the round.
+  if (job.spec.deadline_ns) {
+    if (sv.overdue && sv.arrived >= job.spec.quorum) {
+      close_partial(thread, job, h.slot, version, r, a.now_ns);
+      return;
+    }
+    if (opened) {
+      r.deadline_ns = a.now_ns + job.spec.deadline_ns;
+      r.seq = h.seq;
+      r.version = version;
+      r.offset = h.offset;
+    }
+  }
+  r.kind = IngestResult::kAbsorbed;
+  // A resend that the round lacked: the sender's timer found its loss, which the ranks the round
+  // still lacks may not have done yet (their rounds sent at once, a peer's small window): tell them.
+  if (h.flags & GS_FLAG_RETX) answer_held(a.ts, *a.js, job, h, sv, 0, a.now_ns, r);
 }
 
 // 1. Is it a DATA packet of a live job, from one of its ranks? The job, or nullptr when dropped.

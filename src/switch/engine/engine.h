@@ -303,6 +303,9 @@ class Engine {
   // ingest() (always_inline: one function's code, as it was before it was split into steps).
   [[gnu::always_inline]] inline void ingest_data(unsigned thread, Arrival& a);
   [[gnu::always_inline]] inline Job* admit_data(unsigned thread, Arrival& a);
+  [[gnu::always_inline]] inline static void note_arrival(Arrival& a, const Job& job);
+  [[gnu::always_inline]] inline void still_open(unsigned thread, Arrival& a, Job& job, SlotVersion& sv,
+                                                bool opened);
   [[gnu::always_inline]] inline DropReason check_data(unsigned thread, Arrival& a, const Job& job) const;
   [[gnu::always_inline]] inline static void answer_completed(Arrival& a, const Job& job, SlotVersion& sv);
   [[gnu::always_inline]] inline static bool join_round(Arrival& a, Job& job, SlotVersion& sv);
