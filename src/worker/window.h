@@ -47,6 +47,10 @@ class Window {
   // Marks the round as a retransmission (flag RETX) in its header and packet.
   void mark_retransmission(unsigned s);
   const uint8_t* packet(unsigned s) const { return mem_.data() + cap_ * s; }
+  // The slot whose packet() this is.
+  unsigned slot_of(const uint8_t* packet) const {
+    return static_cast<unsigned>((packet - mem_.data()) / cap_);
+  }
 
  private:
   uint8_t* buffer(unsigned s) { return mem_.data() + cap_ * s; }

@@ -585,6 +585,68 @@ class RecordingTransport : public Transport {
   std::vector<std::vector<std::vector<uint8_t>>> batches;
 };
 
+// Two RESULTs of one slot in one batch: the first starts the slot's next round, which the second
+// (here a sum of one rank; in a job with deadline_us a PARTIAL RESULT that came before this rank's
+// DATA left) completes, so the slot's buffer is sealed again before the batch's send. The slot goes
+// out once, as it is then: a second queue entry kept the first round's length for the rewritten
+// buffer, a DATA whose count and length disagree (found by fuzz/fuzz_worker_switch.cpp).
+TEST(a_slot_sealed_twice_before_a_send_goes_out_once_and_well_formed) {
+  Options o;
+  o.job = "t";
+  o.world = 1;
+  const JoinInfo j = one_switch_join();
+  RecordingTransport tx;
+  PathParts parts(o, j, &tx);
+  SwitchAllreduce path(parts.ctx, nullptr);
+  const size_t per = j.payload_bytes / 4;
+  std::vector<float> data(8 * per + 2, 1.0f);  // chunks 0-7 whole, chunk 8 of 2 elements (slot 0)
+  AllreduceOp op;
+  op.base = reinterpret_cast<uint8_t*>(data.data());
+  op.ch = make_chunking(data.size(), GS_ELEM_FLOAT32, j.payload_bytes);
+  op.seq = 1;
+  path.admit(&op);
+  CHECK_EQ(tx.batches.size(), size_t{1});
+  if (tx.batches.size() != 1) return;
+  auto result_of = [](std::vector<uint8_t> pkt) {  // a DATA with its type changed: a sum of one
+    gs_header h;
+    gs_header_decode(pkt.data(), &h);
+    h.type = GS_MSG_RESULT;
+    gs_header_encode(&h, pkt.data());
+    return pkt;
+  };
+  gs_header first;
+  gs_header_decode(tx.batches[0][0].data(), &first);
+  CHECK_EQ(first.slot, uint16_t{0});
+  // Slot 0's next round is chunk 4, in the other version: its RESULT is chunk 0's header with the
+  // version flipped and chunk 4's offset, and its elements.
+  std::vector<uint8_t> r0 = result_of(tx.batches[0][0]);
+  std::vector<uint8_t> r4 = r0;
+  gs_header h4;
+  gs_header_decode(r4.data(), &h4);
+  h4.flags ^= GS_FLAG_VERSION;
+  h4.offset = static_cast<uint32_t>(4 * per);
+  gs_header_encode(&h4, r4.data());
+  const InPacket in[2] = {{r0.data(), static_cast<uint32_t>(r0.size())},
+                          {r4.data(), static_cast<uint32_t>(r4.size())}};
+  std::vector<AllreduceOp*> finished;
+  CHECK(!path.take(in, 2, steady_now_ns(), &finished));
+  path.send_queued();
+  CHECK_EQ(tx.batches.size(), size_t{2});
+  if (tx.batches.size() != 2) return;
+  unsigned slot0 = 0;
+  for (const auto& pkt : tx.batches[1]) {
+    gs_header d;
+    gs_header_decode(pkt.data(), &d);
+    CHECK_EQ(pkt.size(), GS_HEADER_BYTES + size_t{d.count} * 4);
+    if (d.slot == 0) {
+      ++slot0;
+      CHECK_EQ(d.offset, uint32_t(8 * per));  // chunk 8, the slot's round now
+      CHECK_EQ(d.count, uint16_t{2});
+    }
+  }
+  CHECK_EQ(slot0, 1u);
+}
+
 // A step whose results start rounds and whose timers resend others makes one send, not two: a
 // resend sent apart from the rounds started beside it costs a system call of its own (where the host's
 // CPU bounds the rate, loss costs system calls more than packets: BENCHMARKS.md §10).

@@ -79,6 +79,7 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       drops_(ctx.opt->drop_rate, ctx.opt->seed, ctx.opt->rank),
       in_(1024) {
   out_.reserve(ctx.join->slots + 64);
+  queued_at_.assign(ctx.join->slots, kNotQueued);
   passed_.reserve(ctx.join->slots);
 }
 
@@ -181,8 +182,19 @@ void SwitchAllreduce::send(unsigned slot) {
     return;
   }
   const JoinInfo& j = *ctx_.join;
-  out_.push_back(OutPacket{window_.packet(slot), window_.round(slot).len,
-                           static_cast<uint16_t>(j.data_port + slot % j.threads), ctx_.switch_ipv4_be});
+  const OutPacket p{window_.packet(slot), window_.round(slot).len,
+                    static_cast<uint16_t>(j.data_port + slot % j.threads), ctx_.switch_ipv4_be};
+  if (queued_at_[slot] != kNotQueued) {
+    out_[queued_at_[slot]] = p;
+    return;
+  }
+  queued_at_[slot] = static_cast<uint32_t>(out_.size());
+  out_.push_back(p);
+}
+
+void SwitchAllreduce::clear_queue() {
+  for (const OutPacket& p : out_) queued_at_[window_.slot_of(p.data)] = kNotQueued;
+  out_.clear();
 }
 
 // Claims the slot's timer for a new round and queues its packet.
@@ -193,6 +205,8 @@ void SwitchAllreduce::launch(unsigned slot, int64_t now) {
 }
 
 void SwitchAllreduce::send_queued() {
+  if (out_.empty()) return;
+  for (const OutPacket& p : out_) queued_at_[window_.slot_of(p.data)] = kNotQueued;
   send_counted(ctx_, &out_);
 }
 
@@ -508,6 +522,7 @@ void SwitchAllreduce::admit(AllreduceOp* op) {
   if (ctx_.opt->shuffle_seed != 0) {  // test hook: these first sends in a permuted order
     std::mt19937_64 g(ctx_.opt->shuffle_seed * 0x9E3779B97F4A7C15ull + op->seq);
     std::shuffle(out_.begin() + static_cast<std::ptrdiff_t>(queued), out_.end(), g);
+    for (uint32_t i = 0; i < out_.size(); ++i) queued_at_[window_.slot_of(out_[i].data)] = i;
   }
   send_queued();
 }
@@ -577,7 +592,7 @@ int64_t SwitchAllreduce::service(int64_t now, bool quiet, std::exception_ptr los
     }
   }
   if (lost) {
-    out_.clear();  // nothing new goes to a switch that is going: settle_rounds asks for every round out
+    clear_queue();  // nothing new goes to a switch that is going: settle_rounds asks for every round out
     if (own_transport) settle_rounds(now, finished);
     std::rethrow_exception(lost);
   }

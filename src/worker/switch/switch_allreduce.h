@@ -149,6 +149,13 @@ class SwitchAllreduce : public DataPath {
   size_t proofs_due_next_ = 0;
   LossInjector drops_;  // the drop_rate test hook, seeded from (seed, rank)
   std::vector<OutPacket> out_;
+  // Per slot, its packet's place in out_ (kNotQueued: none). A slot queued twice before a send goes
+  // once, as it is then: the packet points into the slot's buffer, which a RESULT handled in the
+  // same batch may have sealed with the slot's next round (a PARTIAL RESULT, §3.1, can arrive before
+  // this rank's DATA left).
+  static constexpr uint32_t kNotQueued = UINT32_MAX;
+  std::vector<uint32_t> queued_at_;
+  void clear_queue();
   std::vector<unsigned> resend_;
   std::vector<InPacket> in_;
   bool draining_ = false;         // settle_rounds: nothing new starts, ABORT answers refuse
