@@ -14,7 +14,10 @@ One rank per host (testbed / several machines): run on every host with the same 
 Configurations: gloo-ddp (DDP over gloo's ring allreduce), gs-ddp (DDP over the "gradswitch" process
 group, 25 MB buckets), gs-ring-ddp (the same over the ring among the workers, algorithm="ring", paper
 001), gs-overlap[:KB] (ChunkedOverlap, chunks of KB KiB), gs-hook (DDP over gloo with
-gradswitch's allreduce_hook), local (no communication: the compute-only reference). For each it reports
+gradswitch's allreduce_hook), local (no communication: the compute-only reference). Suffixes (issue 38):
++coo makes the gradients of nn.Embedding and nn.EmbeddingBag layers sparse COO tensors (sparse=True),
++sparse / +auto run that configuration with the gradswitch group's Options.sparse "on" / "auto"
+(docs/torch.md "Sparse gradients"), e.g. gs-ddp+coo+sparse. For each it reports
 the median time of an iteration (forward, backward with its communication, SGD step) and of the backward
 pass plus communication; exposed communication = that minus the local backward. A final all-reduce
 of the loss checks that every configuration trains the same model (loss after the timed iterations).
@@ -134,15 +137,40 @@ class FirstGrad:
             h.remove()
 
 
+def _apply_suffixes(name: str, model) -> tuple[str, str | None]:
+    """(the configuration's name without its suffixes, the sparse mode they ask for or None); +coo is
+    applied to the model's embedding layers here."""
+    base, *flags = name.split("+")
+    unknown = set(flags) - {"coo", "sparse", "auto"}
+    if unknown:
+        raise SystemExit(f"unknown suffix {'+'.join(sorted(unknown))} in config {name}")
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+            m.sparse = "coo" in flags
+    return base, "on" if "sparse" in flags else "auto" if "auto" in flags else None
+
+
 def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=None) -> dict:
-    import gradswitch.timeline as _timeline
     import gradswitch.torch as gst
 
     torch.manual_seed(0)
     model = make_model(args)
+    base, mode = _apply_suffixes(name, model)
+    backend = gst.gradswitch_group()
+    before, backend.sparse = backend.sparse, mode or backend.sparse
+    try:
+        return _run_config(name, base, model, args, rank, world, gloo_pg, state, ring_pg)
+    finally:
+        backend.sparse = before
+
+
+def _run_config(name, base, model, args, rank, world, gloo_pg, state, ring_pg) -> dict:
+    import gradswitch.timeline as _timeline
+    import gradswitch.torch as gst
+
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    net, overlap = _wrap(name, model, args, gloo_pg, state, ring_pg)
-    first = FirstGrad(model) if name == "local" else None
+    net, overlap = _wrap(base, model, args, gloo_pg, state, ring_pg)
+    first = FirstGrad(model) if base == "local" else None
     x, y = make_batch(args, torch.Generator().manual_seed(1000 + rank))
     phases, losses = [], []  # per measured iteration: iteration, forward, backward(+comm), step, first grad
     gs_group = gst.gradswitch_group() if args.stats and name.startswith("gs-") else None
