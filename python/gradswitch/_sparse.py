@@ -23,7 +23,10 @@ _FIXED32_LIMIT = 2.0**127  # fixed32 cannot carry |x| >= 2^127 (docs/protocol.md
 
 
 def block_elements(payload_bytes: int, wire: str, dtype: np.dtype) -> int:
-    """Elements per block: one packet's payload of the wire the tensor travels on (int32 tensors: int32)."""
+    """Elements per block: one packet's payload of the wire the tensor travels on (int32 tensors: int32;
+    mx8: whole blocks of 32 with their scale bytes, docs/protocol.md §2.2)."""
+    if wire == "mx8" and dtype != np.int32:
+        return min(payload_bytes // 33 * 32, _MAX_CHUNK)
     elem = 4 if dtype == np.int32 else _WIRE_BYTES[wire]
     return min(payload_bytes // elem, _MAX_CHUNK)
 

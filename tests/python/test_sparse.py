@@ -71,6 +71,7 @@ CASES = [
     ("int32", "int", np.int32, 3),
     ("float16", "exact", np.float32, 2),
     ("float64", "normal", np.float64, 2),
+    ("mx8", "normal", np.float32, 2),  # the compact buffer's chunks are dense's: the same scale blocks
 ]
 
 
