@@ -3,6 +3,7 @@
 allreduce, side by side in one run, on a loopback gradswitchd.
 
     python3 bench/sparse_bench.py [--series ddp,sweep] [--rounds 5] [--out bench/results/<date>-sparse]
+    sudo flock /tmp/gradswitch-netns.lock python3 bench/sparse_bench.py --series sweep --rate 1gbit
 
 ddp: bench/torch_iteration.py's embbag model (an nn.EmbeddingBag table of --rows x --dim, each worker's
   batch reading --touch of its rows, then a small MLP) under DDP, --workers processes. Configurations,
@@ -14,13 +15,15 @@ ddp: bench/torch_iteration.py's embbag model (an nn.EmbeddingBag table of --rows
   the ratio to gs-ddp (median, range). torch_iteration checks that every configuration ends with the
   same loss curve.
 sweep: Group.allreduce of a float32 tensor of --mb MB in which a share of the blocks (a packet's
-  elements) is non-zero, the same blocks on every rank (so the union's share is the density),
-  --workers ranks as threads of this process, sparse=False and sparse=True alternated (the order
-  swapped every round). Per density: both medians with their ranges over rounds (each round's figure:
-  the median over --iters allreduces, slowest rank), the per-round ratio dense / sparse, and the bytes
-  each rank sent per allreduce; every sparse result is compared bitwise with the dense one. The
-  crossover is the highest density where the median ratio falls through 1 (linear between sweep points): the
-  figure sparse="auto"'s threshold (gradswitch._sparse.AUTO_MIN_ZERO_SHARE) is set from.
+  elements) is non-zero, the same blocks on every rank (so the union's share is the density), with
+  sparse=False and sparse=True alternated (the order swapped every round): --workers ranks as threads
+  of this process on loopback, or with --rate one rank per machine of the emulated testbed (links at
+  that rate; a one-element allreduce lines the ranks up before each timed one). Per density: both
+  medians with their ranges over rounds (a round's figure: the median over --iters allreduces of the
+  slowest rank's time), the per-round ratio dense / sparse, and the bytes each rank sent per
+  allreduce; every sparse result is compared bitwise with the dense one. The crossover is the highest
+  density where the median ratio falls through 1 (linear between the sweep's points): the figure
+  sparse="auto"'s threshold (gradswitch._sparse.AUTO_MIN_ZERO_SHARE) is set from.
 """
 
 from __future__ import annotations
@@ -57,7 +60,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--configs", default=",".join(DDP_CONFIGS), help="ddp: torch_iteration configurations")
     p.add_argument("--mb", type=float, default=16.0, help="sweep: tensor size in MB (10^6 bytes)")
     p.add_argument("--densities", default=",".join(map(str, DENSITIES)), help="sweep: non-zero block shares")
+    p.add_argument("--rate", default=None, help="sweep: on the emulated testbed at this link rate (root)")
     p.add_argument("--out", default=None, help="results folder (default: print only)")
+    p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)  # a testbed rank
+    p.add_argument("--switch", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.series = [s.strip() for s in a.series.split(",") if s.strip()]
     if set(a.series) - {"ddp", "sweep"} or a.rounds < 1 or a.iters < 1 or a.workers < 1:
@@ -154,56 +160,100 @@ def sweep_inputs(n: int, block: int, density: float, world: int) -> list[np.ndar
     return out
 
 
-def sweep_rank(r: int, a, address: str, n: int, barrier, times: dict, errors: list) -> None:
-    """One rank's share of the sweep: every round, every density, both modes (order swapped)."""
-    try:
-        with gradswitch.connect(address, "sparse-sweep", r, a.workers, timeout=120) as g:
-            block = _sparse.block_elements(g._native.payload_bytes, g.wire, np.dtype(np.float32))
-            inputs = {d: sweep_inputs(n, block, d, a.workers)[r] for d in a.density_list}
-            buf = np.empty(n, np.float32)
-            for rnd in range(a.rounds):
-                for d in a.density_list:
-                    results = {}
-                    for mode in (False, True) if rnd % 2 == 0 else (True, False):
-                        sent0 = g.stats()["bytes_sent"]
-                        for _ in range(a.iters):
-                            buf[:] = inputs[d]
-                            barrier.wait()
-                            t = time.perf_counter()
-                            g.allreduce(buf, sparse=mode)
-                            times.setdefault((rnd, d, mode), [[] for _ in range(a.workers)])[r].append(
-                                time.perf_counter() - t
-                            )
-                        times[("bytes", d, mode)] = (g.stats()["bytes_sent"] - sent0) / a.iters
-                        results[mode] = buf.copy()
-                    if not np.array_equal(results[True].view(np.int32), results[False].view(np.int32)):
-                        raise AssertionError(f"rank {r}: sparse sum differs from dense at density {d}")
-    except BaseException as e:  # noqa: BLE001
-        errors.append(e)
-        barrier.abort()
-
-
-def run_sweep(a: argparse.Namespace) -> dict:
+def sweep_rank(r: int, a, address: str, sync=None) -> dict:
+    """One rank's share of the sweep: every round, every density, both modes (order swapped). Returns
+    {"times": [[round, density, sparse, [seconds per allreduce]], ...], "bytes": [[density, sparse,
+    bytes sent per allreduce], ...]}. sync() lines the ranks up before each allreduce (default: a
+    one-element allreduce through the switch)."""
     n = int(a.mb * 1e6) // 4
-    times: dict = {}
+    out: dict = {"rank": r, "times": [], "bytes": []}
+    with gradswitch.connect(address, "sparse-sweep", r, a.workers, timeout=120) as g:
+        sync = sync or (lambda: g.allreduce(np.zeros(1, np.int32)))
+        block = _sparse.block_elements(g._native.payload_bytes, g.wire, np.dtype(np.float32))
+        inputs = {d: sweep_inputs(n, block, d, a.workers)[r] for d in a.density_list}
+        buf = np.empty(n, np.float32)
+        for rnd in range(a.rounds):
+            for d in a.density_list:
+                results = {}
+                for mode in (False, True) if rnd % 2 == 0 else (True, False):
+                    sent0, ts = g.stats()["bytes_sent"], []
+                    for _ in range(a.iters):
+                        buf[:] = inputs[d]
+                        sync()
+                        t = time.perf_counter()
+                        g.allreduce(buf, sparse=mode)
+                        ts.append(time.perf_counter() - t)
+                    out["times"].append([rnd, d, mode, ts])
+                    if rnd == 0:
+                        out["bytes"].append([d, mode, (g.stats()["bytes_sent"] - sent0) / a.iters])
+                    results[mode] = buf.copy()
+                if not np.array_equal(results[True].view(np.int32), results[False].view(np.int32)):
+                    raise AssertionError(f"rank {r}: sparse sum differs from dense at density {d}")
+    return out
+
+
+def sweep_threads(a: argparse.Namespace) -> list[dict]:
+    """The ranks as threads of this process, on a loopback gradswitchd."""
+    outs: list = [None] * a.workers
     errors: list = []
     barrier = threading.Barrier(a.workers)
+
+    def rank(r: int, address: str) -> None:
+        try:
+            outs[r] = sweep_rank(r, a, address, barrier.wait)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+            barrier.abort()
+
     with LocalSwitch(threads=1) as sw:
-        ts = [
-            threading.Thread(target=sweep_rank, args=(r, a, sw.address, n, barrier, times, errors))
-            for r in range(a.workers)
-        ]
+        ts = [threading.Thread(target=rank, args=(r, sw.address)) for r in range(a.workers)]
         for t in ts:
             t.start()
         for t in ts:
             t.join()
     if errors:
         raise errors[0]
+    return outs
+
+
+def sweep_testbed(a: argparse.Namespace) -> list[dict]:
+    """One rank per worker machine of the emulated testbed (docs/testbed.md, --rate links), gradswitchd
+    in the switch's namespace (gradswitch.baselines' daemon); each rank prints its GSRESULT line."""
+    from gradswitch.baselines.common import results_of
+    from gradswitch.baselines.gradswitch_sys import switch_daemon
+    from gradswitch.testbed import Testbed
+
+    own = [f"--{k}={v}" for k, v in (("mb", a.mb), ("rounds", a.rounds), ("iters", a.iters))]
+    own += [f"--workers={a.workers}", f"--densities={a.densities}"]
+    with Testbed(workers=a.workers, rate=a.rate, name="spb") as tb, switch_daemon(tb) as sw:
+        procs = [
+            (
+                f"w{r}",
+                tb.popen(
+                    f"w{r}",
+                    [sys.executable, __file__, *own, f"--rank={r}", f"--switch={sw.address}"],
+                    stdout=-1,
+                    stderr=-1,
+                    text=True,
+                ),
+            )
+            for r in range(a.workers)
+        ]
+        return sorted(results_of(procs, 900, "sparse sweep"), key=lambda o: o["rank"])
+
+
+def run_sweep(a: argparse.Namespace) -> dict:
+    outs = sweep_testbed(a) if a.rate else sweep_threads(a)
+    per = {}  # (round, density, sparse) -> every rank's times
+    for o in outs:
+        for rnd, d, m, ts in o["times"]:
+            per.setdefault((rnd, d, m), []).append(ts)
+    sent = {(d, m): b for d, m, b in outs[0]["bytes"]}
     rows = []
     for d in a.density_list:
         # a round's figure: the median over its allreduces of the slowest rank's time
         med = {
-            m: [statistics.median(map(max, zip(*times[(rnd, d, m)], strict=True))) for rnd in range(a.rounds)]
+            m: [statistics.median(map(max, zip(*per[(rnd, d, m)], strict=True))) for rnd in range(a.rounds)]
             for m in (False, True)
         }
         ratio = [x / y for x, y in zip(med[False], med[True], strict=True)]
@@ -213,11 +263,11 @@ def run_sweep(a: argparse.Namespace) -> dict:
                 "dense_s": spread(med[False]),
                 "sparse_s": spread(med[True]),
                 "dense_over_sparse": spread(ratio),
-                "bytes_dense": times[("bytes", d, False)],
-                "bytes_sparse": times[("bytes", d, True)],
+                "bytes_dense": sent[(d, False)],
+                "bytes_sparse": sent[(d, True)],
             }
         )
-    return {"nbytes": n * 4, "rows": rows, "crossover": crossover(rows)}
+    return {"nbytes": int(a.mb * 1e6) // 4 * 4, "rate": a.rate, "rows": rows, "crossover": crossover(rows)}
 
 
 def crossover(rows: list[dict]) -> float | None:
@@ -233,7 +283,7 @@ def crossover(rows: list[dict]) -> float | None:
 
 def sweep_table(s: dict) -> str:
     lines = [
-        f"{s['nbytes'] / 1e6:.0f} MB float32; crossover density "
+        f"{s['nbytes'] / 1e6:.0f} MB float32, {s['rate'] or 'loopback'}; crossover density "
         + (f"{s['crossover']:.1%}" if s["crossover"] is not None else "none in the sweep"),
         "",
         "| non-zero blocks | dense ms | sparse ms | dense / sparse | bytes sent, sparse / dense |",
@@ -251,6 +301,9 @@ def sweep_table(s: dict) -> str:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.rank is not None:  # one rank of sweep_testbed, in its namespace
+        print("GSRESULT " + json.dumps(sweep_rank(a.rank, a, a.switch)), flush=True)
+        return 0
     out: dict = {"args": {k: v for k, v in vars(a).items() if k != "density_list"}}
     out["machine"] = {"cpus": __import__("os").cpu_count(), "platform": platform.platform()}
     out["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
