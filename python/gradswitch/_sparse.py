@@ -14,8 +14,11 @@ from typing import Any
 import numpy as np
 
 # sparse="auto" compacts when at least this share of the union's blocks is zero; below it the tensor
-# goes densely in place (phase 2 then saves too few bytes to pay for gathering and scattering).
-AUTO_MIN_ZERO_SHARE = 0.125
+# goes densely in place (phase 2 then saves too few bytes to pay for gathering and scattering). Set
+# from bench/sparse_bench.py's sweep (BENCHMARKS.md §17): below the crossover density of every link it
+# measured, loopback's lowest of them (bytes are cheapest there, the copies cost the same), so that
+# auto compacts only where block skipping won; on slower links it forgoes some of the gain above.
+AUTO_MIN_ZERO_SHARE = 0.5
 
 _WIRE_BYTES = {"float32": 4, "fixed32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4}
 _MAX_CHUNK = 0xFFFF  # a chunk's count field (docs/protocol.md §2)
