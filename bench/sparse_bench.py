@@ -86,7 +86,7 @@ def fmt(s: dict, scale: float = 1e3, digits: int = 1) -> str:
 def run_ddp(a: argparse.Namespace) -> dict:
     import torch_iteration  # bench/, beside this file
 
-    configs = [c for c in a.configs.split(",") if c]
+    configs = list(dict.fromkeys(c for c in a.configs.split(",") if c))
     with tempfile.TemporaryDirectory() as tmp:
         js = Path(tmp) / "ddp.json"
         argv = ["--model", "embbag", "--nproc", str(a.workers), "--iters", str(a.iters), "--warmup", "1"]

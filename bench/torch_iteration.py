@@ -137,9 +137,11 @@ class FirstGrad:
             h.remove()
 
 
-def _apply_suffixes(name: str, model) -> tuple[str, str | None]:
-    """(the configuration's name without its suffixes, the sparse mode they ask for or None); +coo is
-    applied to the model's embedding layers here."""
+def _apply_suffixes(name: str, model) -> str:
+    """The configuration's name without its suffixes; applies them: +coo to the model's embedding
+    layers, +sparse / +auto to the gradswitch group (without either: $GRADSWITCH_SPARSE, as at init)."""
+    import gradswitch.torch as gst
+
     base, *flags = name.split("+")
     unknown = set(flags) - {"coo", "sparse", "auto"}
     if unknown:
@@ -147,27 +149,18 @@ def _apply_suffixes(name: str, model) -> tuple[str, str | None]:
     for m in model.modules():
         if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
             m.sparse = "coo" in flags
-    return base, "on" if "sparse" in flags else "auto" if "auto" in flags else None
+    mode = "on" if "sparse" in flags else "auto" if "auto" in flags else None
+    gst.gradswitch_group().sparse = mode or os.environ.get("GRADSWITCH_SPARSE") or "off"
+    return base
 
 
 def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=None) -> dict:
+    import gradswitch.timeline as _timeline
     import gradswitch.torch as gst
 
     torch.manual_seed(0)
     model = make_model(args)
-    base, mode = _apply_suffixes(name, model)
-    backend = gst.gradswitch_group()
-    before, backend.sparse = backend.sparse, mode or backend.sparse
-    try:
-        return _run_config(name, base, model, args, rank, world, gloo_pg, state, ring_pg)
-    finally:
-        backend.sparse = before
-
-
-def _run_config(name, base, model, args, rank, world, gloo_pg, state, ring_pg) -> dict:
-    import gradswitch.timeline as _timeline
-    import gradswitch.torch as gst
-
+    base = _apply_suffixes(name, model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     net, overlap = _wrap(base, model, args, gloo_pg, state, ring_pg)
     first = FirstGrad(model) if base == "local" else None
