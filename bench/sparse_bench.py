@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -194,26 +195,17 @@ def sweep_rank(r: int, a, address: str, sync=None) -> dict:
 
 def sweep_threads(a: argparse.Namespace) -> list[dict]:
     """The ranks as threads of this process, on a loopback gradswitchd."""
-    outs: list = [None] * a.workers
-    errors: list = []
     barrier = threading.Barrier(a.workers)
 
-    def rank(r: int, address: str) -> None:
+    def rank(r: int, address: str) -> dict:
         try:
-            outs[r] = sweep_rank(r, a, address, barrier.wait)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-            barrier.abort()
+            return sweep_rank(r, a, address, barrier.wait)
+        except BaseException:
+            barrier.abort()  # the other ranks' waits raise instead of hanging
+            raise
 
-    with LocalSwitch(threads=1) as sw:
-        ts = [threading.Thread(target=rank, args=(r, sw.address)) for r in range(a.workers)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-    if errors:
-        raise errors[0]
-    return outs
+    with LocalSwitch(threads=1) as sw, ThreadPoolExecutor(a.workers) as pool:
+        return list(pool.map(rank, range(a.workers), [sw.address] * a.workers))
 
 
 def sweep_testbed(a: argparse.Namespace) -> list[dict]:
