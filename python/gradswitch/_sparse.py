@@ -45,8 +45,16 @@ def check_mode(sparse: Any) -> str:
     raise ValueError(f"gradswitch: sparse must be False, True or 'auto', got {sparse!r}")
 
 
-def refuse_before_sending(flat: np.ndarray, wire: str, optimizer: str | None) -> None:
-    """The errors the dense allreduce of phase 2 would raise, raised before phase 1 is sent."""
+def refuse_before_sending(
+    flat: np.ndarray, wire: str, optimizer: str | None, deadline_us: int | None = None
+) -> None:
+    """The errors the dense allreduce of phase 2 would raise, raised before phase 1 is sent, and a job
+    whose rounds may close without a rank (docs/protocol.md §9)."""
+    if deadline_us:
+        raise ValueError(
+            f"gradswitch: sparse allreduce does not apply to a job with deadline_us={deadline_us}: a rank "
+            "late for phase 1 would leave its blocks out of the union unnoticed; use sparse=False"
+        )
     if optimizer:
         raise ValueError(
             f"gradswitch: sparse allreduce does not apply to an optimizer job ({optimizer}): the switch "

@@ -180,6 +180,18 @@ def test_sparse_refuses_an_optimizer_job(start_switch):
         g.close()
 
 
+def test_sparse_refuses_a_job_with_a_deadline(start_switch):
+    sw = start_switch()
+    (g,) = _join(sw, "sp-deadline", 1, deadline_us=20_000)
+    try:
+        before = sw.stats()["pkts_in"]
+        with pytest.raises(ValueError, match="deadline_us"):
+            g.allreduce(np.ones(100000, np.float32), sparse=True)
+        assert sw.stats()["pkts_in"] == before
+    finally:
+        g.close()
+
+
 def test_block_layout_vector():
     """The worked example of docs/protocol.md §9 (block 4, 10 elements, two ranks)."""
     a = np.array([0, 0, 0, 0, 1, 0, 0, 0, 0, 0], np.float32)
