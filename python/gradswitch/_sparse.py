@@ -15,7 +15,7 @@ import numpy as np
 
 # sparse="auto" compacts when at least this share of the union's blocks is zero; below it the tensor
 # goes densely in place (phase 2 then saves too few bytes to pay for gathering and scattering). Set
-# from bench/sparse_bench.py's sweep (BENCHMARKS.md §17): below the crossover density of every link it
+# from bench/sparse_bench.py's sweep (BENCHMARKS.md §18): below the crossover density of every link it
 # measured, loopback's lowest of them (bytes are cheapest there, the copies cost the same), so that
 # auto compacts only where block skipping won; on slower links it forgoes some of the gain above.
 AUTO_MIN_ZERO_SHARE = 0.5

@@ -121,7 +121,7 @@ def test_sparse_sends_only_the_union(start_switch):
 
 def test_auto_compacts_only_a_mostly_zero_union(start_switch):
     """sparse="auto" sends a union of 70% of the blocks whole (block skipping loses there on every link
-    measured, BENCHMARKS.md §17) and compacts one of 30%."""
+    measured, BENCHMARKS.md §18) and compacts one of 30%."""
     sw = start_switch()
     groups = _join(sw, "sp-auto", 2)
     try:

@@ -33,7 +33,7 @@ from torch.futures import Future
 import gradswitch
 
 from . import _sparse
-from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel
+from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, fail_future
 from ._guards import refuse_undistributed_accelerate
 
 BACKEND_NAME = "gradswitch"
@@ -199,7 +199,7 @@ def _chain(fut: Future, fn: Any) -> Future:
         try:
             out.set_result(fn(f.value()))
         except Exception as e:  # noqa: BLE001 - handed to the waiter
-            out.set_exception(e)
+            fail_future(out, e)
 
     fut.add_done_callback(done)
     return out
