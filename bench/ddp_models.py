@@ -1,5 +1,6 @@
 """The models bench/torch_iteration.py trains (issue 42): the communication-bound MLP, a ResNet-style
-convnet on synthetic images and a small transformer language model on synthetic tokens. Each is made
+convnet on synthetic images, a small transformer language model on synthetic tokens and an embedding-bag
+model whose steps touch a few rows of a large table (issue 38, bench/sparse_bench.py). Each is made
 from a seed (nothing downloaded), with its batch and its loss; `bound_s` is the iteration time the link
 allows a model, from a run's own no-communication phases and the wire time of its gradients.
 """
@@ -12,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-MODELS = ("mlp", "convnet", "transformer")
+MODELS = ("mlp", "convnet", "transformer", "embbag")
 GS_HEADERS = 20 + 8 + 32  # IPv4 + UDP + gradswitch header per datagram (docs/protocol.md)
 TCP_HEADERS = 20 + 32  # IPv4 + TCP with timestamps per segment (gloo's ring)
 ETHERNET = 14  # what tc's shaper counts beyond the IP packet
@@ -36,12 +37,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", type=int, default=4)
     g.add_argument("--heads", type=int, default=8)
     g.add_argument("--seq", type=int, default=64, help="tokens per sequence")
+    g = p.add_argument_group("embbag (nn.EmbeddingBag, sum of each sample's rows, then a small MLP)")
+    g.add_argument("--rows", type=int, default=1_000_000, help="rows of the table")
+    g.add_argument("--dim", type=int, default=64, help="the table's columns")
+    g.add_argument("--touch", type=float, default=0.026, help="share of the rows one worker's batch reads")
 
 
 def check_arguments(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """p.error() on sizes no model can be built with."""
     if a.batch is None:
-        a.batch = {"mlp": 16, "convnet": 8, "transformer": 4}[a.model]
+        a.batch = {"mlp": 16, "convnet": 8, "transformer": 4, "embbag": 16}[a.model]
     try:
         a.stage_channels = [int(c) for c in a.channels.split(",")]
     except ValueError:
@@ -49,10 +54,12 @@ def check_arguments(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     sizes = {"--batch": a.batch, "--width": a.width, "--inputs": a.inputs, "--classes": a.classes}
     sizes.update({"--image": a.image, "--vocab": a.vocab, "--d-model": a.d_model, "--seq": a.seq})
     sizes.update({"--heads": a.heads, "--channels": min(a.stage_channels, default=0)})
-    sizes.update({"--depth": a.depth + 1, "--layers": a.layers})
+    sizes.update({"--depth": a.depth + 1, "--layers": a.layers, "--rows": a.rows, "--dim": a.dim})
     bad = [f"{k} {v}" for k, v in sizes.items() if v < 1]
     if bad:
         p.error(f"must be at least 1: {', '.join(bad)}")
+    if not 0 < a.touch <= 1 or a.touch * a.rows < a.batch:
+        p.error(f"--touch {a.touch}: a share in (0, 1] of --rows {a.rows} holding a row per sample")
     if a.d_model % a.heads:
         p.error(f"--d-model {a.d_model} is not a multiple of --heads {a.heads}")
     if a.image < 2 ** (len(a.stage_channels) + 1):
@@ -117,8 +124,24 @@ class TinyLM(nn.Module):
         return self.norm(h) @ self.tok.weight.t()
 
 
+class EmbeddingBagNet(nn.Module):
+    """A recommender's shape: a table of rows summed per sample (nn.EmbeddingBag), then an MLP. The
+    table's gradient is dense (bench/torch_iteration.py's "+coo" configurations make it a sparse COO
+    tensor of the rows read)."""
+
+    def __init__(self, rows: int, dim: int, classes: int):
+        super().__init__()
+        self.table = nn.EmbeddingBag(rows, dim, mode="sum")
+        self.head = nn.Sequential(nn.Linear(dim, 256), nn.ReLU(), nn.Linear(256, classes))
+
+    def forward(self, x):
+        return self.head(self.table(x))
+
+
 def make_model(a: argparse.Namespace) -> nn.Module:
     """The model of --model with its sizes, from torch's current seed."""
+    if a.model == "embbag":
+        return EmbeddingBagNet(a.rows, a.dim, a.classes)
     if a.model == "convnet":
         return ResNet(a.stage_channels, a.classes)
     if a.model == "transformer":
@@ -139,6 +162,10 @@ def make_batch(a: argparse.Namespace, g: torch.Generator) -> tuple[torch.Tensor,
     if a.model == "transformer":
         tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g)
         return tokens[:, :-1], tokens[:, 1:]
+    if a.model == "embbag":  # --touch of the rows, distinct, in bags of equal size
+        bag = int(a.touch * a.rows) // a.batch
+        rows = torch.randperm(a.rows, generator=g)[: a.batch * bag]
+        return rows.view(a.batch, bag), torch.randint(0, a.classes, (a.batch,), generator=g)
     return torch.randn(a.batch, a.inputs, generator=g), torch.randint(0, a.classes, (a.batch,), generator=g)
 
 
@@ -151,6 +178,8 @@ def describe(a: argparse.Namespace, nparams: int) -> str:
     size = f"{nparams / 1e6:.1f} M parameters ({nparams * 4 / 2**20:.0f} MiB of fp32 gradients)"
     if a.model == "convnet":
         what = f"ResNet-style convnet {a.channels} x2 blocks on {a.image}x{a.image} images"
+    elif a.model == "embbag":
+        what = f"EmbeddingBag {a.rows} x {a.dim} + MLP {a.dim}-256-{a.classes}, {a.touch:.1%} of rows/worker"
     elif a.model == "transformer":
         what = f"transformer LM, {a.layers} layers, d {a.d_model}, vocab {a.vocab}, {a.seq} tokens"
     else:

@@ -15,7 +15,10 @@ Configurations: gloo-ddp (DDP over gloo's ring allreduce), gs-ddp (DDP over the 
 group, 25 MB buckets), gs-ring-ddp (the same over the ring among the workers, algorithm="ring", paper
 001), gs-overlap[:KB] (ChunkedOverlap, chunks of KB KiB), gs-hook (DDP over gloo with
 gradswitch's allreduce_hook), gs-deadline-ddp (gs-ddp with bounded-time rounds, --deadline-us and
---quorum, docs/protocol.md §3.1), local (no communication: the compute-only reference). For each it reports
+--quorum, docs/protocol.md §3.1), local (no communication: the compute-only reference). Suffixes (issue 38):
++coo makes the gradients of nn.Embedding and nn.EmbeddingBag layers sparse COO tensors (sparse=True),
++sparse / +auto run that configuration with the default gradswitch group's Options.sparse "on" / "auto"
+(docs/torch.md "Sparse gradients"), e.g. gs-ddp+coo+sparse. For each it reports
 the median time of an iteration (forward, backward with its communication, SGD step) and of the backward
 pass plus communication; exposed communication = that minus the local backward. A final all-reduce
 of the loss checks that every configuration trains the same model (loss after the timed iterations).
@@ -150,20 +153,38 @@ class FirstGrad:
             h.remove()
 
 
+def _apply_suffixes(name: str, model) -> str:
+    """The configuration's name without its suffixes; applies them: +coo to the model's embedding
+    layers, +sparse / +auto to the gradswitch group (without either: $GRADSWITCH_SPARSE, as at init)."""
+    import gradswitch.torch as gst
+
+    base, *flags = name.split("+")
+    unknown = set(flags) - {"coo", "sparse", "auto"}
+    if unknown:
+        raise SystemExit(f"unknown suffix {'+'.join(sorted(unknown))} in config {name}")
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+            m.sparse = "coo" in flags
+    mode = "on" if "sparse" in flags else "auto" if "auto" in flags else None
+    gst.gradswitch_group().sparse = mode or os.environ.get("GRADSWITCH_SPARSE") or "off"
+    return base
+
+
 def run_config(name: str, args, rank: int, world: int, gloo_pg, state, pgs=None) -> dict:
     import gradswitch.timeline as _timeline
     import gradswitch.torch as gst
 
     torch.manual_seed(0)
     model = make_model(args)
+    base = _apply_suffixes(name, model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    net, overlap = _wrap(name, model, args, gloo_pg, state, pgs)
+    net, overlap = _wrap(base, model, args, gloo_pg, state, pgs)
     first = FirstGrad(model)
     slow_s = getattr(args, "slow_s", 0.0) if rank == args.slow_rank else 0.0
     x, y = make_batch(args, torch.Generator().manual_seed(1000 + rank))
     phases, losses = [], []  # per measured iteration: iteration, forward, backward(+comm), step, first grad
     walls = []  # per measured iteration: the wall clock of the first gradient
-    pg = (pgs or {}).get(name)  # the configuration's own group, else the default one
+    pg = (pgs or {}).get(base)  # the configuration's own group, else the default one
     gs_group = gst.gradswitch_group(pg) if args.stats and name.startswith("gs-") else None
     stats0 = None
     for i in range(args.warmup + args.iters):
@@ -187,7 +208,7 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, pgs=None)
             end = time.monotonic_ns()
             _timeline.span(rank, "bench: iterations", f"iteration {i}", end - int((t3 - t0) * 1e9), end)
         if i >= args.warmup:
-            phases.append((t3 - t0, t1 - t0, t2 - t1, t3 - t2, (first.at - t1) if name == "local" else 0.0))
+            phases.append((t3 - t0, t1 - t0, t2 - t1, t3 - t2, (first.at - t1) if base == "local" else 0.0))
             walls.append(first.wall)
     for h in (overlap, first):
         if h:

@@ -1,7 +1,7 @@
 """bench/torch_iteration.py on the emulated testbed: one rank per worker namespace, the switch in
 the switch namespace, links shaped to --rate (issues 5 and 42).
 
-    sudo python3 bench/torch_testbed.py [--workers 4] [--rate 1gbit] [--model mlp|convnet|transformer] \
+    sudo python3 bench/torch_testbed.py [--workers 4] [--rate 1gbit] [--model mlp|...|embbag] \
         [--configs local,gloo-ddp,gs-ddp,gs-overlap:256] [--iters 5] [--out /tmp/torch-testbed]
     # the spread: N launches in a row, the configurations' order alternated, each one's runs listed
     sudo python3 bench/torch_testbed.py --configs local,gloo-ddp,gs-ddp --repeat 20
@@ -29,6 +29,8 @@ from gradswitch.testbed import Testbed
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from ddp_models import MODELS  # noqa: E402
 
 
 def start_switch(tb, out: Path, slots: int):
@@ -195,7 +197,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--rate", default="1gbit")
-    p.add_argument("--model", choices=("mlp", "convnet", "transformer"), default="mlp")
+    p.add_argument("--model", choices=MODELS, default="mlp")
     p.add_argument("--configs", default="local,gloo-ddp,gs-ddp,gs-overlap:256")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--slots", type=int, default=256, help="gradswitchd --slots")

@@ -254,9 +254,10 @@ class Handle:
 class Group:
     """A worker's membership in one job. Use gradswitch.connect() to make one."""
 
-    def __init__(self, native: _core.Group, switch: str | None) -> None:
+    def __init__(self, native: _core.Group, switch: str | None, deadline_us: int | None = None) -> None:
         self._native = native
         self._switch = switch
+        self._deadline_us = deadline_us
         self._pending: list[Handle] = []
         self._lock = threading.Lock()
 
@@ -336,7 +337,7 @@ class Group:
         view = _native_view(x)
         flat = (view.numpy() if _is_torch_tensor(view) else view).reshape(-1)
         block = _sparse.block_elements(self._native.payload_bytes, self.wire, flat.dtype)
-        _sparse.refuse_before_sending(flat, self.wire, self.optimizer)
+        _sparse.refuse_before_sending(flat, self.wire, self.optimizer, self._deadline_us)
         if flat.size <= block:  # one packet at most: nothing to skip
             return self.allreduce_async(x).wait()
         _sparse.allreduce(flat, block, mode, lambda a: self.allreduce_async(a).wait())
@@ -641,7 +642,7 @@ def connect(
     o = _checked(replace(options, **given))
     creds = credentials(o.tenant, o.secret_file) or ("", "")
     algo, keys, n_params, initial = _optimizer_args(o)
-    group = Group(_native_group(o, creds, algo, keys, n_params), o.switch)
+    group = Group(_native_group(o, creds, algo, keys, n_params), o.switch, o.deadline_us)
     if initial is not None and group.rank == 0:
         try:
             group._native.upload_params(initial)

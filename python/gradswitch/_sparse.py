@@ -14,8 +14,11 @@ from typing import Any
 import numpy as np
 
 # sparse="auto" compacts when at least this share of the union's blocks is zero; below it the tensor
-# goes densely in place (phase 2 then saves too few bytes to pay for gathering and scattering).
-AUTO_MIN_ZERO_SHARE = 0.125
+# goes densely in place (phase 2 then saves too few bytes to pay for gathering and scattering). Set
+# from bench/sparse_bench.py's sweep (BENCHMARKS.md §18): below the crossover density of every link it
+# measured, loopback's lowest of them (bytes are cheapest there, the copies cost the same), so that
+# auto compacts only where block skipping won; on slower links it forgoes some of the gain above.
+AUTO_MIN_ZERO_SHARE = 0.5
 
 _WIRE_BYTES = {"float32": 4, "fixed32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4}
 _MAX_CHUNK = 0xFFFF  # a chunk's count field (docs/protocol.md §2)
@@ -23,7 +26,10 @@ _FIXED32_LIMIT = 2.0**127  # fixed32 cannot carry |x| >= 2^127 (docs/protocol.md
 
 
 def block_elements(payload_bytes: int, wire: str, dtype: np.dtype) -> int:
-    """Elements per block: one packet's payload of the wire the tensor travels on (int32 tensors: int32)."""
+    """Elements per block: one packet's payload of the wire the tensor travels on (int32 tensors: int32;
+    mx8: whole blocks of 32 with their scale bytes, docs/protocol.md §2.2)."""
+    if wire == "mx8" and dtype != np.int32:
+        return min(payload_bytes // 33 * 32, _MAX_CHUNK)
     elem = 4 if dtype == np.int32 else _WIRE_BYTES[wire]
     return min(payload_bytes // elem, _MAX_CHUNK)
 
@@ -39,8 +45,16 @@ def check_mode(sparse: Any) -> str:
     raise ValueError(f"gradswitch: sparse must be False, True or 'auto', got {sparse!r}")
 
 
-def refuse_before_sending(flat: np.ndarray, wire: str, optimizer: str | None) -> None:
-    """The errors the dense allreduce of phase 2 would raise, raised before phase 1 is sent."""
+def refuse_before_sending(
+    flat: np.ndarray, wire: str, optimizer: str | None, deadline_us: int | None = None
+) -> None:
+    """The errors the dense allreduce of phase 2 would raise, raised before phase 1 is sent, and a job
+    whose rounds may close without a rank (docs/protocol.md §9)."""
+    if deadline_us:
+        raise ValueError(
+            f"gradswitch: sparse allreduce does not apply to a job with deadline_us={deadline_us}: a rank "
+            "late for phase 1 would leave its blocks out of the union unnoticed; use sparse=False"
+        )
     if optimizer:
         raise ValueError(
             f"gradswitch: sparse allreduce does not apply to an optimizer job ({optimizer}): the switch "

@@ -95,3 +95,19 @@ def test_ddp_sparse_embedding_matches_gloo(switch, mode):
             assert torch.equal(a, b), (a - b).abs().max()
     # per step: the Linear's bucket; with "on" also the embedding's row counts and its union rows
     assert results[0][2] == (5 if mode == "off" else 15), results[0][2]
+
+
+def _deadline_worker(rank, world, switch_addr):
+    try:
+        _init(switch_addr, sparse="on", deadline_us=20_000)
+    except Exception as e:  # noqa: BLE001
+        return str(e)
+    dist.destroy_process_group()
+    return None
+
+
+def test_sparse_refuses_a_deadline_at_init(switch):
+    """A late rank would drop out of phase 1's union unnoticed (docs/protocol.md §9): refused before
+    the group joins, on every rank."""
+    for err in run_workers(_deadline_worker, switch.address, world=2, timeout=60):
+        assert err and "does not apply with deadline_us" in err, err

@@ -368,6 +368,10 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
         self.sparse = options.sparse or os.environ.get("GRADSWITCH_SPARSE") or "off"
         if self.sparse not in _sparse.MODES:
             raise ValueError(f"gradswitch: GRADSWITCH_SPARSE={self.sparse!r} is not one of {_sparse.MODES}")
+        if self.sparse != "off" and options.deadline_us:
+            raise ValueError(  # docs/protocol.md §9: a late rank would drop out of the union unnoticed
+                f"gradswitch: sparse={self.sparse!r} does not apply with deadline_us={options.deadline_us}"
+            )
         if algorithm not in gradswitch.ALGORITHMS:
             raise ValueError(
                 f"gradswitch: GRADSWITCH_ALGORITHM={algorithm!r} is not one of {gradswitch.ALGORITHMS}"
