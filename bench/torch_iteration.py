@@ -14,10 +14,16 @@ One rank per host (testbed / several machines): run on every host with the same 
 Configurations: gloo-ddp (DDP over gloo's ring allreduce), gs-ddp (DDP over the "gradswitch" process
 group, 25 MB buckets), gs-ring-ddp (the same over the ring among the workers, algorithm="ring", paper
 001), gs-overlap[:KB] (ChunkedOverlap, chunks of KB KiB), gs-hook (DDP over gloo with
-gradswitch's allreduce_hook), local (no communication: the compute-only reference). For each it reports
+gradswitch's allreduce_hook), gs-deadline-ddp (gs-ddp with bounded-time rounds, --deadline-us and
+--quorum, docs/protocol.md §3.1), local (no communication: the compute-only reference). For each it reports
 the median time of an iteration (forward, backward with its communication, SGD step) and of the backward
 pass plus communication; exposed communication = that minus the local backward. A final all-reduce
 of the loss checks that every configuration trains the same model (loss after the timed iterations).
+Also reported: the spread (latest minus earliest rank, by the clock every rank of one machine shares)
+of the instant each rank's backward pass produced its first gradient, the earliest a contribution can
+reach the switch: what a deadline must exceed (§3.1). --slow-rank R --slow-compute F emulates one
+rank with an F times slower accelerator: R sleeps (F - 1) times its measured forward + backward before
+each backward pass (a sleep, not work, so the other ranks keep the CPUs they share with it).
 """
 
 from __future__ import annotations
@@ -60,6 +66,10 @@ def parse_args(argv=None):
     p.add_argument("--configs", default="local,gloo-ddp,gs-ddp,gs-overlap")
     p.add_argument("--chunk-kb", default="1024", help="comma-separated chunk sizes for gs-overlap")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket cap")
+    p.add_argument("--deadline-us", type=int, default=None, help="gs-deadline-ddp: Options.deadline_us")
+    p.add_argument("--quorum", type=int, default=None, help="gs-deadline-ddp: Options.quorum")
+    p.add_argument("--slow-rank", type=int, default=None, help="the rank --slow-compute slows")
+    p.add_argument("--slow-compute", type=float, default=1.0, help="its compute, times the others'")
     add_arguments(p)
     p.add_argument("--rate", default=None, help="link rate (e.g. 1gbit): prints each configuration's bound")
     p.add_argument("--mtu", type=int, default=1500, help="the links' MTU, for the wire time of the bound")
@@ -83,6 +93,10 @@ def parse_args(argv=None):
             p.error(str(e))
     if a.iters < 1 or a.warmup < 0:
         p.error("--iters must be at least 1 and --warmup at least 0")
+    if a.slow_compute < 1.0 or (a.slow_compute > 1.0) != (a.slow_rank is not None):
+        p.error("--slow-compute F (at least 1) and --slow-rank R go together")
+    if "gs-deadline-ddp" in a.configs and a.deadline_us is None:
+        p.error("configuration gs-deadline-ddp needs --deadline-us")
     return a
 
 
@@ -97,13 +111,14 @@ def expand_configs(args) -> list[str]:
     return out
 
 
-def _wrap(name: str, model, args, gloo_pg, state, ring_pg):
-    """(the module to call, the ChunkedOverlap or None) of configuration `name`."""
+def _wrap(name: str, model, args, gloo_pg, state, pgs):
+    """(the module to call, the ChunkedOverlap or None) of configuration `name`; pgs: the process
+    groups of gs-ring-ddp and gs-deadline-ddp."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import gradswitch.torch as gst
 
-    groups = {"gloo-ddp": gloo_pg, "gs-ddp": None, "gs-ring-ddp": ring_pg, "gs-hook": gloo_pg}
+    groups = {"gloo-ddp": gloo_pg, "gs-ddp": None, "gs-hook": gloo_pg, **(pgs or {})}
     if name in groups:  # gs-ddp: the default group, gradswitch
         net = DDP(model, process_group=groups[name], bucket_cap_mb=args.bucket_mb)
         if name == "gs-hook":
@@ -119,33 +134,37 @@ def _wrap(name: str, model, args, gloo_pg, state, ring_pg):
 
 class FirstGrad:
     """When the backward pass produced its first gradient (the earliest a stream could start): the
-    no-communication run's reference for the bound (ddp_models.bound_s)."""
+    no-communication run's reference for the bound (ddp_models.bound_s); `wall`, the same instant by
+    the clock the ranks share, for the spread of the ranks' first contributions."""
 
     def __init__(self, model):
-        self.at = None
+        self.at = self.wall = None
         self.handles = [p.register_post_accumulate_grad_hook(self._hook) for p in model.parameters()]
 
     def _hook(self, _p) -> None:
         if self.at is None:
-            self.at = time.perf_counter()
+            self.at, self.wall = time.perf_counter(), time.time()
 
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
 
 
-def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=None) -> dict:
+def run_config(name: str, args, rank: int, world: int, gloo_pg, state, pgs=None) -> dict:
     import gradswitch.timeline as _timeline
     import gradswitch.torch as gst
 
     torch.manual_seed(0)
     model = make_model(args)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    net, overlap = _wrap(name, model, args, gloo_pg, state, ring_pg)
-    first = FirstGrad(model) if name == "local" else None
+    net, overlap = _wrap(name, model, args, gloo_pg, state, pgs)
+    first = FirstGrad(model)
+    slow_s = getattr(args, "slow_s", 0.0) if rank == args.slow_rank else 0.0
     x, y = make_batch(args, torch.Generator().manual_seed(1000 + rank))
     phases, losses = [], []  # per measured iteration: iteration, forward, backward(+comm), step, first grad
-    gs_group = gst.gradswitch_group() if args.stats and name.startswith("gs-") else None
+    walls = []  # per measured iteration: the wall clock of the first gradient
+    pg = (pgs or {}).get(name)  # the configuration's own group, else the default one
+    gs_group = gst.gradswitch_group(pg) if args.stats and name.startswith("gs-") else None
     stats0 = None
     for i in range(args.warmup + args.iters):
         if gs_group and i == args.warmup:
@@ -155,9 +174,10 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=N
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_of(net(x), y)
+        if slow_s:
+            time.sleep(slow_s)  # --slow-compute: the rest of a slower accelerator's forward + backward
         t1 = time.perf_counter()
-        if first:
-            first.at = None
+        first.at = None
         loss.backward()  # DDP and ChunkedOverlap return once the gradients are averaged
         t2 = time.perf_counter()
         opt.step()
@@ -167,7 +187,8 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=N
             end = time.monotonic_ns()
             _timeline.span(rank, "bench: iterations", f"iteration {i}", end - int((t3 - t0) * 1e9), end)
         if i >= args.warmup:
-            phases.append((t3 - t0, t1 - t0, t2 - t1, t3 - t2, (first.at - t1) if first else 0.0))
+            phases.append((t3 - t0, t1 - t0, t2 - t1, t3 - t2, (first.at - t1) if name == "local" else 0.0))
+            walls.append(first.wall)
     for h in (overlap, first):
         if h:
             h.remove()
@@ -182,9 +203,41 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, ring_pg=N
     out = {"config": name, **{k: v.item() for k, v in zip(keys, med, strict=True)}}
     out["losses"] = [v / world for v in curve.tolist()]
     out["loss"] = out["losses"][-1]
+    out.update(_spread_and_fastest(gloo_pg, walls, statistics.median(ph[0] for ph in phases)))
     if gs_group:
         out["per_rank"] = _rank_stats(gloo_pg, [ph[0] for ph in phases], stats0, gs_group.group.stats(), cpu0)
     return out
+
+
+def _spread_and_fastest(gloo_pg, walls: list[float], iteration_s: float) -> dict:
+    """The spread over ranks of each measured iteration's first gradient (its median and largest), and
+    the fastest rank's median iteration (beside the slowest's, how far a straggler holds the others)."""
+    late, early = (torch.tensor(walls, dtype=torch.float64) for _ in range(2))
+    dist.all_reduce(late, op=dist.ReduceOp.MAX, group=gloo_pg)
+    dist.all_reduce(early, op=dist.ReduceOp.MIN, group=gloo_pg)
+    spread = (late - early).tolist()
+    fastest = torch.tensor([iteration_s], dtype=torch.float64)
+    dist.all_reduce(fastest, op=dist.ReduceOp.MIN, group=gloo_pg)
+    return {
+        "first_grad_spread_s": statistics.median(spread),
+        "first_grad_spread_max_s": max(spread),
+        "fastest_rank_iteration_s": fastest.item(),
+    }
+
+
+def compute_s(args, reps: int = 5) -> float:
+    """The median forward + backward of the model alone (no communication, after one warm-up): what
+    --slow-compute scales. Every rank runs it at once, so it is measured under the load of training."""
+    torch.manual_seed(0)
+    model = make_model(args)
+    x, y = make_batch(args, torch.Generator().manual_seed(1))
+    loss_of(model(x), y).backward()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        loss_of(model(x), y).backward()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def _thread_cpu() -> dict[str, float]:
@@ -232,14 +285,18 @@ def worker(rank: int, world: int, args) -> list[dict]:
     )
     gloo_pg = dist.new_group(backend="gloo")
     configs = expand_configs(args)
-    ring_pg = (
-        dist.new_group(
+    extra = {
+        "gs-ring-ddp": {"algorithm": "ring"},
+        "gs-deadline-ddp": {"deadline_us": args.deadline_us, "quorum": args.quorum, "job": "deadline"},
+    }
+    pgs = {
+        c: dist.new_group(
             backend="gradswitch",
-            pg_options=gst.Options(switch=args.switch, wire=args.wire, timeout=60, algorithm="ring"),
+            pg_options=gst.Options(switch=args.switch, wire=args.wire, timeout=60, **extra[c]),
         )
-        if "gs-ring-ddp" in configs
-        else None
-    )
+        for c in extra
+        if c in configs
+    }
     state = (
         gst.GradswitchState(args.switch, process_group=gloo_pg, wire=args.wire)
         if "gs-hook" in configs
@@ -248,14 +305,25 @@ def worker(rank: int, world: int, args) -> list[dict]:
     nparams = sum(p.numel() for p in make_model(args).parameters())
     if rank == 0 and args.rank is not None:
         print(f"{describe(args, nparams)}, {world} workers, wire {args.wire}", flush=True)
+    if args.slow_rank is not None:
+        dist.barrier(group=gloo_pg)
+        alone = compute_s(args)
+        args.slow_s = (args.slow_compute - 1) * alone
+    if rank == args.slow_rank:
+        print(
+            f"rank {rank}: forward + backward {alone * 1e3:.1f} ms; "
+            f"sleeps {args.slow_s * 1e3:.1f} ms more each iteration (--slow-compute)",
+            flush=True,
+        )
     results = []
     for name in configs:
-        r = run_config(name, args, rank, world, gloo_pg, state, ring_pg)
+        r = run_config(name, args, rank, world, gloo_pg, state, pgs)
         results.append(r)
         if rank == 0:
             print(
                 f"{name:16s} iteration {r['iteration_s'] * 1e3:8.1f} ms   backward+comm "
-                f"{r['backward_comm_s'] * 1e3:8.1f} ms   loss {r['loss']:.5f}",
+                f"{r['backward_comm_s'] * 1e3:8.1f} ms   loss {r['loss']:.5f}   first gradient spread "
+                f"{r['first_grad_spread_s'] * 1e3:.1f} ms (at most {r['first_grad_spread_max_s'] * 1e3:.1f})",
                 flush=True,
             )
             print(f"  loss per iteration: {' '.join(f'{v:.5f}' for v in r['losses'])}", flush=True)

@@ -11,7 +11,7 @@ the switch namespace, links shaped to --rate (issues 5 and 42).
 Prints rank 0's report: per configuration the iteration time, the loss of every iteration, the bound
 (with a `local` configuration: forward + max(backward, first gradient + wire time) + step of the
 no-communication run) and the speed-ups. Other torch_iteration.py options (--wire, --width, --vocab, ...)
-go after `--`.
+go after `--` (with --digits: train_ddp.py's, e.g. -- --deadline-us 5000 --slow-rank 3 --slow-ms 20).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def train_digits(tb, a, backend: str, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     sw = start_switch(tb, out, a.slots) if backend == "gradswitch" else None
     cmd = [sys.executable, str(ROOT / "examples" / "train_ddp.py"), "--backend", backend]
-    cmd += ["--epochs", str(a.epochs), "--target-accuracy", str(a.target_accuracy), "--json"]
+    cmd += ["--epochs", str(a.epochs), "--target-accuracy", str(a.target_accuracy), *a.extra, "--json"]
 
     def env(r):
         return {
@@ -206,7 +206,8 @@ def parse_args(argv=None):
     p.add_argument("--digits", default=None, metavar="BACKENDS", help="time to accuracy: gloo,gradswitch")
     p.add_argument("--target-accuracy", type=float, default=95.0, help="with --digits: test accuracy, %%")
     p.add_argument("--epochs", type=int, default=10, help="with --digits: epochs per run")
-    p.add_argument("extra", nargs="*", help="after --: more torch_iteration.py options")
+    p.add_argument("--loss", type=float, default=0.0, help="random loss per link and direction")
+    p.add_argument("extra", nargs="*", help="after --: more torch_iteration.py (train_ddp.py) options")
     a = p.parse_args(argv)
     if a.workers < 2 or a.iters < 1 or a.repeat < 1 or a.epochs < 1:
         p.error("--workers must be at least 2, --iters, --repeat and --epochs at least 1")
@@ -218,7 +219,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    with Testbed(workers=a.workers, rate=a.rate, name="tt") as tb:
+    with Testbed(workers=a.workers, rate=a.rate, loss=a.loss, name="tt") as tb:
         if a.digits:
             digits(tb, a)
         elif a.repeat > 1:

@@ -10,6 +10,8 @@
 --mode picks how gradients reach the switch: ddp (DDP over the "gradswitch" process group, default),
 hook (DDP over gloo with gradswitch's comm hook), overlap (uniform-chunk overlap, ChunkedOverlap) or
 optimizer (gradswitch.torch.DistributedOptimizer). With --backend gloo only ddp applies.
+--deadline-us/--quorum turn on bounded-time rounds (docs/protocol.md §3.1, --mode ddp); --slow-rank R
+--slow-ms MS makes rank R a straggler, MS later to every backward pass (the accuracy check of issue 39).
 
 Each epoch rank 0 prints the training loss, the test accuracy and where the time went: compute
 (forward, backward until the last gradient was handed to communication, optimizer step) and
@@ -105,6 +107,10 @@ def parse_args(argv=None):
         action="store_true",
         help="--mode hook, wire mx8/float16/bfloat16: each rank feeds its rounding back (docs/torch.md)",
     )
+    p.add_argument("--deadline-us", type=int, default=None, help="Options.deadline_us (off by default)")
+    p.add_argument("--quorum", type=int, default=None, help="Options.quorum, with --deadline-us")
+    p.add_argument("--slow-rank", type=int, default=None, help="the straggler of --slow-ms")
+    p.add_argument("--slow-ms", type=float, default=0.0, help="its sleep before every backward pass")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
     p.add_argument("--lr", type=float, default=0.05)
@@ -124,6 +130,10 @@ def parse_args(argv=None):
         p.error("--epochs, --batch-size and --hidden must be at least 1")
     if a.error_feedback and (a.mode != "hook" or a.wire not in ("mx8", "float16", "bfloat16")):
         p.error("--error-feedback needs --mode hook and --wire mx8, float16 or bfloat16")
+    if a.deadline_us is not None and (a.backend, a.mode) != ("gradswitch", "ddp"):
+        p.error("--deadline-us needs --backend gradswitch --mode ddp")
+    if a.slow_ms < 0 or (a.slow_ms > 0) != (a.slow_rank is not None):
+        p.error("--slow-ms MS (positive) and --slow-rank R go together")
     if a.target_accuracy is not None and not 0 < a.target_accuracy <= 100:
         p.error(f"--target-accuracy {a.target_accuracy}: a percentage in (0, 100]")
     return a
@@ -140,6 +150,16 @@ def time_to_target(history: list[dict], target: float | None) -> dict:
         if rec["accuracy"] >= target:
             return {"target_accuracy": target, "time_to_target_s": spent, "target_epoch": rec["epoch"]}
     return {"target_accuracy": target, "time_to_target_s": None, "target_epoch": None}
+
+
+def deadline_counts() -> dict:
+    """This rank's bounded-time round counters (docs/protocol.md §3.1), with the gradswitch backend."""
+    import gradswitch.torch as gst
+
+    group = gst.gradswitch_group()
+    stats = group.group.stats() if group else {}
+    keys = ("partial_results", "missed_contributions", "straggler_reports")
+    return {k: stats.get(k, 0) for k in keys} if group else {}
 
 
 def start_switch_if_needed(args):
@@ -164,7 +184,8 @@ def train(args) -> dict:
     torch.set_num_threads(args.threads)
     switch = start_switch_if_needed(args)
     pg_backend = "gloo" if (args.backend == "gloo" or args.mode == "hook") else "gradswitch"
-    pg_options = gst.Options(wire=args.wire) if pg_backend == "gradswitch" else None
+    deadline = {"deadline_us": args.deadline_us, "quorum": args.quorum}
+    pg_options = gst.Options(wire=args.wire, **deadline) if pg_backend == "gradswitch" else None
     dist.init_process_group(pg_backend, pg_options=pg_options)
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.backend == "gloo" and args.mode != "ddp":
@@ -217,6 +238,8 @@ def train(args) -> dict:
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(net(xtr[idx]), ytr[idx])
+            if rank == args.slow_rank:
+                time.sleep(args.slow_ms / 1e3)
             t1 = time.perf_counter()
             if timer:
                 timer.last_handoff = t1
@@ -274,6 +297,7 @@ def train(args) -> dict:
             "world_size": world,
             "history": history,
             **time_to_target(history, args.target_accuracy),
+            **deadline_counts(),
         }
         if args.target_accuracy is not None:
             t = info["time_to_target_s"]

@@ -69,6 +69,9 @@ extern "C" {
 #define GS_KEY_LEAF "leaf"   /* 1 */
 #define GS_KEY_PEER "peer"   /* the worker's own ip:port */
 #define GS_KEY_TYPES "types" /* optional: element types DATA may carry besides the wire and int32 */
+/* bounded-time rounds (docs/protocol.md section 3.1): also keys of the JOIN reply */
+#define GS_KEY_DEADLINE_US "deadline_us" /* a round closes this long after its first contribution */
+#define GS_KEY_QUORUM "quorum"           /* ... once it holds at least this many contributions */
 /* optimizer keys of JOIN (docs/protocol.md section 1.3) */
 #define GS_KEY_OPTIMIZER "optimizer"
 #define GS_KEY_PARAMS "params"

@@ -88,6 +88,10 @@ enum gs_flags {
   /* RESULT (UNICAST) / HELD: the switch already held the sender's contribution to this round when
    * the retransmission arrived, as TCP's DSACK (RFC 2883) reports a duplicate segment. */
   GS_FLAG_DSACK = 0x20,
+  /* RESULT of a job that joined with deadline_us= (docs/protocol.md section 3.1): the round closed at
+   * its deadline without every member's contribution; the datagram ends with GS_PARTIAL_TRAILER_BYTES
+   * naming the contributors. Only a job that asked for it at JOIN ever receives it. */
+  GS_FLAG_PARTIAL = 0x40,
 };
 
 enum gs_abort_reason {
@@ -113,7 +117,7 @@ enum gs_abort_reason {
  *                       ABORT: rank at fault or GS_RANK_ALL; HELD: GS_RANK_ALL (its body tells each
  *                       receiver why it got it)
  *   14   2  slot       slot index within the job's pool
- *   16   1  flags      gs_flags
+ *   16   1  flags      gs_flags (GS_FLAG_PARTIAL: a RESULT followed by a contributor trailer)
  *   17   1  elem_type  gs_elem_type
  *   18   2  count      elements in the payload
  *   20   4  seq        sequence number of the allreduce in the job (wraps)
@@ -252,6 +256,12 @@ static inline void gs_held_set_contributors(uint64_t contributors, uint8_t* body
   const uint64_t v = __builtin_bswap64(contributors);
   memcpy(body, &v, sizeof v);
 }
+
+/* A PARTIAL RESULT's trailer, after its `count` elements: the contributors summed, bit r for rank r,
+ * a big-endian 64-bit integer (read and written as HELD's body). A job with a deadline is told a
+ * payload this much smaller at JOIN, so that a full PARTIAL RESULT still fits the MTU. */
+#define GS_PARTIAL_TRAILER_BYTES 8u
+GS_STATIC_ASSERT(GS_PARTIAL_TRAILER_BYTES == GS_HELD_BODY_BYTES, "PARTIAL's trailer is a contributor bitmap");
 
 /* Decodes the header at `buf` into host byte order. The caller checks len >= GS_HEADER_BYTES. */
 static inline void gs_header_decode(const void* buf, struct gs_header* h) {

@@ -127,7 +127,10 @@ NB_MODULE(_core, m) {
           },
           "Blocks until the allreduce finished; raises its error.")
       .def(
-          "done", [](PyHandle& h) { return h.h.done(); }, "True once the allreduce finished (or failed).");
+          "done", [](PyHandle& h) { return h.h.done(); }, "True once the allreduce finished (or failed).")
+      .def(
+          "missed", [](PyHandle& h) { return h.h.missed(); },
+          "Once finished: the contributions its rounds lacked (bounded-time rounds).");
 
   nb::class_<PyGroup>(m, "Group", "A worker's membership in a gradswitch job.")
       .def(
@@ -139,7 +142,8 @@ NB_MODULE(_core, m) {
              const std::vector<std::pair<std::string, std::string>>& optimizer_keys,
              const std::string& algorithm, const std::vector<std::string>& peers, nb::object peer_exchange,
              unsigned ring_slots, uint32_t ring_payload, const std::string& bind_ip,
-             const std::string& tenant, const std::string& secret, const std::string& types) {
+             const std::string& tenant, const std::string& secret, const std::string& types,
+             uint32_t deadline_us, unsigned quorum, bool rescale, unsigned straggler_report) {
             Options o;
             o.switch_addr = switch_addr;
             o.job = job;
@@ -166,6 +170,10 @@ NB_MODULE(_core, m) {
             o.tenant = tenant;
             o.secret = secret;
             o.types = types;
+            o.deadline_us = deadline_us;
+            o.quorum = quorum;
+            o.rescale = rescale;
+            o.straggler_report = straggler_report;
             if (!peer_exchange.is_none()) {
               // Called on this thread during connect only; the caller keeps the callable alive.
               PyObject* fn = peer_exchange.ptr();
@@ -188,7 +196,8 @@ NB_MODULE(_core, m) {
           "optimizer"_a = "", "params"_a = 0,
           "optimizer_keys"_a = std::vector<std::pair<std::string, std::string>>(), "algorithm"_a = "switch",
           "peers"_a = std::vector<std::string>(), "peer_exchange"_a = nb::none(), "ring_slots"_a = 256,
-          "ring_payload"_a = 1440, "bind_ip"_a = "", "tenant"_a = "", "secret"_a = "", "types"_a = "")
+          "ring_payload"_a = 1440, "bind_ip"_a = "", "tenant"_a = "", "secret"_a = "", "types"_a = "",
+          "deadline_us"_a = 0, "quorum"_a = 0, "rescale"_a = true, "straggler_report"_a = 10)
       .def(
           "allreduce",
           [](PyGroup& self, nb::ndarray<> x) {
@@ -294,6 +303,9 @@ NB_MODULE(_core, m) {
              d["fallback_held"] = s.fallback_held;
              d["dropped_foreign"] = s.dropped_foreign;
              d["unconfirmed_aborts"] = s.unconfirmed_aborts;
+             d["partial_results"] = s.partial_results;
+             d["missed_contributions"] = s.missed_contributions;
+             d["straggler_reports"] = s.straggler_reports;
              return d;
            })
       .def_prop_ro("rank", [](PyGroup& s) { return s.get().options().rank; })

@@ -20,6 +20,7 @@ class SwitchLost(JobAborted):
 class Handle:
     def wait(self) -> None: ...
     def done(self) -> bool: ...
+    def missed(self) -> int: ...
 
 class Group:
     def __init__(
@@ -50,6 +51,10 @@ class Group:
         tenant: str = "",
         secret: str = "",
         types: str = "",
+        deadline_us: int = 0,
+        quorum: int = 0,
+        rescale: bool = True,
+        straggler_report: int = 10,
     ) -> None: ...
     def allreduce(self, x: Any) -> None:
         """Sums x over all ranks in place. When it raises, x is undefined: the elements whose rounds

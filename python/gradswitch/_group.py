@@ -245,6 +245,11 @@ class Handle:
     def done(self) -> bool:
         return self._native.done()
 
+    def missed(self) -> int:
+        """Once finished: the contributions its rounds lacked, summed over its chunks (bounded-time
+        rounds, connect(deadline_us=...); 0 without a deadline or when every rank made it)."""
+        return self._native.missed()
+
 
 class Group:
     """A worker's membership in one job. Use gradswitch.connect() to make one."""
@@ -382,7 +387,10 @@ class Group:
 
         `dropped_foreign` counts datagrams dropped for their source (neither the switch's data ports nor,
         on the ring, a peer: docs/protocol.md §2.1), `unconfirmed_aborts` ABORT datagrams that the
-        switch's control connection did not confirm and that were therefore ignored (§4).
+        switch's control connection did not confirm and that were therefore ignored (§4). With
+        connect(deadline_us=...) (§3.1): `partial_results` results that closed at their deadline
+        without every rank, `missed_contributions` the contributions they lacked, `straggler_reports`
+        ranks reported for missing `straggler_report` allreduces in a row.
         """
         return self._native.stats()
 
@@ -479,6 +487,13 @@ class ConnectOptions:
     bind_ip: the data socket's local address (default None: the one that reaches the switch, else any).
     tenant, secret_file: a switch with an auth file (default None: $GRADSWITCH_TENANT, and the secret from
         $GRADSWITCH_SECRET or the file $GRADSWITCH_SECRET_FILE).
+    deadline_us, quorum: bounded-time rounds (docs/protocol.md §3.1; default None: off, every round waits
+        for every rank): the switch closes a round `deadline_us` microseconds after its first contribution
+        once `quorum` ranks contributed (default None: world_size - 1). Every rank gives the same values.
+    rescale: with a deadline, a float chunk that lacked contributions is scaled by world_size /
+        contributors (default True; False leaves the sum of those present). int32 chunks stay as summed.
+    straggler_report: a rank missing from this many allreduces in a row is reported (a warning and
+        stats()["straggler_reports"]; default 10).
 
     The values are checked by connect(), with the same errors whichever way they were given.
     """
@@ -503,6 +518,10 @@ class ConnectOptions:
     bind_ip: str | None = None
     tenant: str | None = None
     secret_file: str | os.PathLike | None = None
+    deadline_us: int | None = None
+    quorum: int | None = None
+    rescale: bool = True
+    straggler_report: int = 10
 
 
 class _Default:
@@ -544,6 +563,10 @@ def connect(
     bind_ip: str | None = _DEFAULT["bind_ip"],
     tenant: str | None = _DEFAULT["tenant"],
     secret_file: str | os.PathLike | None = _DEFAULT["secret_file"],
+    deadline_us: int | None = _DEFAULT["deadline_us"],
+    quorum: int | None = _DEFAULT["quorum"],
+    rescale: bool = _DEFAULT["rescale"],
+    straggler_report: int = _DEFAULT["straggler_report"],
     options: ConnectOptions | None = None,
 ) -> Group:
     """Joins `job` as `rank` of `world_size` at the switch `switch` ("host:port" of its control port).
@@ -592,6 +615,12 @@ def connect(
     $GRADSWITCH_TENANT) proves its secret, read from `secret_file` or else $GRADSWITCH_SECRET or the
     file $GRADSWITCH_SECRET_FILE (never from a command line), before joining; job names are then
     the tenant's own.
+
+    Bounded-time rounds (docs/protocol.md §3.1, opt-in): with `deadline_us`, the switch closes each
+    round that long after its first contribution with the contributions present (at least `quorum`),
+    and every rank receives the same partial sum; float chunks are rescaled to world_size/contributors
+    (`rescale`). Handle.missed() and stats()["missed_contributions"] say how many contributions were
+    missing; a rank missing from `straggler_report` allreduces in a row is reported.
 
     Optimization in the switch (docs/optimizer.md): `optimizer=dict(algo="adam", lr=1e-3, ...)` makes
     the switch hold the fp32 parameters and the optimizer state; every rank must pass the same dict
@@ -660,6 +689,17 @@ def _checked(o: ConnectOptions) -> ConnectOptions:
         connect_timeout=_seconds_arg("connect_timeout", o.connect_timeout),
         peers=peers,
     )
+    if o.deadline_us is not None:
+        _int_arg("deadline_us", o.deadline_us, 1, 60_000_000)
+    elif o.quorum is not None:
+        raise ValueError(
+            "gradswitch: quorum= needs deadline_us= (a round without a deadline waits for every rank)"
+        )
+    if o.quorum is not None:
+        _int_arg("quorum", o.quorum, 1, world_size, f"1..world_size = 1..{world_size}")
+    if not isinstance(o.rescale, bool):
+        raise TypeError(f"gradswitch: rescale must be True or False, got {o.rescale!r}")
+    _int_arg("straggler_report", o.straggler_report, 1, 2**31 - 1)
     drop_rate = o.drop_rate
     if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float, np.floating, np.integer)):
         raise TypeError(f"gradswitch: drop_rate must be a number in [0, 1), got {drop_rate!r}")
@@ -724,4 +764,8 @@ def _native_group(
         bind_ip=o.bind_ip or "",
         tenant=creds[0],
         secret=creds[1],
+        deadline_us=o.deadline_us or 0,
+        quorum=o.quorum or 0,
+        rescale=o.rescale,
+        straggler_report=o.straggler_report,
     )

@@ -63,6 +63,74 @@ std::string program_name(const char* argv0) {
   return p.substr(p.rfind('/') + 1);
 }
 
+// Before the control port listens: a SIGHUP (a reload) that comes as soon as the port answers must
+// not meet the default action, which ends the process.
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_handler = on_hangup;
+  sigaction(SIGHUP, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+// --auth-file's tenants and operators, or without one the warning that --insecure deserves; false
+// (the error printed) when the file cannot be used.
+bool set_up_auth(ControlPlane& control, const SwitchConfig& config) {
+  if (config.auth_file.empty()) {
+    if (config.insecure && !option_values::is_loopback_ipv4(config.control_host))
+      std::fprintf(stderr,
+                   "gradswitchd: warning: --insecure: anyone who reaches %s may join, read and abort any "
+                   "job (docs/security.md)\n",
+                   config.control_host.c_str());
+    return true;
+  }
+  std::string error;
+  auto table = control::load_auth_file(config.auth_file, {config.max_jobs, config.max_memory}, &error,
+                                       config.tenant_share_percent);
+  if (!table) {
+    std::fprintf(stderr, "gradswitchd: %s\n", error.c_str());
+    return false;
+  }
+  std::fprintf(stderr, "gradswitchd: %zu tenants and operators from %s%s\n", table->tenants.size(),
+               config.auth_file.c_str(), table->anonymous ? ", anonymous JOINs allowed" : "");
+  control.use_auth(std::move(*table));
+  return true;
+}
+
+// The control plane runs on its own thread until a signal (or the backend returning); then it aborts
+// every job (GS_ABORT_SHUTDOWN) and, after a grace period in which the data threads still answer DATA
+// packets (protocol.md §1.3), stops the data path. The backend runs here: DPDK's main lcore is the
+// thread that initialised it. The backend's exit status.
+int run_until_stopped(Backend& backend, ControlPlane& control, metrics::HttpServer& metrics_server) {
+  std::atomic<bool> data_stop{false};
+  std::thread control_thread([&] {
+    control.run(g_stop, &g_reload);
+    for (uint64_t end = monotonic_ns() + kShutdownGraceMs * 1'000'000ull; monotonic_ns() < end;)
+      control.step(10, monotonic_ns());
+    data_stop.store(true);
+  });
+  const int backend_rc = backend.run(data_stop);
+  g_stop.store(true);
+  control_thread.join();
+  metrics_server.stop();  // before the jobs go: a last scrape still reads them
+  control.close_all();    // every job ends and is destroyed
+  return backend_rc;
+}
+
+void log_stopped(const Engine& engine, const ControlPlane& control, const Backend& backend,
+                 uint64_t start_ns) {
+  const CounterValues t = engine.total_counters();
+  log_plain(LogLevel::kInfo,
+            "gradswitchd: stopped after %.1f s: %llu jobs, pkts_in=%llu pkts_out=%llu completed=%llu "
+            "retx_answered=%llu held_answered=%llu drops=%llu%s%s",
+            (monotonic_ns() - start_ns) / 1e9, (unsigned long long)control.jobs_started(),
+            (unsigned long long)t.pkts_in, (unsigned long long)t.pkts_out, (unsigned long long)t.completed,
+            (unsigned long long)t.retx_answered, (unsigned long long)t.held_answered,
+            (unsigned long long)t.drops_total(), " ", format_backend_stats(backend).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,35 +156,11 @@ int main(int argc, char** argv) {
   const SwitchConfig& config = args.config;
   set_log_level(config.log_level);
   set_log_format(config.log_format);
-
-  // Before the control port listens: a SIGHUP (a reload) that comes as soon as the port answers must
-  // not meet the default action, which ends the process.
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  sa.sa_handler = on_hangup;
-  sigaction(SIGHUP, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  install_signal_handlers();
 
   Engine engine(EngineConfig{config.threads, config.max_jobs, !config.uplink.empty()});
   ControlPlane control(engine, config);
-  if (!config.auth_file.empty()) {
-    auto table = control::load_auth_file(config.auth_file, {config.max_jobs, config.max_memory}, &error,
-                                         config.tenant_share_percent);
-    if (!table) {
-      std::fprintf(stderr, "gradswitchd: %s\n", error.c_str());
-      return 2;
-    }
-    std::fprintf(stderr, "gradswitchd: %zu tenants and operators from %s%s\n", table->tenants.size(),
-                 config.auth_file.c_str(), table->anonymous ? ", anonymous JOINs allowed" : "");
-    control.use_auth(std::move(*table));
-  } else if (config.insecure && !option_values::is_loopback_ipv4(config.control_host)) {
-    std::fprintf(stderr,
-                 "gradswitchd: warning: --insecure: anyone who reaches %s may join, read and abort any "
-                 "job (docs/security.md)\n",
-                 config.control_host.c_str());
-  }
+  if (!set_up_auth(control, config)) return 2;
   if (!control.listen(&error)) {
     log_plain(LogLevel::kError, "gradswitchd: %s", error.c_str());
     return 1;
@@ -138,37 +182,13 @@ int main(int argc, char** argv) {
     log_plain(LogLevel::kError, "gradswitchd: %s", error.c_str());
     return 1;
   }
-
   log_plain(LogLevel::kInfo, "gradswitchd %s: control %s, data %s, mtu %u (payload %u B), simd %s",
             GRADSWITCH_VERSION, control.describe().c_str(), backend->describe().c_str(), config.mtu,
             config.payload_bytes(), kernels().name);
   if (config.metrics_port != 0) GS_LOG_INFO("metrics on %s", metrics_server.url().c_str());
+
   const uint64_t start_ns = monotonic_ns();
-
-  // The control plane runs on its own thread until a signal (or the backend returning); then it
-  // aborts every job (GS_ABORT_SHUTDOWN) and, after a grace period in which the data threads still
-  // answer DATA packets (protocol.md §1.3), stops the data path. The backend runs here: DPDK's main
-  // lcore is the thread that initialised it.
-  std::atomic<bool> data_stop{false};
-  std::thread control_thread([&] {
-    control.run(g_stop, &g_reload);
-    for (uint64_t end = monotonic_ns() + kShutdownGraceMs * 1'000'000ull; monotonic_ns() < end;)
-      control.step(10, monotonic_ns());
-    data_stop.store(true);
-  });
-  const int backend_rc = backend->run(data_stop);
-  g_stop.store(true);
-  control_thread.join();
-  metrics_server.stop();  // before the jobs go: a last scrape still reads them
-  control.close_all();    // every job ends and is destroyed
-
-  const CounterValues t = engine.total_counters();
-  log_plain(LogLevel::kInfo,
-            "gradswitchd: stopped after %.1f s: %llu jobs, pkts_in=%llu pkts_out=%llu completed=%llu "
-            "retx_answered=%llu held_answered=%llu drops=%llu%s%s",
-            (monotonic_ns() - start_ns) / 1e9, (unsigned long long)control.jobs_started(),
-            (unsigned long long)t.pkts_in, (unsigned long long)t.pkts_out, (unsigned long long)t.completed,
-            (unsigned long long)t.retx_answered, (unsigned long long)t.held_answered,
-            (unsigned long long)t.drops_total(), " ", format_backend_stats(*backend).c_str());
+  const int backend_rc = run_until_stopped(*backend, control, metrics_server);
+  log_stopped(engine, control, *backend, start_ns);
   return backend_rc;
 }

@@ -451,6 +451,15 @@ JoinInfo ControlClient::join(const std::string& job, unsigned world, unsigned ra
   ji.peers = r.get(GS_KEY_PEERS);
   if (ji.slots == 0 || ji.threads == 0 || ji.payload_bytes < 4)
     throw Error("gradswitch: the switch sent an unusable JOIN reply: " + reply_line);
+  // Bounded-time rounds (docs/protocol.md §3.1): asked for, the reply must confirm them.
+  if (extra.find(" " GS_KEY_DEADLINE_US "=") != std::string::npos) {
+    if (!r.kv.count(GS_KEY_DEADLINE_US))
+      throw Error("gradswitch: the switch at " + endpoint_ +
+                  " answered a JOIN with deadline_us= without it (" + reply_line +
+                  "): does this gradswitchd support bounded-time rounds?");
+    ji.deadline_us = static_cast<uint32_t>(r.get_int(GS_KEY_DEADLINE_US));
+    ji.quorum = static_cast<uint16_t>(r.get_int(GS_KEY_QUORUM));
+  }
   ji.optimizer = r.get(GS_KEY_OPTIMIZER);
   if (!ji.optimizer.empty()) {
     ji.params = static_cast<uint64_t>(r.get_int(GS_KEY_PARAMS));

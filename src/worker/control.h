@@ -41,6 +41,9 @@ struct JoinInfo {
   uint64_t params = 0;
   uint32_t chunk = 0;
   uint64_t state_bytes = 0;
+  // Bounded-time rounds (docs/protocol.md §3.1): the reply's deadline_us and quorum (0: none).
+  uint32_t deadline_us = 0;
+  uint16_t quorum = 0;
 };
 
 // What the switch says outside replies (docs/protocol.md section 1.4): an `EVENT aborted` line

@@ -30,6 +30,9 @@ Stats Counters::snapshot() const {
   s.fallback_held = r(fallback_held);
   s.dropped_foreign = r(dropped_foreign);
   s.unconfirmed_aborts = r(unconfirmed_aborts);
+  s.partial_results = r(partial_results);
+  s.missed_contributions = r(missed_contributions);
+  s.straggler_reports = r(straggler_reports);
   return s;
 }
 

@@ -32,6 +32,10 @@ struct Stats {
   // switch's data ports nor, on the ring, a peer's.
   uint64_t dropped_foreign = 0;
   uint64_t unconfirmed_aborts = 0;  // ABORT datagrams the control connection did not confirm (§4)
+  // Bounded-time rounds (docs/protocol.md §3.1): RESULTs that closed at their deadline without every
+  // rank, the contributions they lacked, and ranks reported for missing Options::straggler_report
+  // allreduces in a row.
+  uint64_t partial_results = 0, missed_contributions = 0, straggler_reports = 0;
 };
 
 struct Counters {
@@ -39,7 +43,8 @@ struct Counters {
       retransmissions{0}, retx_rack{0}, retx_timeout{0}, retx_probe{0}, retx_asked{0},
       spurious_retransmissions{0}, held_answers{0}, window_delay_cuts{0}, window_loss_cuts{0},
       window_undos{0}, injected_drops{0}, ignored{0}, unicast_results{0}, bootstrap_rounds{0},
-      ring_allreduces{0}, fallbacks{0}, fallback_held{0}, dropped_foreign{0}, unconfirmed_aborts{0};
+      ring_allreduces{0}, fallbacks{0}, fallback_held{0}, dropped_foreign{0}, unconfirmed_aborts{0},
+      partial_results{0}, missed_contributions{0}, straggler_reports{0};
 
   Stats snapshot() const;
 };

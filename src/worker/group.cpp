@@ -143,6 +143,12 @@ bool Handle::done() const {
   return s_->done;
 }
 
+uint64_t Handle::missed() const {
+  if (!s_) return 0;
+  std::lock_guard<std::mutex> lk(s_->mu);
+  return s_->missed;
+}
+
 // ---------------------------------------------------------------- Group: setup, queue
 
 namespace {
@@ -267,6 +273,16 @@ std::string join_keys(const Options& opt) {
     throw InvalidArgument("gradswitch: optimizer keys and params need an optimizer (Options::optimizer)");
   }
   if (!opt.types.empty()) extra += " " GS_KEY_TYPES "=" + opt.types;
+  if (opt.deadline_us) {
+    if (!opt.optimizer.empty())
+      throw InvalidArgument(
+          "gradswitch: deadline_us does not go with an optimizer job (a step needs every rank)");
+    extra += " " GS_KEY_DEADLINE_US "=" + std::to_string(opt.deadline_us);
+    if (opt.quorum) extra += " " GS_KEY_QUORUM "=" + std::to_string(opt.quorum);
+  } else if (opt.quorum) {
+    throw InvalidArgument(
+        "gradswitch: quorum needs deadline_us (a round without a deadline waits for every rank)");
+  }
   return extra;
 }
 

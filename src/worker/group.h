@@ -8,6 +8,7 @@
 // order on the group's own background thread; allreduce() is allreduce_async().wait().
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -48,12 +49,16 @@ class Handle {
   bool wait_for(double seconds) const;
   // True once finished (successfully or not).
   bool done() const;
+  // Once finished: the contributions its rounds lacked (bounded-time rounds, docs/protocol.md §3.1;
+  // 0 otherwise), summed over its chunks.
+  uint64_t missed() const;
 
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
     std::exception_ptr error;
+    uint64_t missed = 0;
   };
   explicit Handle(std::shared_ptr<State> s) : s_(std::move(s)) {}
 
@@ -161,6 +166,9 @@ class Group {
   // Tells the waiter that an admitted allreduce finished (err: how it failed), after its timeline
   // events and debug log line (group_trace.cpp).
   void finish(Flight& f, std::exception_ptr err);
+  // Bounded-time rounds: a finished allreduce's missing ranks, and the report of a rank missing from
+  // Options::straggler_report allreduces in a row.
+  void note_missing(const AllreduceOp& ar);
   void trace_allreduce(const Flight& f, int64_t end_ns, const std::exception_ptr& err);
   // `f`: the allreduce's flight, null for a control-plane operation.
   void log_operation(const Op& op, const Flight* f, int64_t start_ns, const std::exception_ptr& err);
@@ -212,6 +220,7 @@ class Group {
   std::thread thread_;
 
   Counters counters_;
+  std::array<unsigned, 64> missing_run_{};  // per rank: allreduces in a row it was missing from
 };
 
 // Parses a wire name; throws InvalidArgument for unknown names.

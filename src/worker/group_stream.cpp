@@ -172,7 +172,32 @@ void Group::finish(Flight& f, std::exception_ptr err) {
     if (timeline_) trace_allreduce(f, timeline_now_ns(), err);
     if (log_enabled(LogLevel::kDebug)) log_operation(f.op, &f, f.admitted_ns, err);
   }
+  if (!err && opt_.deadline_us) {
+    note_missing(f.ar);
+    std::lock_guard<std::mutex> lk(f.op.state->mu);
+    f.op.state->missed = f.ar.missed;
+  }
   complete(*f.op.state, err);
+}
+
+// A rank missing from `straggler_report` allreduces in a row is reported, then counted afresh: one
+// that stays slow is reported every `straggler_report` allreduces, never dropped from the job.
+void Group::note_missing(const AllreduceOp& ar) {
+  for (unsigned r = 0; r < opt_.world && r < missing_run_.size(); ++r) {
+    if (!(ar.missing_ranks >> r & 1)) {
+      missing_run_[r] = 0;
+      continue;
+    }
+    if (++missing_run_[r] < opt_.straggler_report || opt_.straggler_report == 0) continue;
+    missing_run_[r] = 0;
+    counter_add(counters_.straggler_reports);
+    log_line(LogLevel::kWarn, opt_.rank,
+             describe_job() + ": rank " + std::to_string(r) + " was missing from rounds of the last " +
+                 std::to_string(opt_.straggler_report) + " allreduces in a row (up to seq " +
+                 std::to_string(ar.seq) + "): their sums closed at the deadline without it (deadline_us=" +
+                 std::to_string(opt_.deadline_us) +
+                 ", docs/protocol.md section 3.1); it straggles, or its packets are lost");
+  }
 }
 
 bool Group::prepare(Flight& f) {

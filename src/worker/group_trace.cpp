@@ -64,6 +64,8 @@ void Group::trace_allreduce(const Flight& f, int64_t end_ns, const std::exceptio
       .str("status", error_text(err));
   if (w.window_rounds)
     args.num("window_rounds", uint64_t{w.window_rounds}).num("base_rtt_us", w.base_rtt_ns / 1000);
+  if (opt_.deadline_us)  // bounded-time rounds (docs/protocol.md §3.1): what its rounds lacked
+    args.num("missed", f.ar.missed).num("missing_ranks", f.ar.missing_ranks);
   const std::string lane = "allreduce: " + job;
   const int64_t id = t.new_async_id();
   t.span(lane, "allreduce", f.admitted_ns, end_ns, args.text(), id);

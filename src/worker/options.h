@@ -68,6 +68,17 @@ struct Options {
   std::string optimizer;
   uint64_t params = 0;
   std::vector<std::pair<std::string, std::string>> optimizer_keys;
+
+  // Bounded-time rounds (docs/protocol.md §3.1; opt-in, every rank the same): the switch closes a
+  // round `deadline_us` after its first contribution once `quorum` ranks contributed (0: the
+  // switch's default, world - 1). 0 = off: every round waits for every rank. `rescale`: a float
+  // chunk that lacked contributions is multiplied by world / contributors (else left as the sum of
+  // those present). `straggler_report`: a rank missing from this many allreduces in a row is
+  // reported (a warning, Stats::straggler_reports).
+  uint32_t deadline_us = 0;
+  unsigned quorum = 0;
+  bool rescale = true;
+  unsigned straggler_report = 10;
 };
 
 // The rounds of a numeric window option ("64" -> 64); 0 for "fixed", "adaptive" or anything else.

@@ -94,6 +94,10 @@ struct AllreduceOp {
   // to finish an allreduce the switch left half done.
   std::vector<uint8_t>* done = nullptr;
   AllreduceTimes* times = nullptr;  // set when the timeline is on
+  // Bounded-time rounds (docs/protocol.md §3.1), written by the switch path: the contributions this
+  // allreduce's chunks lacked, and the ranks missing from at least one of them (bit r: rank r).
+  uint64_t missed = 0;
+  uint64_t missing_ranks = 0;
 };
 
 // How an allreduce moves: through the switch's window (one switch, or a job sharded over several)

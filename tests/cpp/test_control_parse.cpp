@@ -111,6 +111,39 @@ TEST(join_invalid) {
   CHECK(!parse_join(*req(long_name, &err), &err).has_value());
 }
 
+TEST(join_deadline_keys) {
+  Error err;
+  auto j =
+      parse_join(*req("JOIN job=a world=4 rank=0 wire=float32 token=t port=1 deadline_us=2500", &err), &err);
+  CHECK(j.has_value());
+  CHECK_EQ(j->deadline_us, 2500u);
+  CHECK_EQ(j->quorum, 3);  // default: world - 1
+  j = parse_join(*req("JOIN job=a world=4 rank=0 wire=float32 token=t port=1 deadline_us=1 quorum=4", &err),
+                 &err);
+  CHECK(j.has_value() && j->quorum == 4);
+  j = parse_join(*req("JOIN job=a world=1 rank=0 wire=float32 token=t port=1 deadline_us=60000000", &err),
+                 &err);
+  CHECK(j.has_value() && j->quorum == 1);
+  CHECK_EQ(parse_join(*req("JOIN job=a world=4 rank=0 wire=int32 token=t port=1", &err), &err)->deadline_us,
+           0u);
+  const std::pair<const char*, const char*> bad[] = {
+      {"deadline_us=0", "deadline_us=0 is not a number in 1..60000000"},
+      {"deadline_us=60000001", "deadline_us=60000001 is not a number in 1..60000000"},
+      {"deadline_us=1 quorum=0", "quorum=0 is not a number in 1..4"},
+      {"deadline_us=1 quorum=5", "quorum=5 is not a number in 1..4"},
+      {"quorum=2", "quorum= needs deadline_us="},
+      {"deadline_us=1 leaf=1 peer=10.0.0.1:5", "deadline_us= does not go with leaf=1"},
+      {"deadline_us=1 optimizer=sgd params=4 lr=0.1", "deadline_us= does not go with optimizer="},
+  };
+  for (const auto& [keys, message] : bad) {
+    const std::string line = std::string("JOIN job=a world=4 rank=0 wire=float32 token=t port=1 ") + keys;
+    CHECK(!parse_join(*req(line, &err), &err).has_value());
+    CHECK(std::string(err.code) == kErrBadRequest);
+    if (err.message.find(message) != 0) std::fprintf(stderr, "  %s: %s\n", keys, err.message.c_str());
+    CHECK(err.message.find(message) == 0);
+  }
+}
+
 TEST(status_and_stats_args) {
   Error err;
   auto q = parse_status(*req("STATUS job_id=0x101 slot=5 version=1", &err), &err);

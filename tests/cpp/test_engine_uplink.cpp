@@ -10,6 +10,7 @@
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
+#include "ingest_result.h"
 #include "switch/engine/engine.h"
 
 using namespace gradswitch;
@@ -81,12 +82,6 @@ struct Leaf {
     return p;
   }
 };
-
-gs_header header_of(const IngestResult& r) {
-  gs_header h;
-  gs_header_decode(r.data, &h);
-  return h;
-}
 
 }  // namespace
 

@@ -51,6 +51,7 @@ TEST(protocol_md_vectors) {
   uint16_t world = 0;  // the current block's
   uint64_t now_ns = 1;
   IngestResult last;
+  std::vector<IngestResult> deadlines;  // rounds opened in a job with deadline_us= (§3.1)
   while (std::getline(f, line)) {
     ++line_no;
     if (!in_block) {
@@ -81,6 +82,10 @@ TEST(protocol_md_vectors) {
           spec.payload_bytes = std::stoul(v);
         else if (k == "key")
           spec.key = std::stoul(v, nullptr, 16);
+        else if (k == "deadline_us")  // §3.1
+          spec.deadline_ns = std::stoull(v) * 1000;
+        else if (k == "quorum")
+          spec.quorum = static_cast<uint16_t>(std::stoi(v));
         else if (k == "wire")
           for (uint8_t t = 1; t < 16; ++t)
             if (v == gs_elem_name(t)) spec.wire = t;
@@ -90,14 +95,26 @@ TEST(protocol_md_vectors) {
       spec.endpoints.resize(spec.world);
       world = spec.world;
       now_ns = 1;
+      deadlines.clear();
       engine = std::make_unique<Engine>(EngineConfig{1, 4});
       std::string err;
       if (engine->create_job(spec, &err) != 0x100) fail("job id is not 0x100: " + err);
     } else if (line.rfind("-> ", 0) == 0) {
       auto pkt = parse_hex(line.substr(3));
       last = engine->ingest(0, pkt.data(), pkt.size(), now_ns, Endpoint{});  // every rank joined from {0, 0}
+      if (last.deadline_ns) deadlines.push_back(last);
     } else if (line.rfind("at ", 0) == 0) {  // the switch's clock, in ms, for the datagrams that follow
       now_ns = std::stoull(line.substr(3)) * 1'000'000;
+      // Rounds whose deadline has passed close now, as a backend's timer closes them (§3.1): what
+      // they send is what the next `<-` line checks.
+      last = IngestResult{};
+      for (const IngestResult& d : deadlines)
+        if (d.deadline_ns <= now_ns) {
+          const IngestResult r =
+              engine->close_overdue(0, d.job_id, d.slot, d.version, d.seq, d.offset, now_ns);
+          if (r.kind == IngestResult::kSend) last = r;
+        }
+      std::erase_if(deadlines, [&](const IngestResult& d) { return d.deadline_ns <= now_ns; });
     } else if (line.rfind("<- none", 0) == 0) {
       if (last.kind == IngestResult::kSend)
         fail("expected nothing, the switch sent " + hex(last.data, last.len));

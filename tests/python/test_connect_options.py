@@ -43,6 +43,10 @@ NATIVE_DEFAULTS = {
     "bind_ip": "",
     "tenant": "",
     "secret": "",
+    "deadline_us": 0,
+    "quorum": 0,
+    "rescale": True,
+    "straggler_report": 10,
 }
 
 

@@ -33,7 +33,7 @@ from torch.futures import Future
 import gradswitch
 
 from . import _sparse
-from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel
+from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, fail_future
 from ._guards import refuse_undistributed_accelerate
 
 BACKEND_NAME = "gradswitch"
@@ -77,6 +77,12 @@ class Options:
     tenant, secret_file: a switch with an auth file (docs/security.md): the tenant (default
         $GRADSWITCH_TENANT) and the file holding its secret (default $GRADSWITCH_SECRET, else the file
         $GRADSWITCH_SECRET_FILE). Never put the secret itself in a command line.
+    deadline_us, quorum, rescale, straggler_report: bounded-time rounds (docs/protocol.md §3.1; default
+        None: off, every round waits for every rank), as gradswitch.connect() takes them: a round closes
+        `deadline_us` after its first contribution with at least `quorum` contributions, every rank gets
+        the same partial sum, rescaled to world_size/contributors (`rescale`), and a rank missing from
+        `straggler_report` allreduces in a row is reported. `gradswitch.torch.gradswitch_group().group`
+        counts them in `stats()`.
     """
 
     switch: str | None = None
@@ -93,6 +99,10 @@ class Options:
     sparse: str | None = None
     tenant: str | None = None
     secret_file: str | None = None
+    deadline_us: int | None = None
+    quorum: int | None = None
+    rescale: bool = True
+    straggler_report: int = 10
 
     def __post_init__(self) -> None:
         if self.other_ops not in ("error", "gloo"):
@@ -189,7 +199,7 @@ def _chain(fut: Future, fn: Any) -> Future:
         try:
             out.set_result(fn(f.value()))
         except Exception as e:  # noqa: BLE001 - handed to the waiter
-            out.set_exception(e)
+            fail_future(out, e)
 
     fut.add_done_callback(done)
     return out
@@ -390,6 +400,10 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
                 peer_exchange=_store_exchange(store, job, rank, world_size, switch),
                 tenant=options.tenant,
                 secret_file=options.secret_file,
+                deadline_us=options.deadline_us,
+                quorum=options.quorum,
+                rescale=options.rescale,
+                straggler_report=options.straggler_report,
             )
         except gradswitch.GradswitchError as e:
             raise RuntimeError(

@@ -63,6 +63,14 @@ def dtype_error(dtype: torch.dtype) -> TypeError:
     )
 
 
+def fail_future(fut: Future, error: BaseException) -> None:
+    """fut.set_exception(error) without error's traceback: that one is of a completer thread or a
+    callback, and its frames (and their callers', through f_back) hold the operation's Handle and
+    buffers for as long as the future is kept; torch keeps some futures to the end of the process,
+    where nanobind then reports the Handles as leaked. The waiter's own traceback starts at wait()."""
+    fut.set_exception(error.with_traceback(None))
+
+
 class Channel:
     """Ordered submissions to one gradswitch.Group; see the module docstring."""
 
@@ -302,7 +310,7 @@ class Channel:
                     item = self._issue_cuda(tensor, average, fut, *extra)  # decrements itself
             except BaseException as e:  # noqa: BLE001 - reported through the future
                 self._end()
-                fut.set_exception(e)
+                fail_future(fut, e)
                 continue
             with self._cv:
                 self._done_q.append(item)
@@ -384,7 +392,7 @@ class Channel:
             if error is None:
                 fut.set_result(tensor)
             else:
-                fut.set_exception(error)
+                fail_future(fut, error)
         finally:
             with self._cv:
                 self._in_callbacks -= 1

@@ -36,6 +36,8 @@ class GradswitchState:
 
     Collective: every rank of `process_group` (default: the default group) must construct it.
     switch: "host:port" (default $GRADSWITCH_SWITCH; ranks without one use rank 0's).
+    deadline_us, quorum, rescale, straggler_report: bounded-time rounds (docs/protocol.md §3.1; default
+    off), as gradswitch.connect() takes them.
     error_feedback: on the lossy wires (mx8, float16, bfloat16), each rank adds to a bucket what its own
     encoding of that bucket lost last step and keeps what it loses now (error_feedback.py). Off by
     default; float32 buckets only.
@@ -52,6 +54,10 @@ class GradswitchState:
         connect_timeout: float = 5.0,
         job: str = "ddp-hook",
         cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES,
+        deadline_us: Any = None,
+        quorum: Any = None,
+        rescale: bool = True,
+        straggler_report: int = 10,
         error_feedback: bool = False,
     ):
         if not dist.is_initialized():
@@ -77,7 +83,15 @@ class GradswitchState:
             raise RuntimeError(
                 "gradswitch: no switch address: pass switch='host:port' or set GRADSWITCH_SWITCH"
             )
-        self._kw = dict(timeout=timeout, join_timeout=join_timeout, connect_timeout=connect_timeout)
+        self._kw = dict(
+            timeout=timeout,
+            join_timeout=join_timeout,
+            connect_timeout=connect_timeout,
+            deadline_us=deadline_us,
+            quorum=quorum,
+            rescale=rescale,
+            straggler_report=straggler_report,
+        )
         self._cuda_piece_bytes = cuda_piece_bytes
         self._channels: dict[str, Channel] = {}
         self._lock = threading.Lock()

@@ -94,7 +94,9 @@ struct Conn {
 struct PendingJob {
   std::string name, token;  // name: scoped ("tenant/name" for a tenant's job)
   int tenant = kAnonymous;
-  uint32_t types = 0;  // JOIN types=: extra element types
+  uint32_t types = 0;        // JOIN types=: extra element types
+  uint32_t deadline_us = 0;  // JOIN deadline_us= (0: none) and quorum= (docs/protocol.md §3.1)
+  uint16_t quorum = 0;
   uint16_t world = 0;
   uint8_t wire = 0;
   uint64_t deadline_ns = 0;

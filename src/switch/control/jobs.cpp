@@ -62,6 +62,13 @@ void Jobs::handle_join(Conn& c, const Request& r, uint64_t now_ns) {
   Error err;
   auto j = parse_join(r, &err);
   if (!j) return conns_.reply_error(c, err.code, err.message);
+  if (j->deadline_us && (leaf_.is_leaf() || config_.backend != "udp"))
+    return conns_.reply_error(c, kErrBadRequest,
+                              leaf_.is_leaf() ? "deadline_us= does not go with a leaf switch (--uplink " +
+                                                    config_.uplink + "): the spine closes the rounds"
+                                              : "deadline_us= needs the udp backend (its data threads' "
+                                                "timers close the rounds); this switch runs --backend " +
+                                                    config_.backend);
   if (j->leaf && leaf_.is_leaf())
     return conns_.reply_error(c, kErrBadRequest,
                               "this switch is itself a leaf (--uplink " + config_.uplink +
@@ -167,6 +174,8 @@ bool Jobs::create_pending(const Conn& c, const JoinRequest& j, const std::string
   p->world = j.world;
   p->wire = j.wire;
   p->types = j.types;
+  p->deadline_us = j.deadline_us;
+  p->quorum = j.quorum;
   p->memory = need;
   if (j.optimizer) p->optimizer = std::make_shared<const OptimizerSpec>(*j.optimizer);
   p->deadline_ns = now_ns + uint64_t(config_.join_timeout_s) * 1'000'000'000ull;
@@ -212,6 +221,13 @@ std::string Jobs::join_conflict(const PendingJob& p, const JoinRequest& j) const
     };
     return "types=" + names(j.types) + " but the job has types=" + names(p.types);
   }
+  if (p.deadline_us != j.deadline_us || p.quorum != j.quorum) {
+    auto text = [](uint32_t d, uint16_t q) {
+      return d ? "deadline_us=" + std::to_string(d) + " quorum=" + std::to_string(q)
+               : std::string("no deadline_us=");
+    };
+    return text(j.deadline_us, j.quorum) + " but the job has " + text(p.deadline_us, p.quorum);
+  }
   if (bool(p.optimizer) != j.optimizer.has_value() ||
       (p.optimizer && !same_optimizer(*p.optimizer, *j.optimizer)))
     return (j.optimizer ? describe_optimizer(*j.optimizer) : std::string("no optimizer")) +
@@ -241,6 +257,13 @@ JobSpec Jobs::new_spec(const PendingJob& p) const {
   spec.slots = static_cast<uint16_t>(config_.slots);
   spec.payload_bytes = config_.payload_bytes();
   spec.optimizer = p.optimizer;
+  if (p.deadline_us) {
+    // A PARTIAL RESULT carries its contributors after the elements: the job's packets are that much
+    // smaller, so that it still fits the MTU (docs/protocol.md §3.1).
+    spec.payload_bytes -= GS_PARTIAL_TRAILER_BYTES;
+    spec.deadline_ns = uint64_t{p.deadline_us} * 1000;
+    spec.quorum = p.quorum;
+  }
   spec.elem_types = p.optimizer ? 0 : Engine::default_elem_types(p.wire, false) | p.types;
   // A leaf sends its rack's 16-bit and mx8 sums up as float32 (docs/protocol.md §8).
   const bool from_leaves = std::any_of(p.leaf.begin(), p.leaf.end(), [](uint8_t l) { return l != 0; });
@@ -279,6 +302,7 @@ void Jobs::start_job(PendingJob& p, uint64_t now_ns) {
     peers += (r ? "," : "") + endpoint_text(p.leaf[r] ? p.peer[r] : at[r]);
   Line tail("");
   tail.add(GS_KEY_PEERS, peers);
+  if (p.deadline_us) tail.add(GS_KEY_DEADLINE_US, p.deadline_us).add(GS_KEY_QUORUM, p.quorum);
   if (spec.optimizer) {
     const StateHeader h = state_header_for(*spec.optimizer, spec.payload_bytes / 4, spec.optimizer->lr);
     tail.add(GS_KEY_OPTIMIZER, optimizer_algo_name(spec.optimizer->algo))

@@ -209,8 +209,9 @@ static bool number_arg(const Request& r, const char* key, uint64_t lo, uint64_t 
 }
 
 // Optimizer keys of JOIN: the ones every algorithm takes, then the algorithm's own.
-static constexpr const char* kJoinKeys[] = {GS_KEY_JOB,  GS_KEY_WORLD, GS_KEY_RANK, GS_KEY_WIRE, GS_KEY_TOKEN,
-                                            GS_KEY_PORT, GS_KEY_LEAF,  GS_KEY_PEER, GS_KEY_TYPES};
+static constexpr const char* kJoinKeys[] = {GS_KEY_JOB,   GS_KEY_WORLD,       GS_KEY_RANK,  GS_KEY_WIRE,
+                                            GS_KEY_TOKEN, GS_KEY_PORT,        GS_KEY_LEAF,  GS_KEY_PEER,
+                                            GS_KEY_TYPES, GS_KEY_DEADLINE_US, GS_KEY_QUORUM};
 static constexpr const char* kOptCommonKeys[] = {GS_KEY_OPTIMIZER, GS_KEY_PARAMS, GS_KEY_LR,
                                                  GS_KEY_WEIGHT_DECAY, GS_KEY_AVERAGE};
 static std::vector<const char*> algo_keys(OptimizerAlgo a) {
@@ -352,8 +353,8 @@ static bool check_join_keys(const Request& r, Error* err) {
     if (!ok) {
       *err = {kErrBadRequest,
               "unknown key '" + k +
-                  "' for JOIN (keys: job world rank wire token port, leaf peer from a leaf switch, and "
-                  "for optimization in the switch optimizer params lr ...)"};
+                  "' for JOIN (keys: job world rank wire token port, types, deadline_us quorum, leaf peer "
+                  "from a leaf switch, and for optimization in the switch optimizer params lr ...)"};
       return false;
     }
   }
@@ -452,10 +453,36 @@ static bool parse_join_types(const Request& r, JoinRequest* j, Error* err) {
   return true;
 }
 
+// deadline_us= and quorum=: rounds close at a deadline with the contributions present (§3.1).
+static bool parse_join_deadline(const Request& r, JoinRequest* j, Error* err) {
+  const bool quorum = r.find(GS_KEY_QUORUM) != nullptr;
+  if (!r.find(GS_KEY_DEADLINE_US)) {
+    if (quorum)
+      *err = {kErrBadRequest, "quorum= needs deadline_us= (a round without a deadline waits for every rank)"};
+    return !quorum;
+  }
+  const char* clash = r.find(GS_KEY_OPTIMIZER) ? "optimizer= (a step needs every rank's gradient)"
+                      : j->leaf ? "leaf=1 (a leaf's rack sum is one contribution of the spine's round)"
+                                : nullptr;
+  if (clash) {
+    *err = {kErrBadRequest, std::string("deadline_us= does not go with ") + clash};
+    return false;
+  }
+  uint64_t n;
+  if (!number_arg(r, GS_KEY_DEADLINE_US, 1, kMaxDeadlineUs, &n, err)) return false;
+  j->deadline_us = static_cast<uint32_t>(n);
+  j->quorum = static_cast<uint16_t>(j->world > 1 ? j->world - 1 : 1);
+  if (quorum) {
+    if (!number_arg(r, GS_KEY_QUORUM, 1, j->world, &n, err)) return false;
+    j->quorum = static_cast<uint16_t>(n);
+  }
+  return true;
+}
+
 std::optional<JoinRequest> parse_join(const Request& r, Error* err) {
   JoinRequest j;
   if (!check_join_keys(r, err) || !parse_join_member(r, &j, err) || !parse_join_leaf(r, &j, err) ||
-      !parse_join_types(r, &j, err))
+      !parse_join_types(r, &j, err) || !parse_join_deadline(r, &j, err))
     return std::nullopt;
   if (r.find(GS_KEY_OPTIMIZER)) {
     j.optimizer = parse_optimizer_keys(r, j.wire, err);

@@ -101,6 +101,10 @@ struct JoinRequest {
   uint32_t peer_ipv4_be = 0;
   uint16_t peer_port = 0;
   uint32_t types = 0;  // types=: bit t for each extra gs_elem_type DATA may carry (besides wire, int32)
+  // deadline_us= (0: none, every round waits for every rank) and quorum= (resolved: its default is
+  // world - 1, at least 1): bounded-time rounds, docs/protocol.md §3.1.
+  uint32_t deadline_us = 0;
+  uint16_t quorum = 0;
   // Set when the JOIN carries optimizer= (the switch then optimizes: docs/protocol.md §1.3).
   std::optional<OptimizerSpec> optimizer;
 };
@@ -111,6 +115,9 @@ struct QueryRequest {
   std::optional<uint16_t> slot;
   uint8_t version = 0;
 };
+
+// deadline_us= is at most a minute: a round waiting longer is a stalled job, not a straggler.
+inline constexpr uint64_t kMaxDeadlineUs = 60'000'000;
 
 // Each checks the verb's keys: all required ones present, no unknown ones, valid values.
 std::optional<JoinRequest> parse_join(const Request& r, Error* err);

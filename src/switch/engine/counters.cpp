@@ -45,6 +45,10 @@ const char* drop_reason_name(DropReason r) {
       return "uplink_stale";
     case DropReason::kRankLeft:
       return "rank_left";
+    case DropReason::kLate:
+      return "late";
+    case DropReason::kPinned:
+      return "pinned";
     case DropReason::kCount_:
       break;
   }
@@ -68,6 +72,8 @@ CounterValues& CounterValues::operator+=(const CounterValues& o) {
   resent_up += o.resent_up;
   held_answered += o.held_answered;
   lacking_told += o.lacking_told;
+  partial += o.partial;
+  missed += o.missed;
   for (size_t i = 0; i < kDropReasons; ++i) drops[i] += o.drops[i];
   return *this;
 }
@@ -92,6 +98,8 @@ std::string CounterValues::format(const std::string& prefix, bool per_reason) co
   add("resent_up", resent_up);
   add("held_answered", held_answered);
   add("lacking_told", lacking_told);
+  add("partial", partial);
+  add("missed", missed);
   add("drops", drops_total());
   uint64_t rejected = 0;
   for (size_t i = 1; i < kDropReasons; ++i)
@@ -118,6 +126,8 @@ CounterValues Counters::read() const {
   v.resent_up = resent_up.load(std::memory_order_relaxed);
   v.held_answered = held_answered.load(std::memory_order_relaxed);
   v.lacking_told = lacking_told.load(std::memory_order_relaxed);
+  v.partial = partial.load(std::memory_order_relaxed);
+  v.missed = missed.load(std::memory_order_relaxed);
   for (size_t i = 0; i < kDropReasons; ++i) v.drops[i] = drops[i].load(std::memory_order_relaxed);
   return v;
 }

@@ -21,7 +21,13 @@ size_t round_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
 }
 size_t result_bytes(const JobSpec& s) {
-  return round_up(GS_HEADER_BYTES + s.payload_bytes);
+  // A job with a deadline keeps room for a PARTIAL RESULT's contributor trailer (§3.1).
+  return round_up(GS_HEADER_BYTES + s.payload_bytes + (s.deadline_ns ? GS_PARTIAL_TRAILER_BYTES : 0));
+}
+// The datagram a round's shadow copy answers with: header, elements, and a PARTIAL's trailer.
+uint32_t result_len(const SlotVersion& sv) {
+  return static_cast<uint32_t>(GS_HEADER_BYTES + gs_payload_bytes(sv.elem_type, sv.count) +
+                               (sv.partial ? GS_PARTIAL_TRAILER_BYTES : 0));
 }
 // 16-bit and mx8 elements are summed in fp32: 4 bytes for each element a payload can carry, behind
 // room for the header with which a leaf sends such a sum up (job.h). mx8's elements are 1 byte: its
@@ -162,6 +168,8 @@ uint32_t Engine::create_job(const JobSpec& spec, std::string* error) {
   if (spec.uplink)
     if (std::string why = check_uplink(spec); !why.empty()) return fail(why);
   if (spec.elem_types & ~uint32_t{0xFE}) return fail("elem_types names an unknown element type");
+  if (spec.deadline_ns && (spec.optimizer || spec.uplink || spec.quorum == 0 || spec.quorum > spec.world))
+    return fail("a deadline needs a quorum of 1..world, and neither an optimizer nor an uplink");
   unsigned index = config_.max_jobs;
   for (unsigned i = 0; i < config_.max_jobs; ++i) {
     if (by_index_[i].load(std::memory_order_relaxed) == nullptr) {
@@ -387,18 +395,7 @@ void Engine::ingest_data(unsigned thread, Arrival& a) {
   Job* job = admit_data(thread, a);
   if (!job) return;
   const gs_header& h = a.h;
-  IngestResult& r = a.r;
-  JobThreadState& js = *a.js;
-  r.src_rank = h.rank;
-  r.endpoints = job->spec.endpoints.data();
-  r.world = job->member_count;
-  r.slot = h.slot;
-  js.last_activity_ns.store(a.now_ns, std::memory_order_relaxed);
-  std::atomic<int64_t>& rank_seq = js.rank_seq[h.rank];
-  const int64_t last = rank_seq.load(std::memory_order_relaxed);
-  if (last < 0 || seq_after(h.seq, static_cast<uint32_t>(last)))
-    rank_seq.store(h.seq, std::memory_order_relaxed);
-  js.clock.seen(h.seq, a.now_ns);
+  note_arrival(a, *job);
 
   const uint8_t version = h.flags & GS_FLAG_VERSION;
   SlotVersion& sv = job->slots[h.slot].version[version];
@@ -408,7 +405,10 @@ void Engine::ingest_data(unsigned thread, Arrival& a) {
   const bool same_round = state != RoundState::kEmpty && h.seq == held_seq && h.offset == held_offset;
 
   // 2. A retransmission of a completed round: the shadow copy answers it.
-  if (same_round && state == RoundState::kComplete) return answer_completed(a, *job, sv);
+  if (same_round && state == RoundState::kComplete) {
+    if (!(sv.seen.load(std::memory_order_relaxed) >> h.rank & 1)) return answer_late(a, *job, sv);
+    return answer_completed(a, *job, sv);
+  }
   // 3. An aborted job answers everything else with the reason, so workers fail fast.
   if (job->aborted.load(std::memory_order_acquire))
     return answer_abort(a, *job, h.rank, DropReason::kJobAborted, job->abort_reason, job->abort_rank);
@@ -421,21 +421,57 @@ void Engine::ingest_data(unsigned thread, Arrival& a) {
   }
   // 5. The slot version's round: join it or start it.
   if (same_round ? !join_round(a, *job, sv) : !open_round(a, sv, state, held_seq, held_offset)) return;
-  if (sv.arrived < job->member_count) {
-    r.kind = IngestResult::kAbsorbed;
-    // A resend that the round lacked: the sender's timer found its loss, which the ranks the round
-    // still lacks may not have done yet (their rounds sent at once, a peer's small window): tell them.
-    if (h.flags & GS_FLAG_RETX) answer_held(a.ts, js, *job, h, sv, 0, a.now_ns, r);
-    return;
-  }
+  if (sv.arrived < job->member_count) return still_open(thread, a, *job, sv, !same_round);
   // 6. Complete: up to the spine from a leaf, else the result to every rank.
   sv.completer = h.rank;
   sv.completed_by_resend = h.flags & GS_FLAG_RETX;
   if (job->spec.uplink) {
-    send_up(thread, *job, h.slot, version, r);
+    send_up(thread, *job, h.slot, version, a.r);
     return;
   }
   complete_round(thread, a, *job, version);
+}
+
+// What the job's thread state learns from each of its DATA packets, and the result's addressing.
+void Engine::note_arrival(Arrival& a, const Job& job) {
+  const gs_header& h = a.h;
+  IngestResult& r = a.r;
+  JobThreadState& js = *a.js;
+  r.src_rank = h.rank;
+  r.endpoints = job.spec.endpoints.data();
+  r.world = job.member_count;
+  r.slot = h.slot;
+  js.last_activity_ns.store(a.now_ns, std::memory_order_relaxed);
+  std::atomic<int64_t>& rank_seq = js.rank_seq[h.rank];
+  const int64_t last = rank_seq.load(std::memory_order_relaxed);
+  if (last < 0 || seq_after(h.seq, static_cast<uint32_t>(last)))
+    rank_seq.store(h.seq, std::memory_order_relaxed);
+  js.clock.seen(h.seq, a.now_ns);
+}
+
+// 5b. The contribution went in and the round still lacks ranks.
+void Engine::still_open(unsigned thread, Arrival& a, Job& job, SlotVersion& sv, bool opened) {
+  const gs_header& h = a.h;
+  IngestResult& r = a.r;
+  const uint8_t version = h.flags & GS_FLAG_VERSION;
+  // Bounded-time rounds (§3.1): the opening contribution starts the round's deadline, which the
+  // backend's timer brings to close_overdue(); past it, the quorum's contribution closes the round.
+  if (job.spec.deadline_ns) {
+    if (sv.overdue && sv.arrived >= job.spec.quorum) {
+      close_partial(thread, job, h.slot, version, r, a.now_ns);
+      return;
+    }
+    if (opened) {
+      r.deadline_ns = a.now_ns + job.spec.deadline_ns;
+      r.seq = h.seq;
+      r.version = version;
+      r.offset = h.offset;
+    }
+  }
+  r.kind = IngestResult::kAbsorbed;
+  // A resend that the round lacked: the sender's timer found its loss, which the ranks the round
+  // still lacks may not have done yet (their rounds sent at once, a peer's small window): tell them.
+  if (h.flags & GS_FLAG_RETX) answer_held(a.ts, *a.js, job, h, sv, 0, a.now_ns, r);
 }
 
 // 1. Is it a DATA packet of a live job, from one of its ranks? The job, or nullptr when dropped.
@@ -495,26 +531,41 @@ DropReason Engine::check_data(unsigned thread, Arrival& a, const Job& job) const
 //    Without RETX it is a copy the network made of a contribution the round already counted:
 //    answering it would amplify the duplication (and split the thread's runs of results).
 void Engine::answer_completed(Arrival& a, const Job& job, SlotVersion& sv) {
-  IngestResult& r = a.r;
   if (!(a.h.flags & GS_FLAG_RETX)) {
     counter_add(a.js->counters.duplicates);
     counter_add(a.ts.totals.duplicates);
-    r.kind = IngestResult::kAbsorbed;
+    a.r.kind = IngestResult::kAbsorbed;
     return;
   }
   counter_add(a.js->counters.retx_answered);
   counter_add(a.ts.totals.retx_answered);
-  uint8_t* out = sv.result;
-  // DSACK: a complete round holds every contribution, the sender's included.
-  out[offsetof(gs_header, flags)] =
-      static_cast<uint8_t>((a.h.flags & GS_FLAG_VERSION) | GS_FLAG_UNICAST | GS_FLAG_DSACK);
+  // DSACK: the round holds the sender's contribution (answer_late answers the others).
+  answer_from_shadow(a, job, sv, GS_FLAG_DSACK | (sv.partial ? GS_FLAG_PARTIAL : 0));
+}
+
+// The shadow copy, to the sender alone: UNICAST and `flags` with the sender's version.
+void Engine::answer_from_shadow(Arrival& a, const Job& job, SlotVersion& sv, uint8_t flags) {
+  sv.result[offsetof(gs_header, flags)] =
+      static_cast<uint8_t>((a.h.flags & GS_FLAG_VERSION) | GS_FLAG_UNICAST | flags);
+  IngestResult& r = a.r;
   r.kind = IngestResult::kSend;
   r.dest_rank = job.endpoint_index[a.h.rank];
-  r.data = out;
-  r.len = static_cast<uint32_t>(GS_HEADER_BYTES + gs_payload_bytes(sv.elem_type, sv.count));
+  r.data = sv.result;
+  r.len = result_len(sv);
   r.type = GS_MSG_RESULT;
   r.seq = a.h.seq;
   r.count = sv.count;
+}
+
+// 2, for a round its deadline closed without the sender (§3.1): the contribution is dropped (late),
+//    and the sender gets the round's result, so that every rank holds the same values. Once per
+//    owed rank unless it is a resend: a copy the network made of a late DATA is not answered again.
+void Engine::answer_late(Arrival& a, const Job& job, SlotVersion& sv) {
+  const uint64_t bit = uint64_t{1} << a.h.rank;
+  const bool owed = (sv.owed & bit) != 0;
+  sv.owed &= ~bit;
+  a.drop(DropReason::kLate);
+  if (owed || (a.h.flags & GS_FLAG_RETX)) answer_from_shadow(a, job, sv, GS_FLAG_PARTIAL);
 }
 
 // An ABORT with the reason, to the sender (`dest`, a rank) or, when this packet aborted the job, to
@@ -629,6 +680,15 @@ bool Engine::open_round(Arrival& a, SlotVersion& sv, RoundState state, uint32_t 
     a.drop(DropReason::kStaleRound);
     return false;
   }
+  if (sv.owed) {
+    // A partial round's shadow copy is the only place its late ranks' result is (§3.1). A rank
+    // that sends a newer round here holds that result (it reuses a version only after its result).
+    sv.owed &= ~(uint64_t{1} << h.rank);
+    if (sv.owed) {
+      a.drop(DropReason::kPinned);
+      return false;
+    }
+  }
   sv.count = h.count;
   sv.elem_type = h.elem_type;
   sv.scale_exp = h.scale_exp;
@@ -641,6 +701,8 @@ bool Engine::open_round(Arrival& a, SlotVersion& sv, RoundState state, uint32_t 
   sv.offset.store(h.offset, std::memory_order_relaxed);
   sv.opened_ns.store(a.now_ns, std::memory_order_relaxed);
   sv.told_ns = 0;
+  sv.overdue = false;
+  sv.partial = false;
   if (sums_in_fp32(h.elem_type)) {
     widen_into_fp32(h.elem_type, sv.accum, aligned_payload(a), h.count, false);
   } else {
@@ -685,16 +747,59 @@ void narrow_from_fp32(uint8_t elem_type, uint8_t* payload, const float* accum, s
 // 6. A complete round (not a leaf's): narrows 16-bit sums, runs the optimizer's step, and publishes
 //    the result, which stays as the shadow copy.
 void Engine::complete_round(unsigned thread, Arrival& a, Job& job, uint8_t version) {
-  SlotVersion& sv = job.slots[a.h.slot].version[version];
+  finish_round(thread, job, a.h.slot, version, a.r, a.now_ns);
+}
+
+IngestResult& Engine::finish_round(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
+                                   uint64_t now_ns) {
+  SlotVersion& sv = job.slots[slot].version[version];
   if (sums_in_fp32(sv.elem_type))
     narrow_from_fp32(sv.elem_type, sv.result + GS_HEADER_BYTES, sv.accum, sv.count);
   if (job.optimizer && sv.count > 0) {
     // The sum becomes the step's gradient; the result (and so the shadow copy) carries the new
     // parameters, which is why a retransmission can never apply the step twice.
     auto* sum = reinterpret_cast<float*>(sv.result + GS_HEADER_BYTES);
-    job.optimizer->step(a.h.offset, sv.count, sum, job.spec.world, sum);
+    job.optimizer->step(sv.offset.load(std::memory_order_relaxed), sv.count, sum, job.spec.world, sum);
   }
-  publish_result(thread, job, a.h.slot, version, a.r, a.now_ns);
+  return publish_result(thread, job, slot, version, r, now_ns);
+}
+
+IngestResult& Engine::close_partial(unsigned thread, Job& job, uint16_t slot, uint8_t version,
+                                    IngestResult& r, uint64_t now_ns) {
+  SlotVersion& sv = job.slots[slot].version[version];
+  sv.owed = job.members & ~sv.seen.load(std::memory_order_relaxed);
+  sv.partial = true;
+  sv.completer = GS_RANK_ALL;  // no DATA completed it: its deadline did
+  sv.completed_by_resend = false;
+  const auto missing = static_cast<uint64_t>(__builtin_popcountll(sv.owed));
+  JobThreadState& js = job.per_thread[thread];
+  counter_add(js.counters.partial);
+  counter_add(threads_[thread].totals.partial);
+  counter_add(js.counters.missed, missing);
+  counter_add(threads_[thread].totals.missed, missing);
+  return finish_round(thread, job, slot, version, r, now_ns);
+}
+
+IngestResult Engine::close_overdue(unsigned thread, uint32_t job_id, uint16_t slot, uint8_t version,
+                                   uint32_t seq, uint32_t offset, uint64_t now_ns) {
+  IngestResult r;
+  Job* job = find_job(job_id);
+  if (!job || slot >= job->spec.slots || version > 1 || thread_of_slot(slot) != thread) return r;
+  if (!job->spec.deadline_ns) return r;  // every round of a job without a deadline waits for every rank
+  r.job_id = job_id;
+  r.job_index = job->index;
+  r.kind = IngestResult::kAbsorbed;
+  SlotVersion& sv = job->slots[slot].version[version];
+  // Completed meanwhile, or another round now; an aborted job answers its ranks' DATA with ABORT.
+  if (sv.state.load(std::memory_order_relaxed) != RoundState::kOpen ||
+      sv.seq.load(std::memory_order_relaxed) != seq || sv.offset.load(std::memory_order_relaxed) != offset ||
+      job->aborted.load(std::memory_order_acquire))
+    return r;
+  if (sv.arrived < job->spec.quorum) {
+    sv.overdue = true;
+    return r;
+  }
+  return close_partial(thread, *job, slot, version, r, now_ns);
 }
 
 IngestResult& Engine::answer_held(ThreadState& ts, JobThreadState& js, const Job& job, const gs_header& h,
@@ -742,12 +847,16 @@ IngestResult& Engine::publish_result(unsigned thread, Job& job, uint16_t slot, u
   HeaderBuilder(GS_MSG_RESULT, job.id, job.spec.key)
       .rank(sv.completer)
       .slot(slot)
-      .flags(static_cast<uint8_t>(version | (sv.completed_by_resend ? GS_FLAG_RETX : 0)))
+      .flags(static_cast<uint8_t>(version | (sv.completed_by_resend ? GS_FLAG_RETX : 0) |
+                                  (sv.partial ? GS_FLAG_PARTIAL : 0)))
       .elems(sv.elem_type, sv.count)
       .round(seq, sv.offset.load(std::memory_order_relaxed))
       .exps(sv.next_exp, sv.scale_exp)
       .window(sv.min_window)
       .encode(sv.result);
+  if (sv.partial)
+    gs_held_set_contributors(sv.seen.load(std::memory_order_relaxed),
+                             sv.result + GS_HEADER_BYTES + size_t{sv.count} * gs_elem_size(sv.elem_type));
   sv.state.store(RoundState::kComplete, std::memory_order_relaxed);
   counter_add(job.per_thread[thread].counters.completed);
   counter_add(threads_[thread].totals.completed);
@@ -764,7 +873,7 @@ IngestResult& Engine::publish_result(unsigned thread, Job& job, uint16_t slot, u
   r.kind = IngestResult::kSend;
   r.dest_rank = GS_RANK_ALL;
   r.data = sv.result;
-  r.len = static_cast<uint32_t>(GS_HEADER_BYTES + gs_payload_bytes(sv.elem_type, sv.count));
+  r.len = result_len(sv);
   r.endpoints = job.spec.endpoints.data();
   r.world = job.member_count;
   r.type = GS_MSG_RESULT;

@@ -73,6 +73,11 @@ struct JobSpec {
   uint64_t source_ip_only = 0;
   // Set for a job that optimizes in the switch (float32 wire only): results carry parameters.
   std::shared_ptr<const OptimizerSpec> optimizer;
+  // Bounded-time rounds (docs/protocol.md §3.1): a round closes `deadline_ns` after its first
+  // contribution once it holds `quorum` of them (0: no deadline, every round waits for every member).
+  // The engine has no clock: the backend calls close_overdue() at IngestResult::deadline_ns.
+  uint64_t deadline_ns = 0;
+  uint16_t quorum = 1;
   // Set on a leaf switch: rounds complete in the rack go up to the spine (never with an optimizer:
   // the spine, the root, runs it).
   std::shared_ptr<const UplinkSpec> uplink;
@@ -108,6 +113,12 @@ struct IngestResult {
   // The datagram came down from the spine (a leaf's uplink path): a kSend RESULT then answers the
   // round that went up, whose loss timer stops.
   bool from_spine = false;
+  // A DATA packet opened a round of a job with a deadline: at `deadline_ns` (the packet's now_ns
+  // plus JobSpec::deadline_ns) the backend calls close_overdue() for this slot, `version`, seq and
+  // `offset`. 0: nothing to time.
+  uint64_t deadline_ns = 0;
+  uint8_t version = 0;
+  uint32_t offset = 0;
 };
 
 // The endpoints a kSend result goes to, bit i for endpoints[i], none beyond `world` (<= GS_MAX_WORLD
@@ -264,6 +275,14 @@ class Engine {
   // timer expired); kDropped when no round of that slot waits any more.
   IngestResult uplink_resend(unsigned thread, uint32_t job_id, uint16_t slot);
 
+  // ---- bounded-time rounds (JobSpec::deadline_ns; data side, thread `thread` only, inside a burst) ----
+  // The deadline of the round (seq, offset) of `slot` `version` has passed: if it is still open and
+  // holds the job's quorum, it closes with the contributions present and its PARTIAL RESULT goes to
+  // every member (kSend); with fewer, the contribution that reaches the quorum closes it. kAbsorbed
+  // when the round completed meanwhile (or is another one now), kDropped for an unknown job.
+  IngestResult close_overdue(unsigned thread, uint32_t job_id, uint16_t slot, uint8_t version, uint32_t seq,
+                             uint32_t offset, uint64_t now_ns);
+
  private:
   struct alignas(64) ThreadState {
     std::atomic<uint64_t> burst_seq{0};  // odd while inside a burst
@@ -284,6 +303,9 @@ class Engine {
   // ingest() (always_inline: one function's code, as it was before it was split into steps).
   [[gnu::always_inline]] inline void ingest_data(unsigned thread, Arrival& a);
   [[gnu::always_inline]] inline Job* admit_data(unsigned thread, Arrival& a);
+  [[gnu::always_inline]] inline static void note_arrival(Arrival& a, const Job& job);
+  [[gnu::always_inline]] inline void still_open(unsigned thread, Arrival& a, Job& job, SlotVersion& sv,
+                                                bool opened);
   [[gnu::always_inline]] inline DropReason check_data(unsigned thread, Arrival& a, const Job& job) const;
   [[gnu::always_inline]] inline static void answer_completed(Arrival& a, const Job& job, SlotVersion& sv);
   [[gnu::always_inline]] inline static bool join_round(Arrival& a, Job& job, SlotVersion& sv);
@@ -291,6 +313,15 @@ class Engine {
                                                        uint32_t held_seq, uint32_t held_offset);
   [[gnu::always_inline]] inline static const uint8_t* aligned_payload(Arrival& a);
   [[gnu::always_inline]] inline void complete_round(unsigned thread, Arrival& a, Job& job, uint8_t version);
+  // Narrows a 16-bit sum, runs an optimizer's step and publishes the round's result (6.).
+  IngestResult& finish_round(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
+                             uint64_t now_ns);
+  // Closes an open round of a job with a deadline without the members it lacks (§3.1).
+  IngestResult& close_partial(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
+                              uint64_t now_ns);
+  // 2. for a partial round: DATA from a member the round closed without.
+  static void answer_late(Arrival& a, const Job& job, SlotVersion& sv);
+  static void answer_from_shadow(Arrival& a, const Job& job, SlotVersion& sv, uint8_t flags);
   // An ABORT with the reason to rank `dest`, or to every rank (GS_RANK_ALL).
   static void answer_abort(Arrival& a, const Job& job, uint16_t dest, DropReason why, uint8_t reason,
                            uint16_t at_fault);

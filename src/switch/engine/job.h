@@ -59,6 +59,14 @@ struct SlotVersion {
   bool completed_by_resend = false;
   // When a HELD last told the ranks this open round lacks (0: not yet): at most once per kRetellNs.
   uint64_t told_ns = 0;
+  // Bounded-time rounds (docs/protocol.md §3.1). `overdue`: the deadline passed before the quorum
+  // arrived, so the contribution that reaches it closes the round. `partial`: the round closed
+  // without every member (its RESULT carries PARTIAL and the contributor trailer). `owed`: members
+  // it closed without that have not been answered yet; while any is, the version takes no new round
+  // (its shadow copy is the only place their result is).
+  bool overdue = false;
+  bool partial = false;
+  uint64_t owed = 0;
   // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
   // types accumulate in place here (the payload starts 32-byte aligned); sums_in_fp32 types
   // accumulate in `accum` and are narrowed at the end. A leaf sends a round up from the same memory:

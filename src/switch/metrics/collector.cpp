@@ -58,6 +58,11 @@ constexpr CounterField kCounterFields[] = {
     {"lacking_told_total",
      "HELDs sent to ranks an open round lacked when another rank's retransmission reached it (resend yours).",
      &CounterValues::lacking_told},
+    {"rounds_partial_total",
+     "Rounds closed at their deadline without every rank (jobs with deadline_us=, docs/protocol.md 3.1).",
+     &CounterValues::partial},
+    {"contributions_missed_total", "Contributions the rounds closed at their deadline lacked.",
+     &CounterValues::missed},
 };
 
 // `every_reason`: a sample for each reason, 0 or not (the totals); else only those that happened.

@@ -56,6 +56,7 @@ std::string_view trim(std::string_view v) {
   return v;
 }
 
+// One connection: its request as it arrives, then its reply as the socket takes it.
 struct Conn {
   int fd = -1;
   uint64_t order = 0;  // accept order: the lowest is the oldest
@@ -63,6 +64,112 @@ struct Conn {
   size_t sent = 0;
   bool replied = false;
   int64_t deadline_ns = 0;
+
+  // Reads what arrived, answers a whole request (through `answer`), sends what the socket takes:
+  // false once the connection is done (answered, failed, or past its deadline).
+  template <typename Answer>
+  bool advance(int64_t now, Answer&& answer) {
+    if (!replied && !read_request(now, answer)) return false;
+    if (replied && sent < out.size()) {
+      ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<size_t>(n);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    }
+    if (replied && sent == out.size()) return false;
+    return now <= deadline_ns;
+  }
+
+ private:
+  // False when the peer closed or failed; a whole request (or one too long) gets its reply.
+  template <typename Answer>
+  bool read_request(int64_t now, Answer& answer) {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+      if (n < 0) break;
+      in.append(buf, static_cast<size_t>(n));
+      if (in.size() > kMaxRequestBytes || in.find("\r\n\r\n") != std::string::npos) break;
+    }
+    const size_t end = in.find("\r\n\r\n");
+    if (end == std::string::npos && in.size() > kMaxRequestBytes) {
+      out = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      replied = true;
+    } else if (end != std::string::npos) {
+      out = answer(in.substr(0, end + 4));
+      in.clear();
+      replied = true;
+      deadline_ns = now + kReplyTimeoutNs;
+    }
+    return true;
+  }
+};
+
+// The open connections, by fd; at most kMaxConnections, the oldest still waiting evicted first.
+class Connections {
+ public:
+  ~Connections() {
+    for (auto& [fd, c] : conns_) ::close(fd);
+  }
+  bool room() const { return conns_.size() < kMaxConnections || oldest_waiting() >= 0; }
+  // Adds every connection to the poll set, for its request or its reply.
+  void poll_set(std::vector<pollfd>* fds) const {
+    for (auto& [fd, c] : conns_) fds->push_back({fd, static_cast<short>(c->replied ? POLLOUT : POLLIN), 0});
+  }
+  // Advances the connections poll found ready (from fds[first]) or past their deadline.
+  template <typename Answer>
+  void service(const std::vector<pollfd>& fds, size_t first, int64_t now, Answer&& answer) {
+    std::vector<int> done;
+    for (size_t i = first; i < fds.size(); ++i) {
+      auto it = conns_.find(fds[i].fd);
+      if (it == conns_.end()) continue;
+      if ((fds[i].revents || now > it->second->deadline_ns) && !it->second->advance(now, answer))
+        done.push_back(fds[i].fd);
+    }
+    for (int fd : done) close(fd);
+  }
+  // Accepts what the listening socket holds, evicting to make room; returns the evictions.
+  template <typename Answer>
+  uint64_t accept_all(int listen_fd, int64_t now, Answer&& answer) {
+    uint64_t evicted = 0;
+    for (int n = 0; n < 4 * static_cast<int>(kMaxConnections); ++n) {
+      if (conns_.size() >= kMaxConnections) {
+        const int victim = oldest_waiting();
+        if (victim < 0) break;
+        close(victim);
+        ++evicted;
+      }
+      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) break;
+      auto c = std::make_unique<Conn>();
+      c->fd = fd;
+      c->order = accepted_++;
+      c->deadline_ns = now + kRequestTimeoutNs;
+      // A scraper's request is usually there already: answer it now, before any later connection
+      // of this burst could evict it.
+      if (!c->advance(now, answer)) {
+        ::close(fd);
+        continue;
+      }
+      conns_.emplace(fd, std::move(c));
+    }
+    return evicted;
+  }
+
+ private:
+  void close(int fd) {
+    if (conns_.erase(fd)) ::close(fd);
+  }
+  // The oldest connection still waiting for its request, or -1.
+  int oldest_waiting() const {
+    int fd = -1;
+    uint64_t order = UINT64_MAX;
+    for (auto& [f, c] : conns_)
+      if (!c->replied && c->order < order) fd = f, order = c->order;
+    return fd;
+  }
+  std::map<int, std::unique_ptr<Conn>> conns_;
+  uint64_t accepted_ = 0;
 };
 
 }  // namespace
@@ -169,97 +276,25 @@ void HttpServer::stop() {
 }
 
 void HttpServer::run() {
-  std::map<int, std::unique_ptr<Conn>> conns;
+  Connections conns;
   std::vector<pollfd> fds;
-  uint64_t accepted = 0;
-  // Reads what arrived, answers a whole request, sends what the socket takes: false once the
-  // connection is done (answered, failed, or past its deadline).
-  auto advance = [&](Conn& c, int64_t now) {
-    if (!c.replied) {
-      char buf[4096];
-      for (;;) {
-        ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
-        if (n < 0) break;
-        c.in.append(buf, static_cast<size_t>(n));
-        if (c.in.size() > kMaxRequestBytes || c.in.find("\r\n\r\n") != std::string::npos) break;
-      }
-      const size_t end = c.in.find("\r\n\r\n");
-      if (end == std::string::npos && c.in.size() > kMaxRequestBytes) {
-        c.out =
-            "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: "
-            "close\r\n\r\n";
-        c.replied = true;
-      } else if (end != std::string::npos) {
-        HttpReply r = answer_http(c.in.substr(0, end + 4), render_);
-        if (r.scrape) scrapes_.fetch_add(1, std::memory_order_relaxed);
-        if (r.refused) refused_.fetch_add(1, std::memory_order_relaxed);
-        c.out = std::move(r.bytes);
-        c.in.clear();
-        c.replied = true;
-        c.deadline_ns = now + kReplyTimeoutNs;
-      }
-    }
-    if (c.replied && c.sent < c.out.size()) {
-      ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) c.sent += static_cast<size_t>(n);
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-    }
-    if (c.replied && c.sent == c.out.size()) return false;
-    return now <= c.deadline_ns;
-  };
-  auto close_conn = [&](int fd) {
-    if (conns.erase(fd)) ::close(fd);
-  };
-  // The oldest connection still waiting for its request, or -1.
-  auto oldest_waiting = [&] {
-    int fd = -1;
-    uint64_t order = UINT64_MAX;
-    for (auto& [f, c] : conns)
-      if (!c->replied && c->order < order) fd = f, order = c->order;
-    return fd;
+  auto answer = [this](const std::string& request) {
+    HttpReply r = answer_http(request, render_);
+    if (r.scrape) scrapes_.fetch_add(1, std::memory_order_relaxed);
+    if (r.refused) refused_.fetch_add(1, std::memory_order_relaxed);
+    return std::move(r.bytes);
   };
   while (!stopping_.load()) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    const bool room = conns.size() < kMaxConnections || oldest_waiting() >= 0;
-    fds.push_back({listen_fd_, static_cast<short>(room ? POLLIN : 0), 0});
-    for (auto& [fd, c] : conns) fds.push_back({fd, static_cast<short>(c->replied ? POLLOUT : POLLIN), 0});
+    fds.push_back({listen_fd_, static_cast<short>(conns.room() ? POLLIN : 0), 0});
+    conns.poll_set(&fds);
     if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) break;
-    int64_t now = steady_now_ns();
-    std::vector<int> done;
-    for (size_t i = 2; i < fds.size(); ++i) {
-      auto it = conns.find(fds[i].fd);
-      if (it == conns.end()) continue;
-      if ((fds[i].revents || now > it->second->deadline_ns) && !advance(*it->second, now))
-        done.push_back(fds[i].fd);
-    }
-    for (int fd : done) close_conn(fd);
-    if (fds[1].revents & POLLIN) {
-      for (int n = 0; n < 4 * static_cast<int>(kMaxConnections); ++n) {
-        if (conns.size() >= kMaxConnections) {
-          const int victim = oldest_waiting();
-          if (victim < 0) break;
-          close_conn(victim);
-          evicted_.fetch_add(1, std::memory_order_relaxed);
-        }
-        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        auto c = std::make_unique<Conn>();
-        c->fd = fd;
-        c->order = accepted++;
-        c->deadline_ns = now + kRequestTimeoutNs;
-        // A scraper's request is usually there already: answer it now, before any later connection
-        // of this burst could evict it.
-        if (!advance(*c, now)) {
-          ::close(fd);
-          continue;
-        }
-        conns.emplace(fd, std::move(c));
-      }
-    }
+    const int64_t now = steady_now_ns();
+    conns.service(fds, 2, now, answer);
+    if (fds[1].revents & POLLIN)
+      evicted_.fetch_add(conns.accept_all(listen_fd_, now, answer), std::memory_order_relaxed);
   }
-  for (auto& [fd, c] : conns) ::close(fd);
 }
 
 }  // namespace gradswitch::metrics

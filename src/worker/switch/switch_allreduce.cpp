@@ -197,79 +197,117 @@ void SwitchAllreduce::send_queued() {
 }
 
 void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<AllreduceOp*>* finished) {
-  const uint8_t* p = in.data;
-  const uint32_t len = in.len;
-  Counters& k = *ctx_.counters;
   gs_header h;
-  if (!decode_job_header(p, len, ctx_.join->job_id, ctx_.join->key, &h)) {
-    counter_add(k.ignored);
+  if (!decode_job_header(in.data, in.len, ctx_.join->job_id, ctx_.join->key, &h)) {
+    counter_add(ctx_.counters->ignored);
     return;
   }
   if (h.type == GS_MSG_ABORT && !schedule_.empty()) {
-    if (draining_) {  // the switch is going and refuses this round: it did not complete there
-      if (h.slot < window_.slots() && window_.timer(h.slot).busy) refused_[h.slot] = 1;
-      return;
-    }
-    // A hint to ask the control connection, at most once per kAbortRecheckNs: a flood of forged ones
-    // costs a STATUS now and then, and a real abort that STATUS does not show yet (a data thread's,
-    // relayed to the control plane within 100 ms) arrives as its EVENT line meanwhile.
-    if (now >= abort_recheck_ns_) {
-      confirm_abort(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, front_op(), 1.0);
-      abort_recheck_ns_ = now_ns() + kAbortRecheckNs;
-    }
-    counter_add(k.unconfirmed_aborts);
-    if (!warned_unconfirmed_) {
-      warned_unconfirmed_ = true;
-      log_line(LogLevel::kWarn, ctx_.opt->rank,
-               ctx_.job_text + ": an ABORT datagram (reason " + std::to_string(h.next_exp) + ", rank " +
-                   std::to_string(h.rank) +
-                   ") that the switch's control connection does not confirm was ignored (forged? "
-                   "docs/protocol.md section 4); such datagrams are counted in unconfirmed_aborts");
-    }
+    abort_datagram(h, now);
+  } else if ((h.type != GS_MSG_RESULT && h.type != GS_MSG_HELD) || h.slot >= window_.slots()) {
+    counter_add(ctx_.counters->ignored);
+  } else if (h.type == GS_MSG_HELD) {
+    held(in, h, now);
+  } else if (!current_round(h)) {
+    late_answer(h, now);
+    counter_add(ctx_.counters->ignored);
+  } else {
+    result(in, h, now, finished);
+  }
+}
+
+// Whether `h` answers the round its slot is running now (its version, allreduce and offset).
+bool SwitchAllreduce::current_round(const gs_header& h) const {
+  const RoundTimer& t = window_.timer(h.slot);
+  const SlotRound& r = window_.round(h.slot);
+  return t.busy && (h.flags & GS_FLAG_VERSION) == (r.hdr.flags & GS_FLAG_VERSION) &&
+         h.seq == flight_[h.slot]->op->seq && h.offset == r.hdr.offset;
+}
+
+// An ABORT datagram while allreduces run: only a hint, confirmed over the control connection.
+void SwitchAllreduce::abort_datagram(const gs_header& h, int64_t now) {
+  if (draining_) {  // the switch is going and refuses this round: it did not complete there
+    if (h.slot < window_.slots() && window_.timer(h.slot).busy) refused_[h.slot] = 1;
     return;
   }
-  if ((h.type != GS_MSG_RESULT && h.type != GS_MSG_HELD) || h.slot >= window_.slots()) {
-    counter_add(k.ignored);
-    return;
+  // A hint to ask the control connection, at most once per kAbortRecheckNs: a flood of forged ones
+  // costs a STATUS now and then, and a real abort that STATUS does not show yet (a data thread's,
+  // relayed to the control plane within 100 ms) arrives as its EVENT line meanwhile.
+  if (now >= abort_recheck_ns_) {
+    confirm_abort(ctx_, control_, static_cast<uint8_t>(h.next_exp), h.rank, front_op(), 1.0);
+    abort_recheck_ns_ = now_ns() + kAbortRecheckNs;
   }
+  counter_add(ctx_.counters->unconfirmed_aborts);
+  if (!warned_unconfirmed_) {
+    warned_unconfirmed_ = true;
+    log_line(LogLevel::kWarn, ctx_.opt->rank,
+             ctx_.job_text + ": an ABORT datagram (reason " + std::to_string(h.next_exp) + ", rank " +
+                 std::to_string(h.rank) +
+                 ") that the switch's control connection does not confirm was ignored (forged? "
+                 "docs/protocol.md section 4); such datagrams are counted in unconfirmed_aborts");
+  }
+}
+
+// A HELD: its body names the round's contributors (protocol.md §3).
+void SwitchAllreduce::held(const InPacket& in, const gs_header& h, int64_t now) {
   const unsigned slot = h.slot;
-  SlotRound& r = window_.round(slot);
   RoundTimer& t = window_.timer(slot);
-  Flight* f = flight_[slot];
-  const bool current = t.busy && (h.flags & GS_FLAG_VERSION) == (r.hdr.flags & GS_FLAG_VERSION) &&
-                       h.seq == f->op->seq && h.offset == r.hdr.offset;
-  if (h.type == GS_MSG_HELD) {
-    // Its body names the round's contributors (protocol.md §3). Without this rank: another rank's
-    // resend found the round waiting for this rank's contribution, which is resent now.
-    if (len >= GS_HEADER_BYTES + GS_HELD_BODY_BYTES &&
-        !(gs_held_contributors(p + GS_HEADER_BYTES) >> ctx_.opt->rank & 1)) {
-      if (current && detector(slot).asked(t, now)) resend(slot, now);
-      return;
-    }
-    // The switch holds this rank's contribution: the resend was not needed, the round waits for
-    // other ranks. Not progress (the timeout still runs), only the end of a loss suspicion.
-    counter_add(k.held_answers);
-    if (!current) {
-      late_answer(h, now);
-    } else if (t.tries > 0) {  // each HELD answers one resend that found the contribution there
-      spurious_resend(t.cause, t.last_tx_ns, now);
-      detector(slot).held(t, now);
-    }
+  const bool current = current_round(h);
+  // Without this rank: another rank's resend found the round waiting for this rank's contribution,
+  // which is resent now.
+  if (in.len >= GS_HEADER_BYTES + GS_HELD_BODY_BYTES &&
+      !(gs_held_contributors(in.data + GS_HEADER_BYTES) >> ctx_.opt->rank & 1)) {
+    if (current && detector(slot).asked(t, now)) resend(slot, now);
     return;
   }
+  // The switch holds this rank's contribution: the resend was not needed, the round waits for
+  // other ranks. Not progress (the timeout still runs), only the end of a loss suspicion.
+  counter_add(ctx_.counters->held_answers);
   if (!current) {
     late_answer(h, now);
-    counter_add(k.ignored);
-    return;
+  } else if (t.tries > 0) {  // each HELD answers one resend that found the contribution there
+    spurious_resend(t.cause, t.last_tx_ns, now);
+    detector(slot).held(t, now);
   }
-  const AllreduceOp& op = *f->op;
+}
+
+// The RESULT of the slot's current round: checked against the round, timed, then applied.
+void SwitchAllreduce::result(const InPacket& in, const gs_header& h, int64_t now,
+                             std::vector<AllreduceOp*>* finished) {
+  const unsigned slot = h.slot;
+  const SlotRound& r = window_.round(slot);
+  AllreduceOp& op = *flight_[slot]->op;
+  // A PARTIAL RESULT (docs/protocol.md §3.1) carries its contributors after the elements.
+  const size_t trailer = h.flags & GS_FLAG_PARTIAL ? GS_PARTIAL_TRAILER_BYTES : 0;
   if (h.count != r.hdr.count || (!r.bootstrap && h.elem_type != op.ch.elem) ||
-      len < GS_HEADER_BYTES + gs_payload_bytes(op.ch.elem, h.count) ||
+      in.len < GS_HEADER_BYTES + gs_payload_bytes(op.ch.elem, h.count) + trailer ||
       (op.ch.elem == GS_ELEM_FIXED32 && !r.bootstrap && h.scale_exp != r.scale)) {
-    counter_add(k.ignored);
+    counter_add(ctx_.counters->ignored);
     return;
   }
-  if (h.flags & GS_FLAG_UNICAST) counter_add(k.unicast_results);
+  if (h.flags & GS_FLAG_UNICAST) counter_add(ctx_.counters->unicast_results);
+  learn_from_result(in, h, now);
+  last_progress_ns_ = now;
+  if (op.times) op.times->result(now);
+  if (r.bootstrap) {        // the exponent round's result carries the agreed exponent of this chunk
+    if (draining_) return;  // nothing new starts on a switch that is going
+    prepare_chunk(slot, r.chunk, h.next_exp);
+    launch(slot, now);
+    return;
+  }
+  const uint8_t* payload = in.data + GS_HEADER_BYTES;
+  if (op.base) decode_chunk(op.ch, payload, r.chunk, r.scale, op.base);
+  if (trailer)
+    partial_chunk(op, r.chunk, gs_held_contributors(payload + gs_payload_bytes(op.ch.elem, h.count)));
+  if (op.done) (*op.done)[r.chunk] = 1;
+  agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
+  round_done(slot, now, finished);
+}
+
+// What a delivered round tells the window controller and the loss detector.
+void SwitchAllreduce::learn_from_result(const InPacket& in, const gs_header& h, int64_t now) {
+  const unsigned slot = h.slot;
+  RoundTimer& t = window_.timer(slot);
   // Only a round this rank completed, sent once, measures this rank's own path (window_controller.h);
   // one that original DATA completed carries the window the job runs at (protocol.md §4.2). A round a
   // resend completed may carry a window as old as the loss it recovered, which the job has moved on
@@ -282,7 +320,8 @@ void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<Allre
   const int64_t arrived = in.arrival_ns > t.sent_ns && in.arrival_ns <= now ? in.arrival_ns : now;
   const int64_t own_rtt = t.tries == 0 && multicast && completed_here ? arrived - t.sent_ns : -1;
   const auto srtt = static_cast<int64_t>(detector(slot).rtt().srtt_ns());
-  if (cc_.on_result(now, own_rtt, window_limited_, srtt) && adaptive_) counter_add(k.window_delay_cuts);
+  if (cc_.on_result(now, own_rtt, window_limited_, srtt) && adaptive_)
+    counter_add(ctx_.counters->window_delay_cuts);
   // A RACK resend the switch held, whose round a late rank's original completed (no RETX): results
   // come back out of this rank's send order by more than the reordering window. Completed by a
   // resend, the round waited for another rank's loss: nothing to widen for.
@@ -290,22 +329,16 @@ void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<Allre
     detector(slot).reordered(now);
   remember_delivered(slot, h, t, now);
   detector(slot).delivered(t, now, h.flags & GS_FLAG_RETX);
-  last_progress_ns_ = now;
-  if (op.times) op.times->result(now);
-  if (r.bootstrap) {        // the exponent round's result carries the agreed exponent of this chunk
-    if (draining_) return;  // nothing new starts on a switch that is going
-    prepare_chunk(slot, r.chunk, h.next_exp);
-    launch(slot, now);
-    return;
-  }
-  if (op.base) decode_chunk(op.ch, p + GS_HEADER_BYTES, r.chunk, r.scale, op.base);
-  if (op.done) (*op.done)[r.chunk] = 1;
+}
+
+// A chunk's round is over: its allreduce may be finished, and the slot (or the window) goes on.
+void SwitchAllreduce::round_done(unsigned slot, int64_t now, std::vector<AllreduceOp*>* finished) {
+  Flight* f = flight_[slot];
   AllreduceOp* whole = f->op;
-  agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   if (schedule_.finish(slot, f)) {
-    if (op.times && adaptive_) {  // the window as the allreduce ends, for its log line and timeline
-      op.times->window_rounds = cc_.job_window();
-      op.times->base_rtt_ns = cc_.base_rtt_ns();
+    if (whole->times && adaptive_) {  // the window as the allreduce ends, for its log line and timeline
+      whole->times->window_rounds = cc_.job_window();
+      whole->times->base_rtt_ns = cc_.base_rtt_ns();
     }
     finished->push_back(whole);
   }
@@ -319,6 +352,32 @@ void SwitchAllreduce::receive(const InPacket& in, int64_t now, std::vector<Allre
     fill_window(now);
   } else {
     start_slot(slot, now);  // the whole pool: each slot goes on by itself, a lost round holds only its own
+  }
+}
+
+// A chunk whose round closed at its deadline without every rank (docs/protocol.md §3.1): counted
+// for the allreduce and, for float tensors, scaled from the sum of `contributors` to an estimate of
+// every rank's. Every rank computes the same factor from the same trailer, so the values stay
+// identical; int32 sums stay as summed.
+void SwitchAllreduce::partial_chunk(AllreduceOp& op, size_t chunk, uint64_t contributors) {
+  const unsigned world = ctx_.opt->world;
+  const uint64_t all = world >= 64 ? ~uint64_t{0} : (uint64_t{1} << world) - 1;
+  const auto present = static_cast<unsigned>(__builtin_popcountll(contributors & all));
+  const unsigned missing = world - present;
+  op.missed += missing;
+  op.missing_ranks |= all & ~contributors;
+  counter_add(ctx_.counters->partial_results);
+  counter_add(ctx_.counters->missed_contributions, missing);
+  if (!ctx_.opt->rescale || !op.base || present == 0 || missing == 0) return;
+  const size_t at = op.ch.offset(chunk), n = op.ch.size(chunk);
+  if (op.ch.dtype == DType::kFloat32) {
+    const float factor = static_cast<float>(world) / static_cast<float>(present);
+    auto* x = reinterpret_cast<float*>(op.base) + at;
+    for (size_t i = 0; i < n; ++i) x[i] *= factor;
+  } else if (op.ch.dtype == DType::kFloat64) {
+    const double factor = static_cast<double>(world) / static_cast<double>(present);
+    auto* x = reinterpret_cast<double*>(op.base) + at;
+    for (size_t i = 0; i < n; ++i) x[i] *= factor;
   }
 }
 

@@ -91,10 +91,17 @@ class SwitchAllreduce : public DataPath {
   void send(unsigned slot);
   // Receives into in_ (counted); returns how many datagrams.
   size_t receive_batch(int64_t wait_ns);
-  // Handles one received datagram.
+  // Handles one received datagram: an ABORT hint, a HELD, or the RESULT of a current or a past round.
   void receive(const InPacket& in, int64_t now, std::vector<AllreduceOp*>* finished);
+  bool current_round(const gs_header& h) const;
+  void abort_datagram(const gs_header& h, int64_t now);
+  void held(const InPacket& in, const gs_header& h, int64_t now);
+  void result(const InPacket& in, const gs_header& h, int64_t now, std::vector<AllreduceOp*>* finished);
+  void learn_from_result(const InPacket& in, const gs_header& h, int64_t now);
+  void round_done(unsigned slot, int64_t now, std::vector<AllreduceOp*>* finished);
   // Keeps what a delivered round needs for late_answer().
   void remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t, int64_t now);
+  void partial_chunk(AllreduceOp& op, size_t chunk, uint64_t contributors);
   // A HELD, or an answer for the round a slot version delivered before: proof of a spurious resend?
   void late_answer(const gs_header& h, int64_t now);
   // The delivered round `h` answers, in last_ or, once its slot version delivered again, among the

@@ -22,6 +22,7 @@
 #include "common/udp_offload.h"
 #include "switch/io/udp/result_batch.h"
 #include "switch/io/udp/result_hold.h"
+#include "switch/io/udp/round_deadlines.h"
 #include "switch/log.h"
 #include "switch/uplink/uplink_timers.h"
 
@@ -72,6 +73,7 @@ class UdpBackend final : public Backend {
     ResultBatch out;  // what the current burst sends (and earlier bursts', while `hold` says they wait)
     ResultHold hold{0};
     UplinkTimers uplink{kUplinkRtoMinNs, kUplinkRtoMaxNs};
+    RoundDeadlines deadlines;  // open rounds of jobs with deadline_us= (docs/protocol.md §3.1)
     // Read by the control thread (stats()); written by this thread only.
     std::atomic<uint64_t> injected_drops{0}, send_errors{0}, truncated{0}, gso_writes{0}, gro_trains{0},
         held_bursts{0}, rx_bursts{0}, sleeps{0};
@@ -95,11 +97,16 @@ class UdpBackend final : public Backend {
   std::vector<BackendStat> stats() const override;
 
  private:
+  // A data thread: receive a burst and handle it, or idle until a datagram or a timer.
   void loop(Thread& t, const std::atomic<bool>& stop);
+  int receive_burst(Thread& t);
+  void handle_burst(Thread& t, unsigned n);
+  void idle(Thread& t);
   // One datagram from `src` through the engine; what it answers is queued.
   void ingest(Thread& t, const uint8_t* data, size_t len, const sockaddr_in& src, uint64_t now);
   // Resends the rounds whose upward loss timer expired (leaf only).
   void fire_uplink(Thread& t, uint64_t now);
+  void fire_deadlines(Thread& t, uint64_t now);
   void queue(Thread& t, const IngestResult& r);
   void flush(Thread& t);
   void send_msgs(Thread& t, mmsghdr* msgs, size_t n);
@@ -214,88 +221,99 @@ int UdpBackend::run(const std::atomic<bool>& stop) {
 }
 
 void UdpBackend::loop(Thread& t, const std::atomic<bool>& stop) {
-  const unsigned batch = config_.batch;
   clockid_t clock;
   if (pthread_getcpuclockid(pthread_self(), &clock) == 0) t.cpu_clock.store(clock, std::memory_order_release);
   while (!stop.load(std::memory_order_relaxed)) {
-    for (unsigned i = 0; i < batch; ++i) {
-      t.rx_iov[i] = {t.rx_buf.data() + size_t(i) * t.rx_size, t.rx_size};
-      msghdr& h = t.rx_msgs[i].msg_hdr;
-      h = msghdr{};
-      h.msg_iov = &t.rx_iov[i];
-      h.msg_iovlen = 1;
-      h.msg_name = &t.rx_addr[i];
-      h.msg_namelen = sizeof(sockaddr_in);
-      if (t.gro) {
-        h.msg_control = t.rx_ctrl.data() + i * kGroControlBytes;
-        h.msg_controllen = kGroControlBytes;
-      }
-    }
-    int n = ::recvmmsg(t.fd, t.rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
-    if (n <= 0) {
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        GS_LOG_WARN("udp thread %u: recvmmsg(): %s", t.index, std::strerror(errno));
-      // Idle: held results go once their hold ends, the uplink's timers fire when due; until the
-      // earlier of the two (or kPollMs, to see the stop flag), wait for a datagram.
-      const int64_t now = static_cast<int64_t>(monotonic_ns());
-      const int64_t held_until = t.hold.waiting() ? static_cast<int64_t>(t.hold.deadline()) : INT64_MAX;
-      if (held_until <= now) {
-        flush(t);
-        continue;
-      }
-      const int64_t due = t.uplink.next_deadline();
-      if (due <= now) {
-        fire_uplink(t, static_cast<uint64_t>(now));
-        continue;
-      }
-      const int64_t wait_ns = std::min({int64_t{kPollMs} * 1'000'000, due - now, held_until - now});
-      const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
-                        static_cast<long>(wait_ns % 1'000'000'000)};
-      pollfd p{t.fd, POLLIN, 0};
-      counter_add(t.sleeps);
-      ::ppoll(&p, 1, &ts, nullptr);
-      continue;
-    }
-    counter_add(t.rx_bursts);
-    const uint64_t now = monotonic_ns();
-    engine_.begin_burst(t.index);
-    for (int i = 0; i < n; ++i) {
-      const msghdr& h = t.rx_msgs[i].msg_hdr;
-      const uint8_t* data = t.rx_buf.data() + size_t(i) * t.rx_size;
-      size_t len = t.rx_msgs[i].msg_len;
-      if (h.msg_flags & MSG_TRUNC) {
-        // Longer than any valid datagram: hand the engine a length it rejects (bad_length).
-        counter_add(t.truncated);
-        len = t.rx_size;
-      }
-      size_t seg = len;  // a GRO train is a run of datagrams of `seg` bytes (the last may be shorter)
-      if (const int s = t.gro ? gro_segment_size(h) : 0; s > 0 && size_t(s) < len) {
-        seg = size_t(s);
-        counter_add(t.gro_trains);
-      }
-      size_t off = 0;
-      do {
-        const size_t l = std::min(seg, len - off);
-        counter_add(t.rx_datagrams);
-        if (t.loss.drop())
-          counter_add(t.injected_drops);
-        else
-          ingest(t, data + off, l, t.rx_addr[i], now);
-        off += l;
-      } while (off < len);
-    }
-    engine_.end_burst(t.index);
-    if (static_cast<int64_t>(now) >= t.uplink.next_deadline()) fire_uplink(t, now);
-    if (t.hold.wait(now, t.out.datagrams()))
-      counter_add(t.held_bursts);
+    const int n = receive_burst(t);
+    if (n > 0)
+      handle_burst(t, static_cast<unsigned>(n));
     else
-      flush(t);
+      idle(t);
   }
   flush(t);
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   t.final_cpu_ns.store(uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec), std::memory_order_release);
   t.cpu_clock.store(-1, std::memory_order_release);
+}
+
+// Up to --batch datagrams (or GRO trains) without waiting; what recvmmsg returned.
+int UdpBackend::receive_burst(Thread& t) {
+  const unsigned batch = config_.batch;
+  for (unsigned i = 0; i < batch; ++i) {
+    t.rx_iov[i] = {t.rx_buf.data() + size_t(i) * t.rx_size, t.rx_size};
+    msghdr& h = t.rx_msgs[i].msg_hdr;
+    h = msghdr{};
+    h.msg_iov = &t.rx_iov[i];
+    h.msg_iovlen = 1;
+    h.msg_name = &t.rx_addr[i];
+    h.msg_namelen = sizeof(sockaddr_in);
+    if (t.gro) {
+      h.msg_control = t.rx_ctrl.data() + i * kGroControlBytes;
+      h.msg_controllen = kGroControlBytes;
+    }
+  }
+  const int n = ::recvmmsg(t.fd, t.rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    GS_LOG_WARN("udp thread %u: recvmmsg(): %s", t.index, std::strerror(errno));
+  return n;
+}
+
+// Nothing to read: held results go once their hold ends, rounds close at their deadlines and the
+// uplink's timers fire when due; until the earliest of these (or kPollMs, to see the stop flag),
+// wait for a datagram.
+void UdpBackend::idle(Thread& t) {
+  const int64_t now = static_cast<int64_t>(monotonic_ns());
+  const int64_t held_until = t.hold.waiting() ? static_cast<int64_t>(t.hold.deadline()) : INT64_MAX;
+  if (held_until <= now) return flush(t);
+  if (t.deadlines.next() <= now) return fire_deadlines(t, static_cast<uint64_t>(now));
+  if (t.uplink.next_deadline() <= now) return fire_uplink(t, static_cast<uint64_t>(now));
+  const int64_t due = std::min({t.uplink.next_deadline(), t.deadlines.next(), held_until});
+  const int64_t wait_ns = std::min(int64_t{kPollMs} * 1'000'000, due - now);
+  const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
+  pollfd p{t.fd, POLLIN, 0};
+  counter_add(t.sleeps);
+  ::ppoll(&p, 1, &ts, nullptr);
+}
+
+// One engine burst: each datagram of each GRO train in turn, then the timers that came due, and the
+// burst's results sent now or held for the next burst's (--hold-us).
+void UdpBackend::handle_burst(Thread& t, unsigned n) {
+  counter_add(t.rx_bursts);
+  const uint64_t now = monotonic_ns();
+  engine_.begin_burst(t.index);
+  for (unsigned i = 0; i < n; ++i) {
+    const msghdr& h = t.rx_msgs[i].msg_hdr;
+    const uint8_t* data = t.rx_buf.data() + size_t(i) * t.rx_size;
+    size_t len = t.rx_msgs[i].msg_len;
+    if (h.msg_flags & MSG_TRUNC) {
+      // Longer than any valid datagram: hand the engine a length it rejects (bad_length).
+      counter_add(t.truncated);
+      len = t.rx_size;
+    }
+    size_t seg = len;  // a GRO train is a run of datagrams of `seg` bytes (the last may be shorter)
+    if (const int s = t.gro ? gro_segment_size(h) : 0; s > 0 && size_t(s) < len) {
+      seg = size_t(s);
+      counter_add(t.gro_trains);
+    }
+    size_t off = 0;
+    do {
+      const size_t l = std::min(seg, len - off);
+      counter_add(t.rx_datagrams);
+      if (t.loss.drop())
+        counter_add(t.injected_drops);
+      else
+        ingest(t, data + off, l, t.rx_addr[i], now);
+      off += l;
+    } while (off < len);
+  }
+  engine_.end_burst(t.index);
+  if (static_cast<int64_t>(now) >= t.uplink.next_deadline()) fire_uplink(t, now);
+  if (static_cast<int64_t>(now) >= t.deadlines.next()) fire_deadlines(t, now);
+  if (t.hold.wait(now, t.out.datagrams()))
+    counter_add(t.held_bursts);
+  else
+    flush(t);
 }
 
 void UdpBackend::ingest(Thread& t, const uint8_t* data, size_t len, const sockaddr_in& src, uint64_t now) {
@@ -308,8 +326,20 @@ void UdpBackend::ingest(Thread& t, const uint8_t* data, size_t len, const sockad
     else if (r.type == GS_MSG_DATA)
       t.uplink.sent(r.job_id, r.slot, static_cast<int64_t>(now));
   }
+  if (r.deadline_ns) t.deadlines.add({r.deadline_ns, r.job_id, r.seq, r.offset, r.slot, r.version});
   t.hold.saw(r);
   if (r.kind == IngestResult::kSend) queue(t, r);
+}
+
+// Rounds whose deadline passed close with the contributions present; their results go at once.
+void UdpBackend::fire_deadlines(Thread& t, uint64_t now) {
+  engine_.begin_burst(t.index);
+  t.deadlines.fire(now, [&](const RoundDeadlines::Due& d) {
+    const IngestResult r = engine_.close_overdue(t.index, d.job_id, d.slot, d.version, d.seq, d.offset, now);
+    if (r.kind == IngestResult::kSend) queue(t, r);
+  });
+  engine_.end_burst(t.index);
+  flush(t);
 }
 
 void UdpBackend::fire_uplink(Thread& t, uint64_t now) {

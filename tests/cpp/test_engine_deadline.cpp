@@ -1,0 +1,198 @@
+// Bounded-time rounds (docs/protocol.md §3.1): a round closes at its deadline with the contributions
+// present, its PARTIAL RESULT names them, late DATA is dropped, counted and answered with that same
+// result, and a late contribution never reaches a later round. A job without a deadline is unchanged.
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "common/header.h"
+#include "gradswitch/wire.h"
+#include "harness.h"
+#include "ingest_result.h"
+#include "switch/engine/engine.h"
+
+using namespace gradswitch;
+
+namespace {
+
+constexpr uint64_t kDeadlineNs = 5'000'000;
+constexpr size_t kTrailerAt = GS_HEADER_BYTES + 4 * 4;  // after a PARTIAL RESULT's four int32
+
+struct Job4 {
+  Engine engine{EngineConfig{1, 4}};
+  uint32_t id = 0;
+  uint32_t key = 0xC0FFEEu;
+  // Four ranks; with `deadline`, rounds close after kDeadlineNs once `quorum` contributed.
+  explicit Job4(bool deadline, uint16_t quorum = 3) {
+    JobSpec spec;
+    spec.name = "d";
+    spec.world = 4;
+    spec.slots = 2;
+    spec.payload_bytes = 64;
+    spec.key = key;
+    spec.endpoints.resize(4);
+    spec.wire = GS_ELEM_INT32;
+    if (deadline) spec.deadline_ns = kDeadlineNs, spec.quorum = quorum;
+    std::string err;
+    id = engine.create_job(spec, &err);
+  }
+  // Rank `rank`'s four int32, each `base + rank`, for (seq, offset 0) in slot 0 version 0.
+  IngestResult send(uint16_t rank, uint32_t seq, int32_t base, uint64_t now_ns, uint8_t flags = 0) {
+    std::vector<uint8_t> p(GS_HEADER_BYTES + 16);
+    HeaderBuilder(GS_MSG_DATA, id, key)
+        .rank(rank)
+        .flags(flags)
+        .elems(GS_ELEM_INT32, 4)
+        .round(seq, 0)
+        .encode(p.data());
+    for (int i = 0; i < 4; ++i) {
+      const int32_t v = base + rank + i;
+      std::memcpy(p.data() + GS_HEADER_BYTES + 4 * i, &v, 4);
+    }
+    return engine.ingest(0, p.data(), p.size(), now_ns, Endpoint{});
+  }
+  IngestResult close(uint32_t seq, uint64_t now_ns) {
+    return engine.close_overdue(0, id, 0, 0, seq, 0, now_ns);
+  }
+  int32_t element(const IngestResult& r, int i) const {
+    int32_t v;
+    std::memcpy(&v, r.data + GS_HEADER_BYTES + 4 * i, 4);
+    return v;
+  }
+  CounterValues counters() const {
+    JobStatus s;
+    engine.job_status(id, &s);
+    return s.counters;
+  }
+};
+
+}  // namespace
+
+TEST(default_job_waits_for_every_rank_and_is_never_closed) {
+  Job4 j(false);
+  CHECK(j.id != 0);
+  for (uint16_t r = 0; r < 3; ++r) CHECK_EQ(j.send(r, 0, 10, 1).deadline_ns, uint64_t{0});
+  CHECK_EQ(int(j.close(0, kDeadlineNs * 10).kind), int(IngestResult::kDropped));  // nothing to close
+  const IngestResult done = j.send(3, 0, 10, 2);
+  CHECK_EQ(int(done.kind), int(IngestResult::kSend));
+  CHECK_EQ(done.len, uint32_t{GS_HEADER_BYTES + 16});
+  CHECK_EQ(int(header_of(done).flags & GS_FLAG_PARTIAL), 0);
+  CHECK_EQ(header_of(done).rank, uint16_t{3});
+  CHECK_EQ(j.element(done, 0), 4 * 10 + 0 + 1 + 2 + 3);
+  CHECK_EQ(j.counters().partial, uint64_t{0});
+}
+
+TEST(round_closes_at_its_deadline_with_the_contributors) {
+  Job4 j(true);
+  CHECK_EQ(j.send(0, 0, 10, 100).deadline_ns, 100 + kDeadlineNs);  // the opener starts the clock
+  CHECK_EQ(j.send(1, 0, 10, 200).deadline_ns, uint64_t{0});
+  CHECK_EQ(j.send(2, 0, 10, 300).deadline_ns, uint64_t{0});
+  const IngestResult r = j.close(0, 100 + kDeadlineNs);
+  CHECK_EQ(int(r.kind), int(IngestResult::kSend));
+  CHECK_EQ(r.dest_rank, uint16_t{GS_RANK_ALL});  // every rank, the one it lacks included
+  const gs_header h = header_of(r);
+  CHECK_EQ(int(h.flags), int(GS_FLAG_PARTIAL));
+  CHECK_EQ(h.rank, uint16_t{GS_RANK_ALL});  // no DATA completed it
+  CHECK_EQ(r.len, uint32_t{kTrailerAt + GS_PARTIAL_TRAILER_BYTES});
+  CHECK_EQ(gs_held_contributors(r.data + kTrailerAt), uint64_t{0x7});
+  CHECK_EQ(j.element(r, 0), 3 * 10 + 0 + 1 + 2);
+  CHECK_EQ(j.element(r, 3), 3 * 13 + 0 + 1 + 2);
+  const CounterValues c = j.counters();
+  CHECK_EQ(c.partial, uint64_t{1});
+  CHECK_EQ(c.missed, uint64_t{1});
+  CHECK_EQ(c.completed, uint64_t{1});
+}
+
+TEST(late_data_is_dropped_counted_and_answered_with_the_same_result) {
+  Job4 j(true);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 0, 10, 1);
+  const IngestResult closed = j.close(0, 1 + kDeadlineNs);
+  const std::vector<uint8_t> multicast(closed.data, closed.data + closed.len);
+  const IngestResult late = j.send(3, 0, 10, 2 + kDeadlineNs);
+  CHECK_EQ(int(late.kind), int(IngestResult::kSend));
+  CHECK_EQ(late.dest_rank, uint16_t{3});
+  CHECK_EQ(int(late.reason), int(DropReason::kLate));
+  CHECK_EQ(int(header_of(late).flags), int(GS_FLAG_UNICAST | GS_FLAG_PARTIAL));  // not DSACK: it was not held
+  CHECK_EQ(late.len, uint32_t(multicast.size()));
+  // The elements and the trailer are the multicast's, bit for bit: every rank holds the same values.
+  CHECK(std::memcmp(late.data + GS_HEADER_BYTES, multicast.data() + GS_HEADER_BYTES,
+                    late.len - GS_HEADER_BYTES) == 0);
+  // A network copy of the late DATA is not answered again; a resend is.
+  CHECK_EQ(int(j.send(3, 0, 10, 3 + kDeadlineNs).kind), int(IngestResult::kDropped));
+  CHECK_EQ(int(j.send(3, 0, 10, 4 + kDeadlineNs, GS_FLAG_RETX).kind), int(IngestResult::kSend));
+  CHECK_EQ(j.counters().drops[size_t(DropReason::kLate)], uint64_t{3});
+  // A contributor's resend gets the partial result too, with DSACK and the trailer.
+  const IngestResult again = j.send(1, 0, 10, 5 + kDeadlineNs, GS_FLAG_RETX);
+  CHECK_EQ(int(header_of(again).flags), int(GS_FLAG_UNICAST | GS_FLAG_DSACK | GS_FLAG_PARTIAL));
+  CHECK_EQ(again.len, uint32_t(multicast.size()));
+  CHECK_EQ(gs_held_contributors(again.data + kTrailerAt), uint64_t{0x7});
+}
+
+TEST(late_data_never_reaches_a_later_round) {
+  Job4 j(true);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 0, 10, 1);
+  j.close(0, 1 + kDeadlineNs);
+  // The fast ranks' next round in this slot version waits until rank 3 has its result (pinned).
+  const IngestResult early = j.send(0, 1, 1000, 2 + kDeadlineNs);
+  CHECK_EQ(int(early.kind), int(IngestResult::kDropped));
+  CHECK_EQ(int(early.reason), int(DropReason::kPinned));
+  CHECK_EQ(int(j.send(3, 0, 10, 3 + kDeadlineNs).kind), int(IngestResult::kSend));  // fetched: unpinned
+  for (uint16_t r = 0; r < 3; ++r)
+    CHECK_EQ(int(j.send(r, 1, 1000, 4 + kDeadlineNs).kind), int(IngestResult::kAbsorbed));
+  // A resend of rank 3's old round is older than the slot's round now: stale, summed nowhere.
+  CHECK_EQ(int(j.send(3, 0, 10, 5 + kDeadlineNs, GS_FLAG_RETX).reason), int(DropReason::kStaleRound));
+  const IngestResult done = j.send(3, 1, 1000, 6 + kDeadlineNs);
+  CHECK_EQ(int(done.kind), int(IngestResult::kSend));
+  CHECK_EQ(int(header_of(done).flags & GS_FLAG_PARTIAL), 0);  // complete: no trailer
+  CHECK_EQ(done.len, uint32_t{GS_HEADER_BYTES + 16});
+  for (int i = 0; i < 4; ++i) CHECK_EQ(j.element(done, i), 4 * (1000 + i) + 0 + 1 + 2 + 3);
+  // Its deadline then finds it complete: nothing more goes out.
+  CHECK_EQ(int(j.close(1, 10 * kDeadlineNs).kind), int(IngestResult::kAbsorbed));
+}
+
+TEST(a_rank_that_sends_a_newer_round_releases_its_pin) {
+  Job4 j(true);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 0, 10, 1);
+  j.close(0, 1 + kDeadlineNs);
+  // Rank 3's DATA was lost but the multicast reached it: its next round in the version proves it.
+  CHECK_EQ(int(j.send(3, 1, 1000, 2 + kDeadlineNs).kind), int(IngestResult::kAbsorbed));
+  CHECK_EQ(int(j.send(0, 1, 1000, 3 + kDeadlineNs).kind), int(IngestResult::kAbsorbed));
+}
+
+TEST(below_the_quorum_the_deadline_waits_for_the_quorum) {
+  Job4 j(true, 3);
+  j.send(0, 0, 10, 1);
+  j.send(1, 0, 10, 2);
+  CHECK_EQ(int(j.close(0, 1 + kDeadlineNs).kind), int(IngestResult::kAbsorbed));  // two of three
+  const IngestResult r = j.send(2, 0, 10, 3 + kDeadlineNs);  // the quorum's contribution closes it
+  CHECK_EQ(int(r.kind), int(IngestResult::kSend));
+  CHECK_EQ(int(header_of(r).flags), int(GS_FLAG_PARTIAL));
+  CHECK_EQ(gs_held_contributors(r.data + kTrailerAt), uint64_t{0x7});
+  CHECK_EQ(j.element(r, 1), 3 * 11 + 0 + 1 + 2);
+}
+
+TEST(a_round_complete_before_its_deadline_is_a_plain_result) {
+  Job4 j(true);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 0, 10, 1);
+  const IngestResult r = j.send(3, 0, 10, 2);
+  CHECK_EQ(int(r.kind), int(IngestResult::kSend));
+  CHECK_EQ(r.len, uint32_t{GS_HEADER_BYTES + 16});
+  CHECK_EQ(int(header_of(r).flags), 0);
+  CHECK_EQ(header_of(r).rank, uint16_t{3});
+  CHECK_EQ(int(j.close(0, 1 + kDeadlineNs).kind), int(IngestResult::kAbsorbed));
+  CHECK_EQ(j.counters().partial, uint64_t{0});
+}
+
+TEST(a_deadline_needs_a_quorum_within_the_world) {
+  Engine engine{EngineConfig{1, 4}};
+  JobSpec spec;
+  spec.world = 2;
+  spec.endpoints.resize(2);
+  spec.deadline_ns = kDeadlineNs;
+  spec.quorum = 3;
+  std::string err;
+  CHECK_EQ(engine.create_job(spec, &err), 0u);
+  CHECK(!err.empty());
+}
+
+GS_TEST_MAIN()

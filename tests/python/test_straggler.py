@@ -1,0 +1,123 @@
+"""Bounded-time rounds end to end (docs/protocol.md §3.1, connect(deadline_us=...)): a late rank no
+longer holds the others' rounds, every rank still ends with bitwise the same values, the worker
+rescales float chunks and counts what its rounds missed, a rank missing again and again is reported,
+and the JOIN options are validated and must agree."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from _ranks import in_threads
+
+import gradswitch
+from gradswitch import timeline
+
+WORLD = 3
+SIZE = 1000  # three chunks at the default MTU (358 float32 per packet with the trailer's room)
+LATE_S = 0.3  # rank 2 starts its allreduces this late: far past the deadline
+
+
+def _job(sw, name: str, **kw) -> list[gradswitch.Group]:
+    return in_threads(
+        lambda r: gradswitch.connect(f"127.0.0.1:{sw.control_port}", name, r, WORLD, timeout=10, **kw),
+        WORLD,
+    )
+
+
+def _late_allreduces(groups, rounds: int, dtype=np.float32):
+    """Each rank allreduces (rank + 1) * [1, 2, ...] `rounds` times, rank 2 LATE_S behind the others
+    every time; per rank, (its results, its Handle.missed() per allreduce)."""
+
+    def body(r):
+        out, missed = [], []
+        for k in range(rounds):
+            if r == WORLD - 1:
+                time.sleep(LATE_S)
+            x = (np.arange(1, SIZE + 1) * (r + 1) + k).astype(dtype)
+            h = groups[r].allreduce_async(x)
+            h.wait()
+            out.append(x)
+            missed.append(h.missed())
+        return out, missed
+
+    return in_threads(body, WORLD)
+
+
+def _run(sw, name: str, *runs, **kw):
+    """Joins a job, runs _late_allreduces for each (rounds, dtype) of `runs`; their results and the
+    ranks' stats() after them."""
+    groups = _job(sw, name, **kw)
+    try:
+        results = [_late_allreduces(groups, rounds, dtype) for rounds, dtype in runs]
+        return results, [g.stats() for g in groups]
+    finally:
+        for g in groups:
+            g.close()
+
+
+def test_a_late_rank_gets_the_same_partial_sum_rescaled(start_switch, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADSWITCH_TIMELINE", str(tmp_path / "tl.json"))
+    (results,), stats = _run(
+        start_switch(), "late", (2, np.float32), deadline_us=20_000, quorum=2, straggler_report=2
+    )
+    for r in range(WORLD):  # the timeline's allreduce spans say what each allreduce missed
+        doc = json.loads((tmp_path / f"tl.rank{r}.json").read_text())
+        spans = [s for s in timeline.spans(doc) if s["name"] == "allreduce"]
+        assert [(s["args"]["missed"], s["args"]["missing_ranks"]) for s in spans] == [(3, 4), (3, 4)], spans
+    chunks = -(-SIZE // 358)
+    for k in range(2):
+        # Ranks 0 and 1 made the deadline, rank 2 did not: (1 + 2) parts of 3, scaled by 3 / 2.
+        present = (np.arange(1, SIZE + 1) * 3 + 2 * k).astype(np.float32)
+        want = present * np.float32(WORLD / 2)
+        for r in range(WORLD):
+            got = results[r][0][k]
+            assert got.tobytes() == results[0][0][k].tobytes(), f"rank {r} differs in allreduce {k}"
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+            assert results[r][1][k] == chunks, (r, k, results[r][1])
+    for r in range(WORLD):
+        assert stats[r]["partial_results"] == 2 * chunks, stats[r]
+        assert stats[r]["missed_contributions"] == 2 * chunks, stats[r]
+        assert stats[r]["straggler_reports"] == 1, stats[r]  # rank 2, two allreduces in a row
+
+
+def test_int32_is_left_as_summed_and_rescale_false_leaves_floats(start_switch):
+    sw = start_switch()
+    (ints,), _ = _run(sw, "ints", (1, np.int32), deadline_us=20_000, quorum=2)  # rescale on
+    (floats,), _ = _run(sw, "norescale", (1, np.float32), deadline_us=20_000, quorum=2, rescale=False)
+    for res, dtype in ((ints, np.int32), (floats, np.float32)):
+        want = (np.arange(1, SIZE + 1) * 3).astype(dtype)
+        for r in range(WORLD):
+            np.testing.assert_array_equal(res[r][0][0], want)
+
+
+def test_without_a_deadline_every_rank_is_waited_for(start_switch):
+    (results,), stats = _run(start_switch(), "exact", (1, np.float32))
+    want = (np.arange(1, SIZE + 1) * 6).astype(np.float32)
+    for r in range(WORLD):
+        np.testing.assert_array_equal(results[r][0][0], want)
+        assert results[r][1] == [0]
+        assert stats[r]["partial_results"] == 0
+
+
+def test_the_options_are_checked_and_must_agree(start_switch):
+    sw = start_switch()
+    addr = f"127.0.0.1:{sw.control_port}"
+    with pytest.raises(ValueError, match="quorum= needs deadline_us="):
+        gradswitch.connect(addr, "q", 0, 2, quorum=1)
+    with pytest.raises(ValueError, match="deadline_us"):
+        gradswitch.connect(addr, "q", 0, 2, deadline_us=0)
+    with pytest.raises(ValueError, match="quorum"):
+        gradswitch.connect(addr, "q", 0, 2, deadline_us=10, quorum=3)
+
+    def body(r):
+        try:
+            gradswitch.connect(addr, "differ", r, 2, deadline_us=1000 * (r + 1), join_timeout=10).close()
+        except gradswitch.GradswitchError as e:
+            return str(e)
+        return ""
+
+    errors = in_threads(body, 2)
+    assert any("deadline_us=" in e and "conflict" in e for e in errors), errors
