@@ -18,7 +18,6 @@
 
 #include "common/header.h"
 #include "common/kernels.h"
-#include "common/kernels_mx8.h"
 #include "gradswitch/wire.h"
 #include "switch/engine/engine.h"
 
@@ -100,7 +99,7 @@ Result ingest(uint8_t elem_type, unsigned workers, double seconds, size_t ring) 
     std::vector<float> values(count);
     for (size_t i = 0; i < pkts.size(); ++i) {
       for (size_t k = 0; k < values.size(); ++k) values[k] = std::ldexp(float((i + 7 * k) % 61) - 30, -12);
-      f32_to_mx8(pkts[i].data() + GS_HEADER_BYTES, values.data(), count);
+      kernels().f32_to_mx8(pkts[i].data() + GS_HEADER_BYTES, values.data(), count);
     }
   }
   gs_header h = HeaderBuilder(GS_MSG_DATA, id, 42).elems(elem_type, count).exps(0, 0);

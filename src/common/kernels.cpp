@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/kernels_mx8.h"
 #include "common/kernels_table.h"
 
 namespace gradswitch {
@@ -85,7 +86,14 @@ void narrow(uint16_t* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = H::narrow_one(src[i]);
 }
 
-const Kernels kScalarKernels = GRADSWITCH_KERNELS_TABLE("scalar", float, double, F16, BF16);
+// The reference itself (common/kernels_mx8.cpp).
+struct MX8 {
+  static constexpr auto encode = f32_to_mx8_scalar;
+  static constexpr auto decode = mx8_to_f32_scalar;
+  static constexpr auto add = add_mx8_to_f32_scalar;
+};
+
+const Kernels kScalarKernels = GRADSWITCH_KERNELS_TABLE("scalar", float, double, F16, BF16, MX8);
 
 // F16C straight from CPUID (leaf 1, ECX bit 29): not every compiler's __builtin_cpu_supports knows it.
 bool cpu_has_f16c() {

@@ -43,6 +43,12 @@ struct Kernels {
   void (*quantize_f64)(int32_t* dst, const double* src, size_t n, double scale);
   void (*dequantize_f64)(double* dst, const int32_t* src, size_t n, double scale);
   double (*max_abs_f64)(const double* src, size_t n);
+
+  // mx8 (docs/protocol.md 2.2; common/kernels_mx8.h): `count` fp32 values as a payload of
+  // gs_payload_bytes(GS_ELEM_MX8, count) bytes; a payload widened into fp32, written or added.
+  void (*f32_to_mx8)(uint8_t* payload, const float* src, size_t count);
+  void (*mx8_to_f32)(float* dst, const uint8_t* payload, size_t count);
+  void (*add_mx8_to_f32)(float* dst, const uint8_t* payload, size_t count);
 };
 
 // The variant in use (chosen at first call).

@@ -1,21 +1,10 @@
-// mx8 encoding and decoding, scalar (see kernels_mx8.h; the rounding is docs/protocol.md 2.2's).
+// mx8 encoding and decoding, the scalar reference (see kernels_mx8.h; the rounding is docs/protocol.md
+// 2.2's), written without branches per element so that the compiler vectorizes it for the baseline ISA.
 #include "common/kernels_mx8.h"
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstring>
-
-#include "gradswitch/wire.h"
-
-// Each entry point is compiled for AVX2 and the baseline, and the loader picks the wider one the
-// CPU runs (GCC/clang function multiversioning); every version computes the same bits (only integer
-// operations and exact or correctly rounded binary32 ones, none reassociated).
-#if defined(__x86_64__) && defined(__linux__)
-#define GS_MX8_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define GS_MX8_CLONES
-#endif
 
 namespace gradswitch {
 
@@ -54,7 +43,7 @@ template <size_t kN>
 void encode_elements(const float* __restrict x, size_t n, float inv, uint8_t* __restrict out) {
   for (size_t i = 0; i < (kN ? kN : n); ++i) out[i] = e4m3_finite(x[i] * inv);
 }
-GS_MX8_CLONES void encode_elements(const float* __restrict x, size_t n, float inv, uint8_t* __restrict out) {
+void encode_elements(const float* __restrict x, size_t n, float inv, uint8_t* __restrict out) {
   if (n == GS_MX8_BLOCK)
     encode_elements<GS_MX8_BLOCK>(x, n, inv, out);
   else
@@ -70,15 +59,11 @@ inline void encode_block(const float* __restrict x, size_t n, uint8_t* __restric
     std::memset(out + 1, 0x7F, n);
     return;
   }
-  // floor(log2(amax)) from the exponent field (subnormals and zero clamp to -127 below anyway);
-  // the scale exponent leaves the block's largest element in E4M3's top binade [2^8, 2^9).
-  const int e = static_cast<int>(amax >> 23) - 127;
-  const int x_exp = std::max(e - 8, -127);
-  out[0] = static_cast<uint8_t>(x_exp + 127);
-  // 2^-x_exp is a normal binary32 (x_exp <= 119 for finite input), so each product is exact until
-  // it falls below 2^-126, far under E4M3's smallest half-step (2^-10): its byte is +-0 either way.
-  const float inv = float_of(static_cast<uint32_t>(127 - x_exp) << 23);
-  encode_elements(x, n, inv, out + 1);
+  // The scale exponent leaves the block's largest element in E4M3's top binade [2^8, 2^9). Each
+  // product with its inverse is exact until it falls below 2^-126, far under E4M3's smallest
+  // half-step (2^-10): its byte is +-0 either way.
+  out[0] = mx8_scale_byte(amax);
+  encode_elements(x, n, mx8_inverse_scale(out[0]), out + 1);
 }
 
 // An E4M3 byte's magnitude bits moved to binary32's exponent and mantissa fields read as
@@ -102,8 +87,7 @@ inline void decode_block(float* __restrict dst, const uint8_t* __restrict q, siz
 template <bool kAdd>
 void decode(float* dst, const uint8_t* payload, size_t count) {
   for (size_t first = 0; first < count; first += GS_MX8_BLOCK, payload += GS_MX8_BLOCK_BYTES) {
-    const uint8_t s = payload[0];
-    const float scale = s == GS_MX8_SCALE_NAN ? NAN : mx8_scale_value(s);
+    const float scale = mx8_scale(payload[0]);
     if (count - first >= GS_MX8_BLOCK)  // a full block: a loop of known length, which vectorizes
       decode_block<kAdd>(dst + first, payload + 1, GS_MX8_BLOCK, scale);
     else
@@ -126,11 +110,7 @@ float e4m3_to_f32(uint8_t b) {
   return v;
 }
 
-float mx8_scale_value(uint8_t s) {
-  return s == 0 ? float_of(0x00400000u) : float_of(uint32_t{s} << 23);  // 2^-127 is subnormal
-}
-
-GS_MX8_CLONES void f32_to_mx8(uint8_t* payload, const float* src, size_t count) {
+void f32_to_mx8_scalar(uint8_t* payload, const float* src, size_t count) {
   for (size_t first = 0; first < count; first += GS_MX8_BLOCK, payload += GS_MX8_BLOCK_BYTES)
     if (count - first >= GS_MX8_BLOCK)  // as in decode
       encode_block(src + first, GS_MX8_BLOCK, payload);
@@ -138,11 +118,11 @@ GS_MX8_CLONES void f32_to_mx8(uint8_t* payload, const float* src, size_t count) 
       encode_block(src + first, count - first, payload);
 }
 
-GS_MX8_CLONES void mx8_to_f32(float* dst, const uint8_t* payload, size_t count) {
+void mx8_to_f32_scalar(float* dst, const uint8_t* payload, size_t count) {
   decode<false>(dst, payload, count);
 }
 
-GS_MX8_CLONES void add_mx8_to_f32(float* dst, const uint8_t* payload, size_t count) {
+void add_mx8_to_f32_scalar(float* dst, const uint8_t* payload, size_t count) {
   decode<true>(dst, payload, count);
 }
 

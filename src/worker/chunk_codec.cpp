@@ -8,7 +8,6 @@
 
 #include "common/fixed_point.h"
 #include "common/kernels.h"
-#include "common/kernels_mx8.h"
 #include "gradswitch/wire.h"
 #include "worker/errors.h"
 
@@ -58,7 +57,7 @@ void encode_floats(const Kernels& K, uint8_t elem, const float* f, size_t n, int
       K.f32_to_f64(reinterpret_cast<double*>(payload), f, n);
       break;
     case GS_ELEM_MX8:
-      f32_to_mx8(payload, f, n);
+      K.f32_to_mx8(payload, f, n);
       break;
   }
 }
@@ -81,7 +80,7 @@ void decode_floats(const Kernels& K, uint8_t elem, const uint8_t* payload, size_
       K.f64_to_f32(f, reinterpret_cast<const double*>(payload), n);
       break;
     case GS_ELEM_MX8:
-      mx8_to_f32(f, payload, n);
+      K.mx8_to_f32(f, payload, n);
       break;
   }
 }

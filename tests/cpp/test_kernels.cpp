@@ -1,4 +1,5 @@
-// Every SIMD variant must give the scalar variant's bits, at every length (tails included).
+// Every SIMD variant must give the scalar variant's bits, at every length (tails included), and at
+// addresses that no vector width divides.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -6,21 +7,13 @@
 
 #include "common/fixed_point.h"
 #include "common/kernels.h"
+#include "gradswitch/wire.h"
 #include "harness.h"
+#include "kernel_variants.h"
 
 using namespace gradswitch;
 
 namespace {
-
-std::vector<const Kernels*> variants() {
-  std::vector<const Kernels*> v;
-  for (const char* name : {"scalar", "avx2", "avx512"})
-    if (const Kernels* k = kernels_named(name))
-      v.push_back(k);
-    else
-      std::printf("  (variant %s not supported on this CPU: not compared)\n", name);
-  return v;
-}
 
 template <typename T>
 std::vector<T> random_values(size_t n, uint32_t seed, T scale) {
@@ -170,6 +163,100 @@ TEST(int32_sum_wraps_without_ub) {
     std::vector<int32_t> a(20, INT32_MAX), b(20, 1);
     k->add_i32(a.data(), b.data(), a.size());
     CHECK(a[0] == INT32_MIN && a[19] == INT32_MIN);
+  }
+}
+
+namespace {
+
+// mx8 encoder input: blocks of normal values of random magnitude (so every scale byte from 0 to
+// 246 turns up), each block with a few of the values that need care: zeros of both signs, binary32
+// subnormals, E4M3's ties and its saturation at 448 (relative to the block's scale), the largest
+// floats, and in a few blocks a NaN or an infinity.
+std::vector<float> mx8_input(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-150, 127), pick(0, 15);
+  std::vector<float> x(n);
+  int e = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % GS_MX8_BLOCK == 0) e = ex(rng);
+    const float t = std::ldexp(1.0f, e < -120 ? -120 : (e > 118 ? 118 : e));  // the block's unit
+    float v = std::ldexp(d(rng), e);
+    switch (pick(rng)) {
+      case 0:
+        v = (i & 1) ? -0.0f : 0.0f;
+        break;
+      case 1:
+        v = std::ldexp(static_cast<float>(rng() % 64) - 32, -149);
+        break;  // subnormal floats
+      case 2:
+        v = t * (1.0f + (2 * static_cast<float>(rng() % 8) + 1) / 16);
+        break;  // an E4M3 tie
+      case 3:
+        v = t * 0x1p-9f * static_cast<float>(rng() % 16) / 2;
+        break;  // subnormal codes, ties
+      case 4:
+        v = -t * (1.75f + static_cast<float>(rng() % 32) / 128);
+        break;  // 1.75..2: saturates
+      case 5:
+        v = (i % 7 == 0) ? 3.4028235e38f : v;
+        break;
+      case 6:
+        v = (i % 97 == 5) ? NAN : ((i % 89 == 3) ? -INFINITY : v);
+        break;
+      default:
+        break;
+    }
+    x[i] = v;
+  }
+  return x;
+}
+
+// Random payload bytes: every element code, NaN codes included, under scale bytes that include
+// 0 (a subnormal scale), 254 (products that overflow to infinity) and 255 (a NaN block).
+std::vector<uint8_t> mx8_random_payload(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> p(gs_payload_bytes(GS_ELEM_MX8, n));
+  for (auto& b : p) b = static_cast<uint8_t>(rng());
+  const uint8_t scales[] = {0, 1, 2, 100, 127, 200, 246, 254, 255};
+  for (size_t b = 0; b < p.size(); b += GS_MX8_BLOCK_BYTES)
+    if (rng() % 2) p[b] = scales[rng() % sizeof scales];
+  return p;
+}
+
+}  // namespace
+
+TEST(mx8_variants_agree_bitwise) {
+  const Kernels& ref = *kernels_named("scalar");
+  for (const Kernels* k : variants()) {
+    for (size_t n : {0, 1, 5, 31, 32, 33, 63, 64, 65, 100, 1375, 1376, 1377, 2752}) {
+      for (size_t shift : {0, 1, 3}) {  // a float or byte offset, so no vector width divides the address
+        const uint32_t seed = static_cast<uint32_t>(31 * n + shift);
+        std::vector<float> x(n + shift);
+        const std::vector<float> in = mx8_input(n, seed);
+        std::copy(in.begin(), in.end(), x.begin() + static_cast<std::ptrdiff_t>(shift));
+        const size_t bytes = gs_payload_bytes(GS_ELEM_MX8, n);
+        std::vector<uint8_t> p1(bytes + shift), p2(bytes + shift);
+        ref.f32_to_mx8(p1.data() + shift, x.data() + shift, n);
+        k->f32_to_mx8(p2.data() + shift, x.data() + shift, n);
+        CHECK(same_bits(p1, p2));
+        // Decoding: the encoder's payload, and random bytes (what a peer could send).
+        std::vector<uint8_t> r(shift);
+        const std::vector<uint8_t> random = mx8_random_payload(n, seed);
+        r.insert(r.end(), random.begin(), random.end());
+        for (const std::vector<uint8_t>* p : {&p1, &r}) {
+          std::vector<float> y1(n + shift, 7.0f), y2 = y1;
+          ref.mx8_to_f32(y1.data() + shift, p->data() + shift, n);
+          k->mx8_to_f32(y2.data() + shift, p->data() + shift, n);
+          CHECK(same_bits(y1, y2));
+          // Adding into a sum that holds normal values, infinities and NaNs.
+          std::vector<float> s1 = mx8_input(n + shift, seed + 1), s2 = s1;
+          ref.add_mx8_to_f32(s1.data() + shift, p->data() + shift, n);
+          k->add_mx8_to_f32(s2.data() + shift, p->data() + shift, n);
+          CHECK(same_bits(s1, s2));
+        }
+      }
+    }
   }
 }
 

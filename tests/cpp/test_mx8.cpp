@@ -1,5 +1,6 @@
-// The mx8 kernels (docs/protocol.md 2.2) against an independent reference: nearest E4M3 value by
-// search over the code table, the block scale from std::frexp, and the spec's special cases.
+// The mx8 kernels (docs/protocol.md 2.2), every variant this CPU runs, against an independent
+// reference: nearest E4M3 value by search over the code table, the block scale from std::frexp, and
+// the spec's special cases.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -8,6 +9,7 @@
 #include "common/kernels_mx8.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
+#include "kernel_variants.h"
 
 using namespace gradswitch;
 
@@ -39,15 +41,34 @@ int reference_scale_exp(float amax) {
   return std::max(e - 1 - 8, -127);
 }
 
-std::vector<uint8_t> encode(const std::vector<float>& x) {
+std::vector<uint8_t> encode(const Kernels& k, const std::vector<float>& x) {
   std::vector<uint8_t> p(gs_payload_bytes(GS_ELEM_MX8, x.size()));
-  f32_to_mx8(p.data(), x.data(), x.size());
+  k.f32_to_mx8(p.data(), x.data(), x.size());
   return p;
 }
-std::vector<float> decode(const std::vector<uint8_t>& p, size_t n) {
+std::vector<float> decode(const Kernels& k, const std::vector<uint8_t>& p, size_t n) {
   std::vector<float> y(n);
-  mx8_to_f32(y.data(), p.data(), n);
+  k.mx8_to_f32(y.data(), p.data(), n);
   return y;
+}
+
+// Every code, every midpoint between neighbours (the ties), and the floats just beside each, with
+// both signs; then random values of every E4M3 binade and the saturating ones.
+std::vector<float> e4m3_probes() {
+  std::vector<float> probes;
+  for (unsigned b = 0; b < 0x7E; ++b) {
+    const float lo = static_cast<float>(e4m3_value(b)), hi = static_cast<float>(e4m3_value(b + 1));
+    const float mid = (lo + hi) / 2;
+    for (float v : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
+      probes.push_back(v);
+      probes.push_back(-v);
+    }
+  }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> d(-520.0f, 520.0f);
+  for (int i = 0; i < 20000; ++i) probes.push_back(d(rng) / static_cast<float>(1 << (i % 12)));
+  for (float v : {448.0f, 463.99f, 464.0f, 470.0f, 511.9f}) probes.push_back(v);
+  return probes;
 }
 
 }  // namespace
@@ -77,20 +98,8 @@ TEST(e4m3_codes_decode_as_specified) {
 }
 
 TEST(e4m3_rounding_matches_exhaustive_search) {
-  // Every code, every midpoint between neighbours (the ties), and points just beside each.
-  std::vector<float> probes;
-  for (unsigned b = 0; b < 0x7E; ++b) {
-    const float lo = static_cast<float>(e4m3_value(b)), hi = static_cast<float>(e4m3_value(b + 1));
-    const float mid = (lo + hi) / 2;
-    for (float v : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
-      probes.push_back(v);
-      probes.push_back(-v);
-    }
-  }
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> d(-520.0f, 520.0f);
-  for (int i = 0; i < 20000; ++i) probes.push_back(d(rng) / (1 << (i % 12)));
-  for (float v : {448.0f, 463.99f, 464.0f, 470.0f, 511.9f, 1e30f, INFINITY, -INFINITY}) probes.push_back(v);
+  std::vector<float> probes = e4m3_probes();
+  for (float v : {1e30f, INFINITY, -INFINITY}) probes.push_back(v);
   for (float v : probes) {
     const uint8_t got = e4m3_from_f32(v), want = reference_e4m3(v);
     if (got != want) std::printf("  %a: got 0x%02x, want 0x%02x\n", static_cast<double>(v), got, want);
@@ -108,103 +117,148 @@ TEST(e4m3_ties_go_to_even) {
   CHECK_EQ(e4m3_from_f32(-1e30f), 0xFE);
 }
 
-TEST(mx8_block_scale_is_floor_log2_minus_8) {
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
-  std::uniform_int_distribution<int> ex(-140, 127);
-  for (int i = 0; i < 2000; ++i) {
-    std::vector<float> x(32, 0.0f);
-    const float amax = std::ldexp(mant(rng), ex(rng));
-    if (!std::isfinite(amax) || amax == 0) continue;
-    x[static_cast<size_t>(i) % 32] = (i % 2) ? -amax : amax;
-    const auto p = encode(x);
-    CHECK_EQ(static_cast<int>(p[0]) - 127, reference_scale_exp(amax));
+TEST(mx8_block_elements_match_exhaustive_search_in_every_variant) {
+  // The probes (all below 512) in blocks whose largest element is in [256, 512), so the block's
+  // scale exponent is 0, then scaled by 2^k: each element byte is the nearest E4M3 code to its probe.
+  // k spans the exponents at which every probe's bits stay a normal binary32.
+  std::vector<float> probes;
+  for (float v : e4m3_probes())
+    if (std::fabs(v) < 512) probes.push_back(v);
+  for (const Kernels* k : variants()) {
+    for (int e : {-92, -40, -8, 0, 7, 60, 118}) {
+      for (size_t first = 0; first < probes.size(); first += GS_MX8_BLOCK - 1) {
+        std::vector<float> x = {std::ldexp(300.0f, e)};  // the block maximum's binade: scale 2^e
+        for (size_t i = first; i < std::min(first + GS_MX8_BLOCK - 1, probes.size()); ++i)
+          x.push_back(std::ldexp(probes[i], e));
+        const auto p = encode(*k, x);
+        CHECK_EQ(p[0], 127 + e);
+        for (size_t i = 1; i < x.size(); ++i) {
+          const uint8_t want = reference_e4m3(std::ldexp(static_cast<double>(x[i]), -e));
+          if (p[1 + i] != want)
+            std::printf("  %s: %a * 2^%d: got 0x%02x, want 0x%02x\n", k->name,
+                        std::ldexp(static_cast<double>(x[i]), -e), e, p[1 + i], want);
+          CHECK_EQ(p[1 + i], want);
+        }
+      }
+    }
   }
-  CHECK_EQ(encode({1.0f})[0], 0x77);       // 2^0: exponent -8, byte 119
-  CHECK_EQ(encode({0x1p-130f})[0], 0x00);  // a subnormal block maximum clamps at -127
+}
+
+TEST(mx8_block_scale_is_floor_log2_minus_8) {
+  for (const Kernels* kp : variants()) {
+    const Kernels& k = *kp;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+    std::uniform_int_distribution<int> ex(-140, 127);
+    for (int i = 0; i < 2000; ++i) {
+      std::vector<float> x(32, 0.0f);
+      const float amax = std::ldexp(mant(rng), ex(rng));
+      if (!std::isfinite(amax) || amax == 0) continue;
+      x[static_cast<size_t>(i) % 32] = (i % 2) ? -amax : amax;
+      const auto p = encode(k, x);
+      CHECK_EQ(static_cast<int>(p[0]) - 127, reference_scale_exp(amax));
+    }
+    CHECK_EQ(encode(k, {1.0f})[0], 0x77);       // 2^0: exponent -8, byte 119
+    CHECK_EQ(encode(k, {0x1p-130f})[0], 0x00);  // a subnormal block maximum clamps at -127
+  }
 }
 
 TEST(mx8_elements_round_like_the_reference) {
-  std::mt19937 rng(3);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (int trial = 0; trial < 200; ++trial) {
-    std::vector<float> x(32);
-    const float mag = std::ldexp(1.0f, trial % 60 - 30);
-    for (auto& v : x) v = d(rng) * mag;
-    const auto p = encode(x);
-    const int s = static_cast<int>(p[0]) - 127;
-    for (size_t i = 0; i < 32; ++i)
-      CHECK_EQ(p[1 + i], reference_e4m3(std::ldexp(static_cast<double>(x[i]), -s)));
+  for (const Kernels* kp : variants()) {
+    const Kernels& k = *kp;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> x(32);
+      const float mag = std::ldexp(1.0f, trial % 60 - 30);
+      for (auto& v : x) v = d(rng) * mag;
+      const auto p = encode(k, x);
+      const int s = static_cast<int>(p[0]) - 127;
+      for (size_t i = 0; i < 32; ++i)
+        CHECK_EQ(p[1 + i], reference_e4m3(std::ldexp(static_cast<double>(x[i]), -s)));
+    }
   }
 }
 
 TEST(mx8_round_trip_bounds_and_saturation) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> d(0.0f, 3.0f);
-  std::vector<float> x(1000);
-  for (auto& v : x) v = d(rng);
-  const auto y = decode(encode(x), x.size());
-  for (size_t b = 0; b < x.size(); b += 32) {
-    float amax = 0;
-    for (size_t i = b; i < std::min(b + 32, x.size()); ++i) amax = std::max(amax, std::fabs(x[i]));
-    const double q = std::ldexp(1.0, reference_scale_exp(amax));  // element unit: value = code * q
-    for (size_t i = b; i < std::min(b + 32, x.size()); ++i) {
-      const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
-      if (std::fabs(x[i]) > 464 * q) {
-        CHECK_EQ(static_cast<double>(std::fabs(y[i])), 448 * q);  // saturated, sign kept
-        CHECK(std::signbit(y[i]) == std::signbit(x[i]));
-      } else {
-        // Half an E4M3 step: 2^-4 relative among normals, 2^-10 * q among subnormals.
-        CHECK(err <= std::max(std::fabs(x[i]) * 0x1p-4, 0x1p-10 * q));
+  for (const Kernels* kp : variants()) {
+    const Kernels& k = *kp;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> d(0.0f, 3.0f);
+    std::vector<float> x(1000);
+    for (auto& v : x) v = d(rng);
+    const auto y = decode(k, encode(k, x), x.size());
+    for (size_t b = 0; b < x.size(); b += 32) {
+      float amax = 0;
+      for (size_t i = b; i < std::min(b + 32, x.size()); ++i) amax = std::max(amax, std::fabs(x[i]));
+      const double q = std::ldexp(1.0, reference_scale_exp(amax));  // element unit: value = code * q
+      for (size_t i = b; i < std::min(b + 32, x.size()); ++i) {
+        const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
+        if (std::fabs(x[i]) > 464 * q) {
+          CHECK_EQ(static_cast<double>(std::fabs(y[i])), 448 * q);  // saturated, sign kept
+          CHECK(std::signbit(y[i]) == std::signbit(x[i]));
+        } else {
+          // Half an E4M3 step: 2^-4 relative among normals, 2^-10 * q among subnormals.
+          CHECK(err <= std::max(std::fabs(x[i]) * 0x1p-4, 0x1p-10 * q));
+        }
       }
     }
+    // A block of values in [1.75, 2) * 2^k saturates them all to 1.75 * 2^k.
+    const auto s = decode(k, encode(k, {1.9375f, -1.875f, 1.8f}), 3);
+    CHECK(s == std::vector<float>({1.75f, -1.75f, 1.75f}));
   }
-  // A block of values in [1.75, 2) * 2^k saturates them all to 1.75 * 2^k.
-  const auto s = decode(encode({1.9375f, -1.875f, 1.8f}), 3);
-  CHECK(s == std::vector<float>({1.75f, -1.75f, 1.75f}));
 }
 
 TEST(mx8_nan_and_infinity_poison_their_block_only) {
-  std::vector<float> x(70, 1.5f);
-  x[40] = NAN;
-  x[69] = -INFINITY;
-  const auto p = encode(x);
-  CHECK_EQ(p.size(), 73u);
-  CHECK_EQ(p[33], GS_MX8_SCALE_NAN);
-  CHECK_EQ(p[66], GS_MX8_SCALE_NAN);
-  const auto y = decode(p, x.size());
-  for (size_t i = 0; i < 32; ++i) CHECK_EQ(y[i], 1.5f);
-  for (size_t i = 32; i < 70; ++i) CHECK(std::isnan(y[i]));
+  for (const Kernels* kp : variants()) {
+    const Kernels& k = *kp;
+    std::vector<float> x(70, 1.5f);
+    x[40] = NAN;
+    x[69] = -INFINITY;
+    const auto p = encode(k, x);
+    CHECK_EQ(p.size(), 73u);
+    CHECK_EQ(p[33], GS_MX8_SCALE_NAN);
+    CHECK_EQ(p[66], GS_MX8_SCALE_NAN);
+    const auto y = decode(k, p, x.size());
+    for (size_t i = 0; i < 32; ++i) CHECK_EQ(y[i], 1.5f);
+    for (size_t i = 32; i < 70; ++i) CHECK(std::isnan(y[i]));
+  }
 }
 
 TEST(mx8_zero_block_and_partial_last_block) {
-  std::vector<float> x(37, 0.0f);
-  x[3] = -0.0f;
-  x[33] = 3.0f;
-  x[36] = -0.25f;
-  const auto p = encode(x);
-  CHECK_EQ(p.size(), 39u);   // a block of 32 and one of 5
-  CHECK_EQ(p[0], 0x00);      // all-zero block: scale byte 0
-  CHECK_EQ(p[1 + 3], 0x80);  // -0 keeps its sign
-  for (size_t i = 0; i < 32; ++i)
-    if (i != 3) CHECK_EQ(p[1 + i], 0x00);
-  CHECK_EQ(p[33], 127 + 1 - 8);  // 3 = 1.5 * 2^1
-  const auto y = decode(p, x.size());
-  for (size_t i = 0; i < x.size(); ++i) CHECK_EQ(y[i], x[i]);  // all exact
-  CHECK(std::signbit(y[3]));
-  std::vector<float> acc(x.size(), 1.0f);
-  add_mx8_to_f32(acc.data(), p.data(), x.size());
-  CHECK_EQ(acc[33], 4.0f);
-  CHECK_EQ(acc[36], 0.75f);
+  for (const Kernels* kp : variants()) {
+    const Kernels& k = *kp;
+    std::vector<float> x(37, 0.0f);
+    x[3] = -0.0f;
+    x[33] = 3.0f;
+    x[36] = -0.25f;
+    const auto p = encode(k, x);
+    CHECK_EQ(p.size(), 39u);   // a block of 32 and one of 5
+    CHECK_EQ(p[0], 0x00);      // all-zero block: scale byte 0
+    CHECK_EQ(p[1 + 3], 0x80);  // -0 keeps its sign
+    for (size_t i = 0; i < 32; ++i)
+      if (i != 3) CHECK_EQ(p[1 + i], 0x00);
+    CHECK_EQ(p[33], 127 + 1 - 8);  // 3 = 1.5 * 2^1
+    const auto y = decode(k, p, x.size());
+    for (size_t i = 0; i < x.size(); ++i) CHECK_EQ(y[i], x[i]);  // all exact
+    CHECK(std::signbit(y[3]));
+    std::vector<float> acc(x.size(), 1.0f);
+    k.add_mx8_to_f32(acc.data(), p.data(), x.size());
+    CHECK_EQ(acc[33], 4.0f);
+    CHECK_EQ(acc[36], 0.75f);
+  }
 }
 
 TEST(mx8_reencoding_a_decoded_payload_gives_its_bytes) {
-  std::mt19937 rng(9);
-  std::normal_distribution<float> d(0.0f, 0.01f);
-  std::vector<float> x(500);
-  for (auto& v : x) v = d(rng);
-  const auto p = encode(x);
-  CHECK(encode(decode(p, x.size())) == p);
+  for (const Kernels* kp : variants()) {
+    const Kernels& k = *kp;
+    std::mt19937 rng(9);
+    std::normal_distribution<float> d(0.0f, 0.01f);
+    std::vector<float> x(500);
+    for (auto& v : x) v = d(rng);
+    const auto p = encode(k, x);
+    CHECK(encode(k, decode(k, p, x.size())) == p);
+  }
 }
 
 GS_TEST_MAIN()

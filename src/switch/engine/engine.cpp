@@ -9,7 +9,6 @@
 
 #include "common/header.h"
 #include "common/kernels.h"
-#include "common/kernels_mx8.h"
 #include "common/seq.h"
 #include "switch/engine/job.h"
 
@@ -724,7 +723,7 @@ void widen_into_fp32(uint8_t elem_type, float* accum, const uint8_t* payload, si
       (add ? k.add_bf16_to_f32 : k.bf16_to_f32)(accum, p16, count);
       break;
     case GS_ELEM_MX8:
-      (add ? add_mx8_to_f32 : mx8_to_f32)(accum, payload, count);
+      (add ? k.add_mx8_to_f32 : k.mx8_to_f32)(accum, payload, count);
       break;
   }
 }
@@ -740,7 +739,7 @@ void narrow_from_fp32(uint8_t elem_type, uint8_t* payload, const float* accum, s
       k.f32_to_bf16(p16, accum, count);
       break;
     case GS_ELEM_MX8:
-      f32_to_mx8(payload, accum, count);
+      k.f32_to_mx8(payload, accum, count);
       break;
   }
 }
