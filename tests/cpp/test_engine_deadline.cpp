@@ -183,6 +183,42 @@ TEST(a_round_complete_before_its_deadline_is_a_plain_result) {
   CHECK_EQ(j.counters().partial, uint64_t{0});
 }
 
+// mx8's payload is its elements and one scale byte per block (§2.2): the trailer follows both, at
+// the end of the 33 + 2 bytes of a 34-element round, where a PARTIAL RESULT's reader looks for it.
+TEST(a_partial_mx8_result_carries_its_trailer_after_the_scale_bytes) {
+  Engine engine{EngineConfig{1, 4}};
+  JobSpec spec;
+  spec.name = "m";
+  spec.world = 3;
+  spec.slots = 2;
+  spec.payload_bytes = 68;
+  spec.key = 0xC0FFEEu;
+  spec.endpoints.resize(3);
+  spec.wire = GS_ELEM_MX8;
+  spec.deadline_ns = kDeadlineNs;
+  spec.quorum = 2;
+  std::string err;
+  const uint32_t id = engine.create_job(spec, &err);
+  CHECK(id != 0);
+  const size_t payload = gs_payload_bytes(GS_ELEM_MX8, 34);
+  CHECK_EQ(payload, size_t{36});
+  for (uint16_t rank = 0; rank < 2; ++rank) {
+    std::vector<uint8_t> p(GS_HEADER_BYTES + payload, 0);
+    HeaderBuilder(GS_MSG_DATA, id, spec.key).rank(rank).elems(GS_ELEM_MX8, 34).round(0, 0).encode(p.data());
+    p[GS_HEADER_BYTES] = 0x7F;       // block 0: scale 2^0, elements 0 but the first
+    p[GS_HEADER_BYTES + 1] = 0x38;   // 1.0
+    p[GS_HEADER_BYTES + 33] = 0x7F;  // block 1 (2 elements): scale 2^0, zeros
+    CHECK_EQ(int(engine.ingest(0, p.data(), p.size(), 100, Endpoint{}).kind), int(IngestResult::kAbsorbed));
+  }
+  const IngestResult r = engine.close_overdue(0, id, 0, 0, 0, 0, 100 + kDeadlineNs);
+  CHECK_EQ(int(r.kind), int(IngestResult::kSend));
+  CHECK_EQ(r.len, uint32_t(GS_HEADER_BYTES + payload + GS_PARTIAL_TRAILER_BYTES));
+  CHECK_EQ(gs_held_contributors(r.data + GS_HEADER_BYTES + payload), uint64_t{0x3});
+  // 1.0 + 1.0 = 2.0, block 0's maximum: scale 2^-7 (0x78), 2.0 x 2^7 = 256, code 0x78 (as vector 6.9)
+  CHECK_EQ(int(r.data[GS_HEADER_BYTES]), 0x78);
+  CHECK_EQ(int(r.data[GS_HEADER_BYTES + 1]), 0x78);
+}
+
 TEST(a_deadline_needs_a_quorum_within_the_world) {
   Engine engine{EngineConfig{1, 4}};
   JobSpec spec;

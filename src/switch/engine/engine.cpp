@@ -856,7 +856,7 @@ IngestResult& Engine::publish_result(unsigned thread, Job& job, uint16_t slot, u
       .encode(sv.result);
   if (sv.partial)
     gs_held_set_contributors(sv.seen.load(std::memory_order_relaxed),
-                             sv.result + GS_HEADER_BYTES + size_t{sv.count} * gs_elem_size(sv.elem_type));
+                             sv.result + GS_HEADER_BYTES + gs_payload_bytes(sv.elem_type, sv.count));
   sv.state.store(RoundState::kComplete, std::memory_order_relaxed);
   counter_add(job.per_thread[thread].counters.completed);
   counter_add(threads_[thread].totals.completed);
