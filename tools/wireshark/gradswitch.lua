@@ -52,12 +52,15 @@ local abort_reasons = {
   [6] = "uplink",
 }
 local FLAG_VERSION, FLAG_RETX, FLAG_UNICAST, FLAG_LAST, FLAG_SUM, FLAG_DSACK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+local FLAG_PARTIAL = 0x40 -- RESULT: closed at its deadline; 8 bytes of contributors follow the payload (3.1)
+local GS_PARTIAL_TRAILER_BYTES = 8
 local flag_names = {
   { FLAG_RETX, "RETX" },
   { FLAG_UNICAST, "UNICAST" },
   { FLAG_LAST, "LAST" },
   { FLAG_SUM, "SUM" },
   { FLAG_DSACK, "DSACK" },
+  { FLAG_PARTIAL, "PARTIAL" },
 }
 
 local gs = Proto("gradswitch", "gradswitch in-network allreduce")
@@ -79,7 +82,9 @@ local f = {
   flag_sum = ProtoField.bool("gradswitch.flags.sum", "Finished sum (SUM, ring)", 8, nil, FLAG_SUM),
   flag_dsack = ProtoField.bool("gradswitch.flags.dsack", "The switch already held this contribution (DSACK)", 8,
     nil, FLAG_DSACK),
-  flag_other = ProtoField.uint8("gradswitch.flags.undefined", "Undefined bits", base.HEX, nil, 0xC0),
+  flag_partial = ProtoField.bool("gradswitch.flags.partial", "Closed at its deadline without every rank (PARTIAL)",
+    8, nil, FLAG_PARTIAL),
+  flag_other = ProtoField.uint8("gradswitch.flags.undefined", "Undefined bits", base.HEX, nil, 0x80),
   elem_type = ProtoField.uint8("gradswitch.elem_type", "Element type", base.DEC, elem_types),
   count = ProtoField.uint16("gradswitch.count", "Count", base.DEC),
   seq = ProtoField.uint32("gradswitch.seq", "Allreduce seq", base.DEC),
@@ -161,7 +166,7 @@ local header_layout = {
 }
 -- The bit fields shown under the flags byte.
 local flag_fields = {
-  "flag_version", "flag_retx", "flag_unicast", "flag_last", "flag_sum", "flag_dsack", "flag_other",
+  "flag_version", "flag_retx", "flag_unicast", "flag_last", "flag_sum", "flag_dsack", "flag_partial", "flag_other",
 }
 
 local function flags_text(flags)
@@ -276,17 +281,21 @@ local function dissect(tvb, pinfo, tree)
   local size = elem_sizes[elem]
   local has_elements = mtype ~= 3 and mtype ~= 6 and mtype ~= 7
   local body = mtype == 7 and GS_HELD_BODY_BYTES or 0
+  local trailer = (mtype == 2 and bit32.band(flags, FLAG_PARTIAL) ~= 0) and GS_PARTIAL_TRAILER_BYTES or 0
   if has_elements and not size then
     elem_item:add_proto_expert_info(e.elem)
-  elseif has_elements and len ~= GS_HEADER_BYTES + count * size then
-    root:add_proto_expert_info(e.length, string.format("Datagram is %d bytes; 32 + %d x %d = %d expected",
-      len, count, size, GS_HEADER_BYTES + count * size))
+  elseif has_elements and len ~= GS_HEADER_BYTES + count * size + trailer then
+    root:add_proto_expert_info(e.length, string.format("Datagram is %d bytes; 32 + %d x %d + %d = %d expected",
+      len, count, size, trailer, GS_HEADER_BYTES + count * size + trailer))
   elseif not has_elements and len ~= GS_HEADER_BYTES + body then
     root:add_proto_expert_info(e.length, string.format("%s carries %d bytes after the header; the datagram is %d",
       msg_types[mtype], body, len))
   end
   if body > 0 and len == GS_HEADER_BYTES + body then
     root:add(f.contributors, tvb(GS_HEADER_BYTES, body))
+  elseif trailer > 0 and len >= GS_HEADER_BYTES + trailer then
+    root:add(f.payload, tvb(GS_HEADER_BYTES, len - GS_HEADER_BYTES - trailer))
+    root:add(f.contributors, tvb(len - trailer, trailer)):append_text(" (PARTIAL: the ranks in this sum)")
   elseif len > GS_HEADER_BYTES then
     root:add(f.payload, tvb(GS_HEADER_BYTES))
   end
