@@ -28,6 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--depth", type=int, default=2, help="hidden layers")
     g.add_argument("--inputs", type=int, default=1024)
     g.add_argument("--classes", type=int, default=1000, help="also the convnet's")
+    g.add_argument(
+        "--task",
+        choices=("random", "teacher"),
+        default="random",
+        help="random (default: random labels, one fixed batch per rank, for timing) or teacher (labels of a "
+        "fixed random linear teacher, a fresh batch every iteration, and the test accuracy on --test-samples "
+        "held-out samples at the end: an accuracy check, issue 38)",
+    )
+    g.add_argument("--test-samples", type=int, default=4096, help="with --task teacher: the held-out set")
     g = p.add_argument_group("convnet (resnet18's layout: 2 basic blocks per stage)")
     g.add_argument("--image", type=int, default=64, help="side of the synthetic square RGB images")
     g.add_argument("--channels", default="64,128,256,512", help="width of each stage")
@@ -60,6 +69,8 @@ def check_arguments(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error(f"must be at least 1: {', '.join(bad)}")
     if not 0 < a.touch <= 1 or a.touch * a.rows < a.batch:
         p.error(f"--touch {a.touch}: a share in (0, 1] of --rows {a.rows} holding a row per sample")
+    if a.task == "teacher" and (a.model != "mlp" or a.test_samples < 1):
+        p.error("--task teacher needs --model mlp and --test-samples of at least 1")
     if a.d_model % a.heads:
         p.error(f"--d-model {a.d_model} is not a multiple of --heads {a.heads}")
     if a.image < 2 ** (len(a.stage_channels) + 1):
@@ -166,7 +177,28 @@ def make_batch(a: argparse.Namespace, g: torch.Generator) -> tuple[torch.Tensor,
         bag = int(a.touch * a.rows) // a.batch
         rows = torch.randperm(a.rows, generator=g)[: a.batch * bag]
         return rows.view(a.batch, bag), torch.randint(0, a.classes, (a.batch,), generator=g)
-    return torch.randn(a.batch, a.inputs, generator=g), torch.randint(0, a.classes, (a.batch,), generator=g)
+    x = torch.randn(a.batch, a.inputs, generator=g)
+    if getattr(a, "task", "random") == "teacher":
+        return x, teacher_labels(a, x)
+    return x, torch.randint(0, a.classes, (a.batch,), generator=g)
+
+
+# --task teacher's seeds: the teacher and the held-out inputs are the same for every rank and run, and
+# apart from the ranks' training generators (bench/torch_iteration.py seeds those 1000 + rank).
+TEACHER_SEED, TEST_SEED = 4242, 4343
+
+
+def teacher_labels(a: argparse.Namespace, x: torch.Tensor) -> torch.Tensor:
+    """The class a fixed random linear map of the inputs ranks highest: learnable by the MLP."""
+    w = torch.randn(a.inputs, a.classes, generator=torch.Generator().manual_seed(TEACHER_SEED))
+    return (x @ w).argmax(dim=1)
+
+
+def test_accuracy(a: argparse.Namespace, model: nn.Module) -> float:
+    """--task teacher: the model's accuracy (percent) on --test-samples held-out inputs."""
+    x = torch.randn(a.test_samples, a.inputs, generator=torch.Generator().manual_seed(TEST_SEED))
+    with torch.no_grad():
+        return (model(x).argmax(dim=1) == teacher_labels(a, x)).float().mean().item() * 100
 
 
 def loss_of(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

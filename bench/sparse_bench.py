@@ -63,12 +63,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--densities", default=",".join(map(str, DENSITIES)), help="sweep: non-zero block shares")
     p.add_argument("--rate", default=None, help="sweep: on the emulated testbed at this link rate (root)")
     p.add_argument("--out", default=None, help="results folder (default: print only)")
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="sweep: also draw it into FILE (.svg/.png; bench/plot_sparse_sweep.py, needs matplotlib)",
+    )
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)  # a testbed rank
     p.add_argument("--switch", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.series = [s.strip() for s in a.series.split(",") if s.strip()]
     if set(a.series) - {"ddp", "sweep"} or a.rounds < 1 or a.iters < 1 or a.workers < 1:
         p.error("--series takes ddp and sweep; --rounds, --iters and --workers at least 1")
+    if a.plot and "sweep" not in a.series:
+        p.error("--plot draws the sweep: add sweep to --series")
     a.density_list = [float(d) for d in a.densities.split(",")]
     if not all(0 < d <= 1 for d in a.density_list):
         p.error("--densities: shares in (0, 1]")
@@ -304,6 +312,10 @@ def main(argv=None) -> int:
         out["sweep"] = run_sweep(a)
         report += ["## sweep: Group.allreduce, sparse=False vs True", "", sweep_table(out["sweep"]), ""]
         print(report[-2], flush=True)
+        if a.plot:
+            from plot_sparse_sweep import plot
+
+            plot([(a.rate or "loopback", out["sweep"])], a.plot)
     if "ddp" in a.series:
         out["ddp"] = run_ddp(a)
         report += ["## ddp: embedding-bag model", "", ddp_table(out["ddp"]), ""]

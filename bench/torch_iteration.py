@@ -27,6 +27,9 @@ of the instant each rank's backward pass produced its first gradient, the earlie
 reach the switch: what a deadline must exceed (§3.1). --slow-rank R --slow-compute F emulates one
 rank with an F times slower accelerator: R sleeps (F - 1) times its measured forward + backward before
 each backward pass (a sleep, not work, so the other ranks keep the CPUs they share with it).
+--task teacher (the MLP; issue 38's accuracy check) trains on a fresh batch each iteration, labelled by a
+fixed random linear teacher, and reports each configuration's accuracy on held-out samples; with
+--wire mx8 --error-feedback the gradswitch groups feed each rank's rounding back (docs/torch.md).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from ddp_models import (  # noqa: E402
     loss_of,
     make_batch,
     make_model,
+    test_accuracy,
     wire_s,
 )
 
@@ -66,6 +70,12 @@ def parse_args(argv=None):
     p.add_argument("--switch", default=None, help="host:port of the switch (default: start one on loopback)")
     p.add_argument("--switch-threads", type=int, default=1)
     p.add_argument("--wire", default="float32")
+    p.add_argument(
+        "--error-feedback",
+        action="store_true",
+        help="the gradswitch groups' and the hook's error feedback (lossy wires: mx8, float16, bfloat16)",
+    )
+    p.add_argument("--lr", type=float, default=0.01, help="SGD's learning rate")
     p.add_argument("--configs", default="local,gloo-ddp,gs-ddp,gs-overlap")
     p.add_argument("--chunk-kb", default="1024", help="comma-separated chunk sizes for gs-overlap")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket cap")
@@ -177,11 +187,13 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, pgs=None)
     torch.manual_seed(0)
     model = make_model(args)
     base = _apply_suffixes(name, model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     net, overlap = _wrap(base, model, args, gloo_pg, state, pgs)
     first = FirstGrad(model)
     slow_s = getattr(args, "slow_s", 0.0) if rank == args.slow_rank else 0.0
-    x, y = make_batch(args, torch.Generator().manual_seed(1000 + rank))
+    batches = torch.Generator().manual_seed(1000 + rank)
+    fresh = getattr(args, "task", "random") == "teacher"  # a new batch each iteration, to learn from
+    x, y = make_batch(args, batches)
     phases, losses = [], []  # per measured iteration: iteration, forward, backward(+comm), step, first grad
     walls = []  # per measured iteration: the wall clock of the first gradient
     pg = (pgs or {}).get(base)  # the configuration's own group, else the default one
@@ -191,6 +203,8 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, pgs=None)
         if gs_group and i == args.warmup:
             stats0 = gs_group.group.stats()
             cpu0 = _thread_cpu()
+        if fresh and i:
+            x, y = make_batch(args, batches)
         dist.barrier(group=gloo_pg)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -225,6 +239,8 @@ def run_config(name: str, args, rank: int, world: int, gloo_pg, state, pgs=None)
     out["losses"] = [v / world for v in curve.tolist()]
     out["loss"] = out["losses"][-1]
     out.update(_spread_and_fastest(gloo_pg, walls, statistics.median(ph[0] for ph in phases)))
+    if fresh:
+        out["accuracy"] = test_accuracy(args, model)
     if gs_group:
         out["per_rank"] = _rank_stats(gloo_pg, [ph[0] for ph in phases], stats0, gs_group.group.stats(), cpu0)
     return out
@@ -298,11 +314,12 @@ def worker(rank: int, world: int, args) -> list[dict]:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("MASTER_ADDR", args.master_addr)
     os.environ["MASTER_PORT"] = str(args.master_port)
+    feedback = {"error_feedback": args.error_feedback}
     dist.init_process_group(
         "gradswitch",
         rank=rank,
         world_size=world,
-        pg_options=gst.Options(switch=args.switch, wire=args.wire, timeout=60),
+        pg_options=gst.Options(switch=args.switch, wire=args.wire, timeout=60, **feedback),
     )
     gloo_pg = dist.new_group(backend="gloo")
     configs = expand_configs(args)
@@ -313,13 +330,15 @@ def worker(rank: int, world: int, args) -> list[dict]:
     pgs = {
         c: dist.new_group(
             backend="gradswitch",
-            pg_options=gst.Options(switch=args.switch, wire=args.wire, timeout=60, **extra[c]),
+            pg_options=gst.Options(switch=args.switch, wire=args.wire, timeout=60, **feedback, **extra[c]),
         )
         for c in extra
         if c in configs
     }
     state = (
-        gst.GradswitchState(args.switch, process_group=gloo_pg, wire=args.wire)
+        gst.GradswitchState(
+            args.switch, process_group=gloo_pg, wire=args.wire, error_feedback=args.error_feedback
+        )
         if "gs-hook" in configs
         else None
     )
@@ -348,6 +367,9 @@ def worker(rank: int, world: int, args) -> list[dict]:
                 flush=True,
             )
             print(f"  loss per iteration: {' '.join(f'{v:.5f}' for v in r['losses'])}", flush=True)
+            if "accuracy" in r:
+                held_out = f"{args.test_samples} held-out samples"
+                print(f"  test accuracy {r['accuracy']:.2f}% ({held_out})", flush=True)
             for rk, st in enumerate(r.get("per_rank", [])):
                 print(f"  rank {rk}: {st['iterations_ms']} ms  {json.dumps(st['counters'])}", flush=True)
     local = next((r for r in results if r["config"] == "local"), None)
@@ -395,6 +417,9 @@ def report(args, world: int, nparams: int, results: list[dict]) -> None:
         "params": nparams,
         "grad_bytes": nparams * 4,
         "wire": args.wire,
+        "error_feedback": args.error_feedback,
+        "task": args.task,
+        "lr": args.lr,
         "batch_per_worker": args.batch,
         "switch": args.switch,
         "rate": args.rate,

@@ -7,6 +7,8 @@ the switch namespace, links shaped to --rate (issues 5 and 42).
     sudo python3 bench/torch_testbed.py --configs local,gloo-ddp,gs-ddp --repeat 20
     # time to accuracy: examples/train_ddp.py (scikit-learn's digits) with each backend, alternated
     sudo python3 bench/torch_testbed.py --digits gloo,gradswitch --target-accuracy 95 --epochs 10
+    # the same through the switch with other wires: BACKEND[:WIRE[+ef]] (+ef: --error-feedback)
+    sudo python3 bench/torch_testbed.py --digits gradswitch,gradswitch:mx8,gradswitch:mx8+ef --repeat 2
 
 Prints rank 0's report: per configuration the iteration time, the loss of every iteration, the bound
 (with a `local` configuration: forward + max(backward, first gradient + wire time) + step of the
@@ -137,21 +139,40 @@ def spread(tb, a) -> None:
     (a.out / "spread.json").write_text(json.dumps(summary, indent=1))
 
 
+DIGITS_WIRES = ("float32", "fixed32", "float16", "bfloat16", "mx8")
+
+
+def digits_entries(spec: str) -> dict[str, tuple[str, list[str]]]:
+    """--digits's entries, BACKEND[:WIRE[+ef]]: each name -> (backend, its train_ddp.py options)."""
+    entries = {}
+    for name in (e for e in spec.split(",") if e):
+        backend, _, rest = name.partition(":")
+        wire, plus, flag = rest.partition("+")
+        if backend not in ("gloo", "gradswitch") or (plus and flag != "ef") or (rest and backend == "gloo"):
+            raise SystemExit(f"--digits {spec}: {name!r} is not gloo or gradswitch[:WIRE[+ef]]")
+        if wire and wire not in DIGITS_WIRES:
+            raise SystemExit(f"--digits {spec}: {name!r}: the wire is one of {', '.join(DIGITS_WIRES)}")
+        entries[name] = (backend, (["--wire", wire] if wire else []) + (["--error-feedback"] if plus else []))
+    if not entries:
+        raise SystemExit("--digits: name at least one of gloo, gradswitch[:WIRE[+ef]]")
+    return entries
+
+
 def digits(tb, a) -> None:
-    """--digits: examples/train_ddp.py with each backend in turn (alternated over --repeat rounds);
-    the time each took to reach --target-accuracy."""
-    backends = [b for b in a.digits.split(",") if b]
-    bad = [b for b in backends if b not in ("gloo", "gradswitch")]
-    if bad:
-        raise SystemExit(f"--digits {a.digits}: unknown backends {bad} (use gloo,gradswitch)")
-    times: dict[str, list] = {b: [] for b in backends}
+    """--digits: examples/train_ddp.py with each entry in turn (alternated over --repeat rounds);
+    the time each took to reach --target-accuracy and its final test accuracy."""
+    entries = digits_entries(a.digits)
+    names = list(entries)
+    times: dict[str, list] = {b: [] for b in names}
+    accuracy: dict[str, list] = {b: [] for b in names}
     for i in range(a.repeat):
-        for b in backends if i % 2 == 0 else backends[::-1]:
-            out = a.out / f"digits-{b}-{i:02d}"
-            hist = train_digits(tb, a, b, out)
+        for b in names if i % 2 == 0 else names[::-1]:
+            out = a.out / f"digits-{b.replace(':', '-').replace('+', '-')}-{i:02d}"
+            hist = train_digits(tb, a, *entries[b], out)
             t = hist.get("time_to_target_s")
             times[b].append(t)
             final = hist["history"][-1]
+            accuracy[b].append(final["accuracy"])
             reached = f"{t:.2f} s (epoch {hist['target_epoch']})" if t is not None else "not reached"
             print(
                 f"round {i + 1} {b:10s} {a.target_accuracy:g}% in {reached}; after {len(hist['history'])} "
@@ -161,14 +182,15 @@ def digits(tb, a) -> None:
     for b, ts in times.items():
         got = [t for t in ts if t is not None]
         med = f"median {statistics.median(got):.2f} s" if got else "never reached"
-        print(f"{b:10s} time to {a.target_accuracy:g}%: {med}  runs: {ts}", flush=True)
+        acc = " ".join(f"{v:.2f}" for v in accuracy[b])
+        print(f"{b:10s} time to {a.target_accuracy:g}%: {med}  runs: {ts}  accuracy {acc}", flush=True)
 
 
-def train_digits(tb, a, backend: str, out: Path) -> dict:
+def train_digits(tb, a, backend: str, options: list[str], out: Path) -> dict:
     """One examples/train_ddp.py run on the testbed (the switch up for --backend gradswitch)."""
     out.mkdir(parents=True, exist_ok=True)
     sw = start_switch(tb, out, a.slots) if backend == "gradswitch" else None
-    cmd = [sys.executable, str(ROOT / "examples" / "train_ddp.py"), "--backend", backend]
+    cmd = [sys.executable, str(ROOT / "examples" / "train_ddp.py"), "--backend", backend, *options]
     cmd += ["--epochs", str(a.epochs), "--target-accuracy", str(a.target_accuracy), *a.extra, "--json"]
 
     def env(r):
@@ -205,7 +227,13 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per launch")
     p.add_argument("--stats", action="store_true", help="torch_iteration.py --stats: per-rank counters")
     p.add_argument("--repeat", type=int, default=1, help="launches in a row, order alternated (the spread)")
-    p.add_argument("--digits", default=None, metavar="BACKENDS", help="time to accuracy: gloo,gradswitch")
+    p.add_argument(
+        "--digits",
+        default=None,
+        metavar="ENTRIES",
+        help="time to accuracy of examples/train_ddp.py: gloo, gradswitch, gradswitch:WIRE (float32, "
+        "fixed32, float16, bfloat16, mx8), gradswitch:WIRE+ef (with --error-feedback), comma-separated",
+    )
     p.add_argument("--target-accuracy", type=float, default=95.0, help="with --digits: test accuracy, %%")
     p.add_argument("--epochs", type=int, default=10, help="with --digits: epochs per run")
     p.add_argument("--loss", type=float, default=0.0, help="random loss per link and direction")

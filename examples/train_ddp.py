@@ -12,6 +12,7 @@ hook (DDP over gloo with gradswitch's comm hook), overlap (uniform-chunk overlap
 optimizer (gradswitch.torch.DistributedOptimizer). With --backend gloo only ddp applies.
 --deadline-us/--quorum turn on bounded-time rounds (docs/protocol.md §3.1, --mode ddp); --slow-rank R
 --slow-ms MS makes rank R a straggler, MS later to every backward pass (the accuracy check of issue 39).
+--wire mx8 --error-feedback (--mode ddp or hook) feeds each rank's rounding back (docs/torch.md section 2).
 
 Each epoch rank 0 prints the training loss, the test accuracy and where the time went: compute
 (forward, backward until the last gradient was handed to communication, optimizer step) and
@@ -105,7 +106,8 @@ def parse_args(argv=None):
     p.add_argument(
         "--error-feedback",
         action="store_true",
-        help="--mode hook, wire mx8/float16/bfloat16: each rank feeds its rounding back (docs/torch.md)",
+        help="--mode ddp (the process group's Options.error_feedback) or hook, wire mx8/float16/bfloat16: "
+        "each rank feeds its rounding back (docs/torch.md)",
     )
     p.add_argument("--deadline-us", type=int, default=None, help="Options.deadline_us (off by default)")
     p.add_argument("--quorum", type=int, default=None, help="Options.quorum, with --deadline-us")
@@ -128,8 +130,12 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.epochs < 1 or a.batch_size < 1 or a.hidden < 1:
         p.error("--epochs, --batch-size and --hidden must be at least 1")
-    if a.error_feedback and (a.mode != "hook" or a.wire not in ("mx8", "float16", "bfloat16")):
-        p.error("--error-feedback needs --mode hook and --wire mx8, float16 or bfloat16")
+    lossy = a.wire in ("mx8", "float16", "bfloat16")
+    if a.error_feedback and (a.backend != "gradswitch" or a.mode not in ("ddp", "hook") or not lossy):
+        p.error(
+            "--error-feedback needs --backend gradswitch, --mode ddp or hook, "
+            "and --wire mx8, float16 or bfloat16"
+        )
     if a.deadline_us is not None and (a.backend, a.mode) != ("gradswitch", "ddp"):
         p.error("--deadline-us needs --backend gradswitch --mode ddp")
     if a.slow_ms < 0 or (a.slow_ms > 0) != (a.slow_rank is not None):
@@ -185,7 +191,8 @@ def train(args) -> dict:
     switch = start_switch_if_needed(args)
     pg_backend = "gloo" if (args.backend == "gloo" or args.mode == "hook") else "gradswitch"
     deadline = {"deadline_us": args.deadline_us, "quorum": args.quorum}
-    pg_options = gst.Options(wire=args.wire, **deadline) if pg_backend == "gradswitch" else None
+    feedback = {"error_feedback": args.error_feedback}
+    pg_options = gst.Options(wire=args.wire, **deadline, **feedback) if pg_backend == "gradswitch" else None
     dist.init_process_group(pg_backend, pg_options=pg_options)
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.backend == "gloo" and args.mode != "ddp":

@@ -130,3 +130,42 @@ def test_time_to_accuracy_is_the_training_time_until_the_first_epoch_at_the_targ
     assert time_to_target(hist, 95.0) == {"target_accuracy": 95.0, "time_to_target_s": 2.5, "target_epoch": 2}
     assert time_to_target(hist, 99.0)["time_to_target_s"] is None
     assert time_to_target(hist, None) == {}
+
+
+def test_digits_entries_name_a_backend_a_wire_and_error_feedback():
+    """bench/torch_testbed.py --digits BACKEND[:WIRE[+ef]] (issue 38's accuracy runs)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from torch_testbed import digits_entries
+
+    assert digits_entries("gloo,gradswitch:mx8,gradswitch:mx8+ef") == {
+        "gloo": ("gloo", []),
+        "gradswitch:mx8": ("gradswitch", ["--wire", "mx8"]),
+        "gradswitch:mx8+ef": ("gradswitch", ["--wire", "mx8", "--error-feedback"]),
+    }
+    for bad in ("gloo:mx8", "gradswitch:int4", "gradswitch:mx8+pf", "nccl", ","):
+        with pytest.raises(SystemExit):
+            digits_entries(bad)
+
+
+def test_teacher_task_is_learnable_and_held_out():
+    """--task teacher: labels from the fixed teacher, a fresh batch per draw, a held-out test set that a
+    trained MLP scores well above chance on and an untrained one does not."""
+    _, a = _args("mlp")
+    a.task, a.test_samples, a.batch = "teacher", 512, 32
+    from ddp_models import make_batch, make_model, teacher_labels, test_accuracy
+
+    g = torch.Generator().manual_seed(1)
+    x, y = make_batch(a, g)
+    assert torch.equal(y, teacher_labels(a, x))
+    assert not torch.equal(make_batch(a, g)[0], x)
+    torch.manual_seed(0)
+    m = make_model(a)
+    before = test_accuracy(a, m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(300):
+        x, y = make_batch(a, g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+    after = test_accuracy(a, m)
+    assert after > 2 * 100 / a.classes and after > before + 20, (before, after)

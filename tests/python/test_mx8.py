@@ -1,6 +1,6 @@
 """The mx8 wire end to end (docs/protocol.md 2.2): allreduces through a real gradswitchd on loopback,
 bit for bit against the spec's rounding; the options it refuses before anything is sent; and error
-feedback in the DDP comm hook, which moves what mx8 rounds away.
+feedback in the DDP comm hook and the process group, which moves what mx8 rounds away.
 """
 
 from __future__ import annotations
@@ -136,39 +136,50 @@ def test_error_feedback_sends_what_rounding_dropped():
     assert (sent_sum[1:] - true[1:]).abs().max() <= 2.0**-10
 
 
+def _small_beside_large() -> torch.Tensor:
+    """A block whose large element sets a scale under which mx8 rounds the others to zero."""
+    g = torch.full((32,), 0.0009)
+    g[0] = 300.0
+    return g
+
+
+class _Linear(torch.nn.Module):  # loss = p . g: its gradient is g, every step
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.zeros(32))
+
+    def forward(self, g):
+        return (self.p * g).sum()
+
+
+def _sgd_40_steps(ddp, model, g) -> torch.Tensor:
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    for _ in range(40):
+        opt.zero_grad()
+        ddp(g).backward()
+        opt.step()
+    return model.p.detach().clone()
+
+
 def _ddp_feedback_worker(rank, world, switch_addr):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import gradswitch.torch as gst
 
-    class Linear(torch.nn.Module):  # loss = p . g: its gradient is g, every step
-        def __init__(self):
-            super().__init__()
-            self.p = torch.nn.Parameter(torch.zeros(32))
-
-        def forward(self, g):
-            return (self.p * g).sum()
-
     dist.init_process_group("gloo")
-    g = torch.full((32,), 0.0009)
-    g[0] = 300.0
+    g = _small_beside_large()
     out = {}
     for name, feedback in (("plain", False), ("feedback", True)):
         state = gst.GradswitchState(switch_addr, wire="mx8", error_feedback=feedback)
-        m = Linear()
+        m = _Linear()
         d = DDP(m)
         d.register_comm_hook(state, gst.mx8_hook)
-        opt = torch.optim.SGD(m.parameters(), lr=1.0)
-        for _ in range(40):
-            opt.zero_grad()
-            d(g).backward()
-            opt.step()
-        out[name] = m.p.detach().clone()
+        out[name] = _sgd_40_steps(d, m, g)
         state.close()
     try:
         bad = gst.GradswitchState(switch_addr, wire="float32", error_feedback=True)
-        m = Linear()
+        m = _Linear()
         d = DDP(m)
         d.register_comm_hook(bad, gst.allreduce_hook)
         d(g).backward()
@@ -191,3 +202,119 @@ def test_ddp_mx8_hook_error_feedback_moves_small_gradients(start_switch):
         assert err <= 2.0**-10, f"rank {rank}: error feedback left {err}"
         assert "error_feedback=True needs a lossy wire" in out["refused"]
         assert torch.equal(out["feedback"], results[0]["feedback"])
+
+
+# ---------------------------------------------------------------------------- the process group's
+
+
+def _backend_feedback_worker(rank, world, switch_addr):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import gradswitch.torch as gst
+
+    dist.init_process_group("gloo")
+    groups = {
+        fb: dist.new_group(
+            backend="gradswitch",
+            pg_options=gst.Options(switch=switch_addr, wire="mx8", timeout=20, error_feedback=fb),
+        )
+        for fb in (False, True)
+    }
+    g, large = _small_beside_large(), torch.zeros(32)
+    large[0] = 256.0  # exact in mx8: no residual of its own
+    out = {}
+    for fb, pg in groups.items():
+        t, other = torch.zeros(32), torch.zeros(32)
+        acc, other_acc, fresh_acc = torch.zeros(32), torch.zeros(32), torch.zeros(32)
+        for _ in range(40):
+            t.copy_(g)  # the same tensor every step, as DDP's buckets
+            dist.all_reduce(t, op=dist.ReduceOp.AVG, group=pg)
+            acc += t
+            other.copy_(large)  # a second tensor between them: must not take t's residual
+            dist.all_reduce(other, op=dist.ReduceOp.AVG, group=pg)
+            other_acc += other
+            fresh = g.clone()  # a new tensor each step (often at the last one's address): no residual
+            dist.all_reduce(fresh, op=dist.ReduceOp.AVG, group=pg)
+            fresh_acc += fresh
+            del fresh  # its memory free for the next step's clone
+        out[fb] = (acc, other_acc, fresh_acc)
+    pg = groups[True]
+    ints = torch.arange(64, dtype=torch.int32)
+    dist.all_reduce(ints, group=pg)  # exact: integers pass untouched
+    out["ints"] = torch.equal(ints, torch.arange(64, dtype=torch.int32) * world)
+    refused = {}
+    try:
+        dist.all_reduce(torch.ones(64, dtype=torch.bfloat16), group=pg)
+        refused["bfloat16"] = ""
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        refused["bfloat16"] = f"{type(e).__name__}: {e}"
+    rows_pg = dist.new_group(
+        backend="gradswitch",
+        pg_options=gst.Options(switch=switch_addr, wire="mx8", timeout=20, error_feedback=True, sparse="on"),
+    )
+    coo = torch.sparse_coo_tensor(torch.tensor([[1, 3]]), torch.ones(2, 32), (8, 32))
+    kept = g.clone()
+    try:  # a coalesced pair: the dense tensor must not be touched (nothing sent, no residual taken)
+        dist.all_reduce_coalesced([kept, coo], group=rows_pg)
+        refused["rows"] = ""
+    except Exception as e:  # noqa: BLE001
+        refused["rows"] = f"{type(e).__name__}: {e}"
+    out["kept"] = torch.equal(kept, g)
+    dense = g.clone()
+    dist.all_reduce(dense, op=dist.ReduceOp.AVG, group=rows_pg)  # dense block skipping: served
+    out["sparse_dense"] = dense
+    out["refused"] = refused
+    # DDP over the process group: its buckets must find their residuals step after step.
+    for fb, pg in groups.items():
+        m = _Linear()
+        out[("ddp", fb)] = _sgd_40_steps(DDP(m, process_group=pg), m, g)
+    dist.destroy_process_group()
+    return out
+
+
+def test_process_group_error_feedback_follows_the_true_mean(start_switch):
+    from test_torch import run_workers
+
+    sw = start_switch(threads=1)
+    results = run_workers(_backend_feedback_worker, sw.address, timeout=120)
+    g = _small_beside_large()
+    for rank, out in enumerate(results):
+        plain, plain_other, plain_fresh = out[False]
+        acc, other, fresh = out[True]
+        # Without feedback the small elements' mean is zero at every step.
+        assert (plain[1:] == 0).all(), f"rank {rank}: {plain[:4]}"
+        # With it, the sum of 40 means trails 40 x the true mean by one step's rounding at most.
+        err = (acc[1:] - 40 * g[1:]).abs().max().item()
+        assert err <= 2.0**-10, f"rank {rank}: error feedback left {err}"
+        # Residuals are the tensor's own: the other tensor and the fresh ones get none of t's.
+        assert torch.equal(other, plain_other) and other[1:].eq(0).all(), f"rank {rank}: {other[:4]}"
+        assert torch.equal(fresh, plain_fresh), f"rank {rank}: a fresh tensor got a residual {fresh[:4]}"
+        assert out["ints"], f"rank {rank}: integers changed under error feedback"
+        assert "float32 residuals" in out["refused"]["bfloat16"], out["refused"]
+        assert out["kept"], f"rank {rank}: a refused call touched its float32 tensor"
+        assert "sparse COO tensor's rows" in out["refused"]["rows"], out["refused"]
+        assert torch.equal(out["sparse_dense"], wire_round(g, "mx8")), out["sparse_dense"][:4]
+        assert torch.equal(acc, results[0][True][0])
+        # DDP: as through the hook (test_ddp_mx8_hook_error_feedback_moves_small_gradients).
+        assert (out[("ddp", False)][1:] == 0).all(), out[("ddp", False)][:4]
+        err = (out[("ddp", True)][1:] + 40 * g[1:]).abs().max().item()
+        assert err <= 2.0**-10, f"rank {rank}: error feedback through DDP's buckets left {err}"
+
+
+def test_process_group_error_feedback_refuses_before_contacting_anything():
+    import torch.distributed as dist
+
+    from gradswitch.torch._backend import Options, ProcessGroupGradswitch
+
+    store = dist.HashStore()  # nothing is written to it: the refusals come first
+    for opts, match in (
+        (dict(wire="float32"), "needs a lossy wire"),
+        (dict(wire="fixed32"), "needs a lossy wire"),
+        (dict(wire="mx8", algorithm="ring"), "algorithm='switch'"),
+        (dict(wire="float16", algorithm="auto"), "algorithm='switch'"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            options = Options(switch="127.0.0.1:1", error_feedback=True, **opts)
+            ProcessGroupGradswitch(store, 0, 1, options=options)
+    assert not store.check(["gradswitch/job"])

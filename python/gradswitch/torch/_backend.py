@@ -29,12 +29,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.futures import Future
+from torch.utils.weak import WeakIdKeyDictionary
 
 import gradswitch
 
 from . import _sparse
 from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, fail_future
 from ._guards import refuse_undistributed_accelerate
+from .error_feedback import FEEDBACK_WIRES, ErrorFeedback, check_feedback_dtype
 
 BACKEND_NAME = "gradswitch"
 _KEY = "gradswitch/"
@@ -83,6 +85,11 @@ class Options:
         the same partial sum, rescaled to world_size/contributors (`rescale`), and a rank missing from
         `straggler_report` allreduces in a row is reported. `gradswitch.torch.gradswitch_group().group`
         counts them in `stats()`.
+    error_feedback: on the lossy wires (mx8, float16, bfloat16), each rank adds to a float32 tensor what
+        its own encoding of that tensor lost at its last allreduce and keeps what it loses now
+        (error_feedback.py, as the DDP hook's GradswitchState(error_feedback=True)). Off by default;
+        algorithm="switch" only; integer tensors are exact and pass untouched, other float dtypes on the
+        switch and sparse COO tensors through it (sparse="on"/"auto") are refused.
     """
 
     switch: str | None = None
@@ -103,6 +110,7 @@ class Options:
     quorum: int | None = None
     rescale: bool = True
     straggler_report: int = 10
+    error_feedback: bool = False
 
     def __post_init__(self) -> None:
         if self.other_ops not in ("error", "gloo"):
@@ -265,6 +273,27 @@ def _dtype_op_error(dtype: torch.dtype, name: str) -> TypeError:
     )
 
 
+def _feedback_of(options: Options, wire: str, algorithm: str) -> ErrorFeedback | None:
+    """Options.error_feedback's residuals, or None; refuses, before the store or the switch is
+    contacted, the combinations where a rank cannot know what its encoding lost."""
+    if not options.error_feedback:
+        return None
+    if wire not in FEEDBACK_WIRES:
+        raise ValueError(
+            f"gradswitch: Options(error_feedback=True) needs a lossy wire ({', '.join(FEEDBACK_WIRES)}); "
+            f"wire={wire!r} is one a rank cannot round alone (fixed32) or does not round"
+        )
+    if algorithm != "switch":
+        raise ValueError(  # the ring rounds the partial sums at every hop, not each rank's own gradient
+            f"gradswitch: Options(error_feedback=True) needs algorithm='switch', not {algorithm!r}"
+        )
+    # Keyed by the tensor itself, weakly: DDP hands the same bucket tensors to every step's allreduce
+    # (torch keeps one Python object per live tensor), so a bucket finds its own residual; a tensor
+    # that dies takes its residual with it, so a later tensor that reuses its memory (an address and
+    # shape key would match it) or any other tensor never picks up a residual that is not its own.
+    return ErrorFeedback(wire, WeakIdKeyDictionary())
+
+
 def agree(store: dist.Store, rank: int, options: Options, switch: str | None) -> tuple[str, str, str]:
     """Rank 0 picks the job name and token (and publishes its switch address); the others read them.
 
@@ -306,6 +335,18 @@ def _store_exchange(store: dist.Store, job: str, rank: int, world_size: int, swi
         return [store.get(f"{_KEY}{job}/peer/{r}").decode() for r in range(world_size)]
 
     return exchange
+
+
+def _check_feedback_route(t: torch.Tensor, route: str) -> None:
+    """With error feedback on: refuses what would cross the switch without a residual."""
+    if route == "rows":
+        raise ValueError(
+            "gradswitch: Options(error_feedback=True) keeps dense residuals; a sparse COO tensor's rows "
+            "change every step (use sparse='off', which sums it exactly through gloo, or "
+            "error_feedback=False)"
+        )
+    if route == "switch" and t.is_floating_point():
+        check_feedback_dtype(t)
 
 
 class FutureWork(dist.Work):
@@ -376,6 +417,7 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
             raise ValueError(
                 f"gradswitch: GRADSWITCH_ALGORITHM={algorithm!r} is not one of {gradswitch.ALGORITHMS}"
             )
+        self._feedback = _feedback_of(options, wire, algorithm)
         job, token, switch = agree(store, rank, options, switch)
         if not switch and algorithm == "switch":
             raise RuntimeError(
@@ -505,8 +547,12 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
         for t, route in zip(tensors, routes, strict=True):
             if route == "error":
                 raise _dtype_op_error(t.dtype, name)
+            if self._feedback is not None:
+                _check_feedback_route(t, route)
         futs = []
         for t, route in zip(tensors, routes, strict=True):
+            if self._feedback is not None and route == "switch" and t.is_floating_point():
+                self._feedback.apply(t, _distinct_view(t))
             int_avg = _integer_average(t, name)
             average = name == "AVG" and not int_avg
             if route == "gloo":

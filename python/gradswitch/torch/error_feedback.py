@@ -12,6 +12,9 @@ allreduce through a real switch), in torch operations, so it runs on the gradien
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import Any
+
 import torch
 
 # Wires whose encoding a rank can reproduce alone. fixed32's scale is agreed over the ranks per chunk
@@ -56,23 +59,29 @@ def wire_round(x: torch.Tensor, wire: str) -> torch.Tensor:
     )
 
 
-class ErrorFeedback:
-    """One rank's residuals, one per DDP bucket index (a bucket whose size changes starts afresh, as
-    after DDP rebuilds its buckets on the first iterations)."""
+def check_feedback_dtype(t: torch.Tensor) -> None:
+    """Refuses a tensor whose residual error feedback cannot keep (before anything is sent)."""
+    if t.dtype != torch.float32:
+        raise TypeError(
+            "gradswitch: error feedback keeps float32 residuals; the tensor is "
+            f"{str(t.dtype).replace('torch.', '')} (train in float32, or turn error feedback off)"
+        )
 
-    def __init__(self, wire: str):
+
+class ErrorFeedback:
+    """One rank's residuals, one per key: the DDP hook keys them by bucket index, the process group by
+    the tensor itself (`residuals` a torch.utils.weak.WeakIdKeyDictionary there). A key whose tensor's
+    shape changes starts afresh, as after DDP rebuilds its buckets on the first iterations."""
+
+    def __init__(self, wire: str, residuals: MutableMapping[Any, torch.Tensor] | None = None):
         if wire not in FEEDBACK_WIRES:
             wire_round(torch.zeros(1), wire)  # raises the explanation
         self.wire = wire
-        self._residuals: dict[int, torch.Tensor] = {}
+        self._residuals = {} if residuals is None else residuals
 
-    def apply(self, key: int, grad: torch.Tensor) -> None:
+    def apply(self, key: Any, grad: torch.Tensor) -> None:
         """Adds the residual kept under `key` to `grad` in place and keeps the new one."""
-        if grad.dtype != torch.float32:
-            raise TypeError(
-                "gradswitch: error feedback keeps float32 residuals; the bucket is "
-                f"{str(grad.dtype).replace('torch.', '')} (train in float32, or turn error feedback off)"
-            )
+        check_feedback_dtype(grad)
         r = self._residuals.get(key)
         if r is not None and r.shape == grad.shape and r.device == grad.device:
             grad.add_(r)
