@@ -8,11 +8,13 @@
 // well-formed ring packet of this job, addressed to a neighbour, within the payload size.
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "datagram_input.h"
 #include "gradswitch/wire.h"
 #include "path_parts.h"
 #include "worker/errors.h"
@@ -31,7 +33,7 @@ constexpr size_t kElements = 100;  // 7 chunks of 16 (4-byte wires) or 4 of 32 (
 // Hands the fuzz input to the ring a few datagrams per call, and checks what it sends.
 class FuzzTransport : public Transport {
  public:
-  FuzzTransport(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  FuzzTransport(const uint8_t* data, size_t size) : in_(data, size) {}
   uint16_t local_port() const override { return kBasePort + kRank; }
   void set_peer(uint32_t) override {}
   size_t send_batch(const OutPacket* pkts, size_t n) override {
@@ -39,23 +41,10 @@ class FuzzTransport : public Transport {
     return n;
   }
   size_t recv_batch(InPacket* pkts, size_t max, int64_t) override {
-    size_t got = 0;
-    held_.clear();
-    while (got < max && got < 3 && pos_ + 2 <= size_) {
-      size_t len = data_[pos_] | (size_t{data_[pos_ + 1]} << 8);
-      pos_ += 2;
-      if (len > size_ - pos_) len = size_ - pos_;
-      // A copy of exactly `len` bytes, so that ASan sees any read past the datagram.
-      held_.emplace_back(data_ + pos_, data_ + pos_ + len);
-      pos_ += len;
-      ++got;
-    }
-    for (size_t i = 0; i < got; ++i)
-      pkts[i] = InPacket{held_[i].data(), static_cast<uint32_t>(held_[i].size())};
-    return got;
+    return in_.next(pkts, std::min<size_t>(max, 3));
   }
-  bool more_pending() const override { return pos_ + 2 <= size_; }
-  bool exhausted() const { return pos_ + 2 > size_; }
+  bool more_pending() const override { return !in_.exhausted(); }
+  bool exhausted() const { return in_.exhausted(); }
 
  private:
   static void check_sent(const OutPacket& p) {
@@ -74,9 +63,7 @@ class FuzzTransport : public Transport {
       __builtin_trap();
   }
 
-  const uint8_t* data_;
-  size_t size_, pos_ = 0;
-  std::vector<std::vector<uint8_t>> held_;
+  DatagramInput in_;
 };
 
 }  // namespace

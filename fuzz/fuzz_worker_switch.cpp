@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "datagram_input.h"
 #include "gradswitch/wire.h"
 #include "path_parts.h"
 #include "worker/errors.h"
@@ -26,7 +27,7 @@ constexpr size_t kElements = 100;
 
 class FuzzTransport : public Transport {
  public:
-  FuzzTransport(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  FuzzTransport(const uint8_t* data, size_t size) : in_(data, size) {}
   uint16_t local_port() const override { return 5001; }
   void set_peer(uint32_t) override {}
   size_t send_batch(const OutPacket* pkts, size_t n) override {
@@ -36,22 +37,13 @@ class FuzzTransport : public Transport {
   size_t recv_batch(InPacket*, size_t, int64_t) override { return 0; }  // the input goes through take()
   bool more_pending() const override { return false; }
 
-  // Up to 3 datagrams of the input, each a copy of exactly its bytes (so that ASan sees any read past
-  // the datagram); how many.
+  // Up to 3 datagrams of the input; how many.
   size_t next(std::vector<InPacket>* out) {
-    out->clear();
-    held_.clear();
-    while (held_.size() < 3 && pos_ + 2 <= size_) {
-      size_t len = data_[pos_] | (size_t{data_[pos_ + 1]} << 8);
-      pos_ += 2;
-      if (len > size_ - pos_) len = size_ - pos_;
-      held_.emplace_back(data_ + pos_, data_ + pos_ + len);
-      pos_ += len;
-    }
-    for (const auto& d : held_) out->push_back(InPacket{d.data(), static_cast<uint32_t>(d.size())});
+    out->resize(3);
+    out->resize(in_.next(out->data(), out->size()));
     return out->size();
   }
-  size_t position() const { return pos_; }
+  size_t position() const { return in_.position(); }
 
  private:
   static void check_sent(const OutPacket& p) {
@@ -64,9 +56,7 @@ class FuzzTransport : public Transport {
     if (GS_HEADER_BYTES + gs_payload_bytes(h.elem_type, h.count) != p.len) __builtin_trap();
   }
 
-  const uint8_t* data_;
-  size_t size_, pos_ = 0;
-  std::vector<std::vector<uint8_t>> held_;
+  DatagramInput in_;
 };
 
 }  // namespace

@@ -180,69 +180,43 @@ void f64_to_f32(float* dst, const double* src, size_t n) {
   for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
-// mx8's whole blocks (common/kernels_mx8.h), 8 lanes of the scalar reference's integer and binary32
-// operations in the same order (common/kernels_mx8.cpp explains the arithmetic), so the same bits.
-struct Mx8Blocks {
-  static __m256i bits(__m256 v) { return _mm256_castps_si256(v); }
-  static __m256i splat(uint32_t u) { return _mm256_set1_epi32(static_cast<int>(u)); }
-  static __m256i abs_bits(const float* x) {
-    return _mm256_and_si256(bits(_mm256_loadu_ps(x)), splat(0x7FFFFFFF));
-  }
-
-  static uint32_t amax(const float* x) {
-    __m256i m = _mm256_max_epu32(_mm256_max_epu32(abs_bits(x), abs_bits(x + 8)),
-                                 _mm256_max_epu32(abs_bits(x + 16), abs_bits(x + 24)));
+// mx8's 32-bit lanes for Mx8Blocks (common/kernels_mx8.h): F32x8's binary32 ones, the same 8 as
+// integers, and masks as all-ones lanes.
+struct Mx8Lanes : F32x8 {
+  using VI = __m256i;
+  using M = __m256i;
+  static VI bits(V v) { return _mm256_castps_si256(v); }
+  static V floats(VI v) { return _mm256_castsi256_ps(v); }
+  static VI splat(uint32_t u) { return _mm256_set1_epi32(static_cast<int>(u)); }
+  static VI and_(VI a, VI b) { return _mm256_and_si256(a, b); }
+  static VI or_(VI a, VI b) { return _mm256_or_si256(a, b); }
+  static VI add32(VI a, VI b) { return _mm256_add_epi32(a, b); }
+  static VI sub32(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+  static VI min_u32(VI a, VI b) { return _mm256_min_epu32(a, b); }
+  static VI max_u32(VI a, VI b) { return _mm256_max_epu32(a, b); }
+  static VI shr(VI a, int n) { return _mm256_srli_epi32(a, n); }
+  static VI shl(VI a, int n) { return _mm256_slli_epi32(a, n); }
+  static M lt(VI a, VI b) { return _mm256_cmpgt_epi32(b, a); }  // lanes below 2^31: a signed compare
+  static M eq(VI a, VI b) { return _mm256_cmpeq_epi32(a, b); }
+  static VI blend(M m, VI a, VI b) { return _mm256_blendv_epi8(a, b, m); }
+  static VI or_if(VI v, M m, VI c) { return _mm256_or_si256(v, _mm256_and_si256(m, c)); }
+  static uint32_t reduce_max_u32(VI m) {
     m = _mm256_max_epu32(m, _mm256_permute2x128_si256(m, m, 1));
     m = _mm256_max_epu32(m, _mm256_shuffle_epi32(m, 0x4E));
     m = _mm256_max_epu32(m, _mm256_shuffle_epi32(m, 0xB1));
     return static_cast<uint32_t>(_mm256_cvtsi256_si32(m));
   }
-  // 8 scaled values' E4M3 bytes, one per 32-bit lane: normal ones rounded on the bit pattern,
-  // subnormal ones by the FPU's addition of 2^14, the sign OR-ed in.
-  static __m256i e4m3(__m256 v) {
-    const __m256i x = bits(v), u = _mm256_and_si256(x, splat(0x7FFFFFFF));
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 20), splat(1));
-    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, splat(0x7FFFF)), lsb);
-    const __m256i normal =
-        _mm256_min_epu32(_mm256_sub_epi32(_mm256_srli_epi32(r, 20), splat(120 << 3)), splat(0x7E));
-    const __m256i sub =
-        _mm256_sub_epi32(bits(_mm256_add_ps(_mm256_castsi256_ps(u), _mm256_set1_ps(16384.0f))),
-                         splat(0x46800000));                          // 16384.0f's bits
-    const __m256i is_sub = _mm256_cmpgt_epi32(splat(0x3C800000), u);  // u < 2^31: a signed compare
-    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 24), splat(0x80));
-    return _mm256_or_si256(_mm256_blendv_epi8(normal, sub, is_sub), sign);
+  static VI load_bytes(const uint8_t* q) {
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
   }
-  // 32 bytes out of four vectors of 32-bit lanes: the packs interleave the 128-bit halves, whose
-  // 4-byte groups the permutation puts back in order.
-  static void elements(const float* x, float inv, uint8_t* out) {
-    const __m256 s = _mm256_set1_ps(inv);
-    __m256i e[4];
-    for (int i = 0; i < 4; ++i) e[i] = e4m3(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), s));
-    const __m256i packed =
-        _mm256_packus_epi16(_mm256_packus_epi32(e[0], e[1]), _mm256_packus_epi32(e[2], e[3]));
+  // The packs interleave the 128-bit halves, whose 4-byte groups the permutation puts back in order.
+  static void store_bytes(uint8_t* out, const VI* e) {
+    const VI packed = _mm256_packus_epi16(_mm256_packus_epi32(e[0], e[1]), _mm256_packus_epi32(e[2], e[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
                         _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
   }
-  // 8 element bytes, sign-extended: shifted 20 left, bit 31 is the sign and bits 20-26 are E and M.
-  static __m256 widen(const uint8_t* q, __m256 scale) {
-    const __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
-    const __m256i m = _mm256_and_si256(_mm256_slli_epi32(b, 20), splat(0x87F00000));
-    const __m256 mag = _mm256_mul_ps(_mm256_castsi256_ps(m), _mm256_castsi256_ps(splat((127u + 120u) << 23)));
-    const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(b, splat(0x7F)), splat(0x7F));
-    return _mm256_castsi256_ps(
-        _mm256_or_si256(bits(_mm256_mul_ps(mag, scale)), _mm256_and_si256(nan, splat(0x7FC00000))));
-  }
-  template <bool kAdd>
-  static void decode(float* dst, const uint8_t* q, float scale) {
-    const __m256 s = _mm256_set1_ps(scale);
-    for (size_t h = 0; h < GS_MX8_BLOCK; h += 8) {
-      __m256 v = widen(q + h, s);
-      if (kAdd) v = _mm256_add_ps(_mm256_loadu_ps(dst + h), v);
-      _mm256_storeu_ps(dst + h, v);
-    }
-  }
 };
-using MX8 = Mx8Payload<Mx8Blocks>;
+using MX8 = Mx8Payload<Mx8Blocks<Mx8Lanes>>;
 
 }  // namespace
 

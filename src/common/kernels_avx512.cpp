@@ -160,57 +160,37 @@ void f64_to_f32(float* dst, const double* src, size_t n) {
   }
 }
 
-// mx8's whole blocks (common/kernels_mx8.h), 16 lanes of the scalar reference's integer and binary32
-// operations in the same order (common/kernels_mx8.cpp explains the arithmetic), so the same bits.
-struct Mx8Blocks {
-  static __m512i bits(__m512 v) { return _mm512_castps_si512(v); }
-  static __m512i splat(uint32_t u) { return _mm512_set1_epi32(static_cast<int>(u)); }
-
-  static uint32_t amax(const float* x) {
-    const __m512i abs = splat(0x7FFFFFFF);
-    const __m512i a = _mm512_and_si512(bits(_mm512_loadu_ps(x)), abs);
-    return _mm512_reduce_max_epu32(_mm512_max_epu32(a, _mm512_and_si512(bits(_mm512_loadu_ps(x + 16)), abs)));
+// mx8's 32-bit lanes for Mx8Blocks (common/kernels_mx8.h): F32x16's binary32 ones and masks, and
+// the same 16 as integers. A block is whole vectors: its loads and stores need no mask.
+struct Mx8Lanes : F32x16 {
+  using VI = __m512i;
+  static VI bits(V v) { return _mm512_castps_si512(v); }
+  static V floats(VI v) { return _mm512_castsi512_ps(v); }
+  static VI splat(uint32_t u) { return _mm512_set1_epi32(static_cast<int>(u)); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static VI and_(VI a, VI b) { return _mm512_and_si512(a, b); }
+  static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
+  static VI add32(VI a, VI b) { return _mm512_add_epi32(a, b); }
+  static VI sub32(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+  static VI min_u32(VI a, VI b) { return _mm512_min_epu32(a, b); }
+  static VI max_u32(VI a, VI b) { return _mm512_max_epu32(a, b); }
+  static VI shr(VI a, int n) { return _mm512_srli_epi32(a, n); }
+  static VI shl(VI a, int n) { return _mm512_slli_epi32(a, n); }
+  static M lt(VI a, VI b) { return _mm512_cmplt_epu32_mask(a, b); }
+  static M eq(VI a, VI b) { return _mm512_cmpeq_epi32_mask(a, b); }
+  static VI blend(M m, VI a, VI b) { return _mm512_mask_blend_epi32(m, a, b); }
+  static VI or_if(VI v, M m, VI c) { return _mm512_mask_or_epi32(v, m, v, c); }
+  static uint32_t reduce_max_u32(VI m) { return _mm512_reduce_max_epu32(m); }
+  static VI load_bytes(const uint8_t* q) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
   }
-  // 16 scaled values' E4M3 bytes: normal ones rounded on the bit pattern, subnormal ones by the
-  // FPU's addition of 2^14, the sign OR-ed in.
-  static __m128i e4m3(__m512 v) {
-    const __m512i x = bits(v), u = _mm512_and_si512(x, splat(0x7FFFFFFF));
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 20), splat(1));
-    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, splat(0x7FFFF)), lsb);
-    const __m512i normal =
-        _mm512_min_epu32(_mm512_sub_epi32(_mm512_srli_epi32(r, 20), splat(120 << 3)), splat(0x7E));
-    const __m512i sub =
-        _mm512_sub_epi32(bits(_mm512_add_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(16384.0f))),
-                         splat(0x46800000));  // 16384.0f's bits
-    const __m512i mag = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(u, splat(0x3C800000)), normal, sub);
-    return _mm512_cvtepi32_epi8(
-        _mm512_mask_or_epi32(mag, _mm512_cmplt_epi32_mask(x, splat(0)), mag, splat(0x80)));
-  }
-  static void elements(const float* x, float inv, uint8_t* out) {
-    const __m512 s = _mm512_set1_ps(inv);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), e4m3(_mm512_mul_ps(_mm512_loadu_ps(x), s)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), e4m3(_mm512_mul_ps(_mm512_loadu_ps(x + 16), s)));
-  }
-  // 16 element bytes, sign-extended: shifted 20 left, bit 31 is the sign and bits 20-26 are E and M.
-  static __m512 widen(const uint8_t* q, __m512 scale) {
-    const __m512i b = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-    const __m512i m = _mm512_and_si512(_mm512_slli_epi32(b, 20), splat(0x87F00000));
-    const __m512 mag = _mm512_mul_ps(_mm512_castsi512_ps(m), _mm512_castsi512_ps(splat((127u + 120u) << 23)));
-    const __m512i v = bits(_mm512_mul_ps(mag, scale));
-    const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, splat(0x7F)), splat(0x7F));
-    return _mm512_castsi512_ps(_mm512_mask_or_epi32(v, nan, v, splat(0x7FC00000)));
-  }
-  template <bool kAdd>
-  static void decode(float* dst, const uint8_t* q, float scale) {
-    const __m512 s = _mm512_set1_ps(scale);
-    for (size_t h = 0; h < GS_MX8_BLOCK; h += 16) {
-      __m512 v = widen(q + h, s);
-      if (kAdd) v = _mm512_add_ps(_mm512_loadu_ps(dst + h), v);
-      _mm512_storeu_ps(dst + h, v);
-    }
+  static void store_bytes(uint8_t* out, const VI* e) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(e[0]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_cvtepi32_epi8(e[1]));
   }
 };
-using MX8 = Mx8Payload<Mx8Blocks>;
+using MX8 = Mx8Payload<Mx8Blocks<Mx8Lanes>>;
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 // The mx8 wire type's kernels (docs/protocol.md 2.2): blocks of 32 FP8 E4M3 elements behind one
 // E8M0 scale byte. The scalar reference is here; the Kernels table (kernels.h) holds each variant's
-// payload kernels, the SIMD ones built on mx8_encode / mx8_decode below. Every function is exact up
+// payload kernels, the SIMD ones built on Mx8Blocks / Mx8Payload below. Every function is exact up
 // to the one rounding the spec defines, and every variant gives the reference's bits.
 #pragma once
 
@@ -47,11 +47,75 @@ static inline float mx8_scale(uint8_t s) {
   return std::bit_cast<float>(s == 0 ? 0x00400000u : uint32_t{s} << 23);
 }
 
-// A SIMD variant's payload kernels (its Kernels entries) over its whole-block kernels B, a type of
-// that variant's file, so that each instantiation is that file's alone: B::amax(x), the largest |x_i|
-// of 32 as bits (NaN and infinity order above every finite value); B::elements(x, inv, out), the 32
-// element bytes of x scaled by inv; B::decode<kAdd>(dst, q, scale), 32 element bytes widened and
-// scaled into dst. A payload's partial last block goes to the scalar reference.
+// A SIMD variant's whole-block kernels over its 32-bit lanes L, a type of that variant's file (so that
+// each instantiation is that file's alone, compiled for its ISA): the scalar reference's integer and
+// binary32 operations (common/kernels_mx8.cpp explains the arithmetic) in the same order, lane-wise,
+// so the same bits. L names the intrinsics: binary32 lanes V (kLanes of them), the same lanes as
+// integers VI, lane masks M, and
+//   bits(V) / floats(VI) reinterpret; splat(u32) and set1(float) broadcast; load / store of whole
+//   vectors, add / mul on V; and_ / or_ / add32 / sub32 / min_u32 / max_u32 / shr(VI, n) / shl(VI, n) on VI;
+//   lt(a, b) (for lanes below 2^31) and eq(a, b) give M; blend(m, a, b) takes b where m is set;
+//   or_if(v, m, c) ORs c into the lanes where m is set; reduce_max_u32(VI);
+//   load_bytes(q), kLanes element bytes sign-extended to VI; store_bytes(out, e), the low bytes of
+//   32 / kLanes vectors e as 32 bytes in order.
+template <class L>
+struct Mx8Blocks {
+  using VI = typename L::VI;
+  using VF = typename L::V;
+  static constexpr size_t kVectors = GS_MX8_BLOCK / L::kLanes;
+
+  // The largest |x_i| of 32 as bits (NaN and infinity order above every finite value).
+  static uint32_t amax(const float* x) {
+    VI m = abs_bits(x);
+    for (size_t i = 1; i < kVectors; ++i) m = L::max_u32(m, abs_bits(x + L::kLanes * i));
+    return L::reduce_max_u32(m);
+  }
+  // The 32 element bytes of x scaled by inv.
+  static void elements(const float* x, float inv, uint8_t* out) {
+    const VF s = L::set1(inv);
+    VI e[kVectors];
+    for (size_t i = 0; i < kVectors; ++i) e[i] = e4m3(L::mul(L::load(x + L::kLanes * i), s));
+    L::store_bytes(out, e);
+  }
+  // 32 element bytes widened and scaled into dst (written, or with kAdd added).
+  template <bool kAdd>
+  static void decode(float* dst, const uint8_t* q, float scale) {
+    const VF s = L::set1(scale);
+    for (size_t h = 0; h < GS_MX8_BLOCK; h += L::kLanes) {
+      VF v = widen(q + h, s);
+      if (kAdd) v = L::add(L::load(dst + h), v);
+      L::store(dst + h, v);
+    }
+  }
+
+ private:
+  static VI abs_bits(const float* x) { return L::and_(L::bits(L::load(x)), L::splat(0x7FFFFFFF)); }
+  // kLanes scaled values' E4M3 bytes, one per 32-bit lane: normal ones rounded on the bit pattern,
+  // subnormal ones by the FPU's addition of 2^14, the sign OR-ed in.
+  static VI e4m3(VF v) {
+    const VI x = L::bits(v), u = L::and_(x, L::splat(0x7FFFFFFF));
+    const VI lsb = L::and_(L::shr(u, 20), L::splat(1));
+    const VI r = L::add32(L::add32(u, L::splat(0x7FFFF)), lsb);
+    const VI normal = L::min_u32(L::sub32(L::shr(r, 20), L::splat(120 << 3)), L::splat(0x7E));
+    const VI sub = L::sub32(L::bits(L::add(L::floats(u), L::set1(16384.0f))),
+                            L::splat(0x46800000));  // 16384.0f's bits
+    const VI sign = L::and_(L::shr(x, 24), L::splat(0x80));
+    return L::or_(L::blend(L::lt(u, L::splat(0x3C800000)), normal, sub), sign);
+  }
+  // kLanes element bytes: shifted 20 left, bit 31 is the sign and bits 20-26 are E and M.
+  static VF widen(const uint8_t* q, VF scale) {
+    const VI b = L::load_bytes(q);
+    const VI m = L::and_(L::shl(b, 20), L::splat(0x87F00000));
+    const VF mag = L::mul(L::floats(m), L::floats(L::splat((127u + 120u) << 23)));
+    const VI nan = L::splat(0x7F);
+    return L::floats(
+        L::or_if(L::bits(L::mul(mag, scale)), L::eq(L::and_(b, nan), nan), L::splat(0x7FC00000)));
+  }
+};
+
+// A SIMD variant's payload kernels (its Kernels entries) over its whole-block kernels B
+// (Mx8Blocks<its lanes>): B::amax, B::elements and B::decode<kAdd> above. A payload's partial last
+// block goes to the scalar reference.
 template <class B>
 struct Mx8Payload {
   static void encode(uint8_t* payload, const float* src, size_t count) {

@@ -570,6 +570,13 @@ JoinInfo one_switch_join() {
   return j;
 }
 
+// A round-1 float32 allreduce of `data` in j's chunks, for a SwitchAllreduce to admit.
+void float32_op(AllreduceOp* op, std::vector<float>& data, const JoinInfo& j) {
+  op->base = reinterpret_cast<uint8_t*>(data.data());
+  op->ch = make_chunking(data.size(), GS_ELEM_FLOAT32, j.payload_bytes);
+  op->seq = 1;
+}
+
 // Keeps every batch handed to it; receives nothing (the test hands the path its datagrams).
 class RecordingTransport : public Transport {
  public:
@@ -601,9 +608,7 @@ TEST(a_slot_sealed_twice_before_a_send_goes_out_once_and_well_formed) {
   const size_t per = j.payload_bytes / 4;
   std::vector<float> data(8 * per + 2, 1.0f);  // chunks 0-7 whole, chunk 8 of 2 elements (slot 0)
   AllreduceOp op;
-  op.base = reinterpret_cast<uint8_t*>(data.data());
-  op.ch = make_chunking(data.size(), GS_ELEM_FLOAT32, j.payload_bytes);
-  op.seq = 1;
+  float32_op(&op, data, j);
   path.admit(&op);
   CHECK_EQ(tx.batches.size(), size_t{1});
   if (tx.batches.size() != 1) return;
@@ -663,9 +668,7 @@ TEST(the_rounds_a_step_starts_and_resends_leave_in_one_send) {
   SwitchAllreduce path(parts.ctx, nullptr);
   std::vector<float> data(8 * 360, 1.0f);
   AllreduceOp op;
-  op.base = reinterpret_cast<uint8_t*>(data.data());
-  op.ch = make_chunking(data.size(), GS_ELEM_FLOAT32, j.payload_bytes);
-  op.seq = 1;
+  float32_op(&op, data, j);
   path.admit(&op);
   CHECK_EQ(tx.batches.size(), size_t{1});
   if (tx.batches.size() != 1 || tx.batches[0].size() != 4) return;
