@@ -225,6 +225,40 @@ TEST(mx8_nan_and_infinity_poison_their_block_only) {
   }
 }
 
+TEST(every_element_byte_decodes_as_specified_in_every_variant) {
+  // A peer may send any byte, including 0x7F/0xFF (E4M3's NaN codes, which no encoder writes), under
+  // any finite scale: each decodes as docs/protocol.md 2.2's formula, and decode and add agree.
+  std::vector<uint8_t> payload;
+  std::vector<float> want;
+  for (unsigned scale : {1u, 64u, 120u, 127u, 130u, 200u, 254u}) {
+    for (unsigned first = 0; first < 256; first += GS_MX8_BLOCK) {
+      payload.push_back(static_cast<uint8_t>(scale));
+      for (unsigned b = first; b < first + GS_MX8_BLOCK; ++b) {
+        payload.push_back(static_cast<uint8_t>(b));
+        const bool nan = (b & 0x7F) == 0x7F;
+        want.push_back(nan ? NAN
+                           : static_cast<float>(std::ldexp(e4m3_value(b), static_cast<int>(scale) - 127)));
+      }
+    }
+  }
+  for (const Kernels* k : variants()) {
+    const auto y = decode(*k, payload, want.size());
+    std::vector<float> sum(want.size(), 0.0f);
+    k->add_mx8_to_f32(sum.data(), payload.data(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::isnan(want[i])) {
+        CHECK(std::isnan(y[i]));
+        CHECK(std::isnan(sum[i]));
+      } else {
+        if (y[i] != want[i] || sum[i] != want[i])
+          std::printf("  %s: element %zu: got %a / %a, want %a\n", k->name, i, y[i], sum[i], want[i]);
+        CHECK_EQ(y[i], want[i]);
+        CHECK_EQ(sum[i], want[i]);
+      }
+    }
+  }
+}
+
 TEST(mx8_zero_block_and_partial_last_block) {
   for (const Kernels* kp : variants()) {
     const Kernels& k = *kp;
