@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/wire_round.h"
 #include "gradswitch/wire.h"
 #include "worker/group.h"
 
@@ -318,6 +319,28 @@ NB_MODULE(_core, m) {
       .def_prop_ro("payload_bytes", [](PyGroup& s) { return s.get().join_info().payload_bytes; })
       .def_prop_ro("closed", [](PyGroup& s) { return !s.g || s.g->closed(); });
 
+  // Error feedback's step (src/common/wire_round.h), for gradswitch.torch.error_feedback.
+  m.def(
+      "feedback_round",
+      [](nb::ndarray<> grad, nb::ndarray<> residual, bool add, const std::string& wire) {
+        size_t n = 0, rn = 0;
+        DType gt{}, rt{};
+        auto* g = static_cast<float*>(check_array(grad, &n, &gt));
+        auto* r = static_cast<float*>(check_array(residual, &rn, &rt));
+        if (gt != DType::kFloat32 || rt != DType::kFloat32)
+          throw UnsupportedType("gradswitch: feedback_round needs float32 grad and residual arrays");
+        if (rn != n)
+          throw InvalidArgument("gradswitch: feedback_round: the residual has " + std::to_string(rn) +
+                                " elements, the gradient " + std::to_string(n));
+        const uint8_t elem = parse_wire(wire);
+        nb::gil_scoped_release rel;
+        if (!gradswitch::feedback_round(g, r, n, add, elem))
+          throw InvalidArgument(
+              "gradswitch: feedback_round needs a lossy wire (mx8, float16, bfloat16), not " + wire);
+      },
+      "grad"_a, "residual"_a, "add"_a, "wire"_a,
+      "In place, on CPU float32 C-contiguous arrays of one size: grad += residual when add, then residual "
+      "= grad - what `wire` (mx8, float16, bfloat16) delivers of grad, non-finite differences as 0.");
   // The timeline of a rank (src/worker/timeline.h), for gradswitch.timeline.
   m.def(
       "timeline_span",

@@ -95,6 +95,9 @@ class Group:
     @property
     def closed(self) -> bool: ...
 
+def feedback_round(grad: Any, residual: Any, add: bool, wire: str) -> None:
+    """In place: grad += residual when add, then residual = grad - what `wire` delivers of grad."""
+
 def timeline_span(
     rank: int, lane: str, name: str, begin_ns: int, end_ns: int, args: str = "", overlapping: bool = False
 ) -> bool: ...

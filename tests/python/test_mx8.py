@@ -136,6 +136,55 @@ def test_error_feedback_sends_what_rounding_dropped():
     assert (sent_sum[1:] - true[1:]).abs().max() <= 2.0**-10
 
 
+def _feedback_reference(grad: torch.Tensor, residual: torch.Tensor | None, wire: str):
+    """Error feedback's step in torch operations alone (error_feedback.py's device-independent path)."""
+    g = grad.clone() if residual is None else grad + residual
+    return g, torch.nan_to_num(g - wire_round(g, wire), nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@pytest.mark.parametrize("wire", ["mx8", "float16", "bfloat16"])
+def test_native_feedback_pass_matches_the_torch_reference_bit_for_bit(wire):
+    """The CPU's one-pass kernel (src/common/wire_round.h) against the torch operations, over odd
+    lengths, blocks of every magnitude, and NaN, infinity, zeros and -0.0; two steps, so the residual's
+    add is checked too."""
+    gen = torch.Generator().manual_seed(5)
+    for n in (1, 31, 33, 4095, 4097, 8193 + 17, 100_003):
+        x = torch.randn(n, generator=gen) * torch.exp2(torch.randint(-60, 60, (n,), generator=gen).float())
+        x[:: max(n // 7, 1)] = 0.0
+        if n > 40:
+            x[3], x[17], x[35], x[36] = float("nan"), float("inf"), -0.0, 1e-42
+        ef = ErrorFeedback(wire)
+        want_r = None
+        for step in range(2):
+            g = x * (step + 1)
+            want_g, want_r = _feedback_reference(g, want_r, wire)
+            ef.apply("t", g)  # contiguous CPU float32: the native pass
+            got_r = ef._residuals["t"]
+            assert torch.equal(g.view(torch.int32)[~g.isnan()], want_g.view(torch.int32)[~want_g.isnan()])
+            assert torch.equal(g.isnan(), want_g.isnan())
+            assert torch.equal(got_r.view(torch.int32), want_r.view(torch.int32)), (wire, n, step)
+
+
+def test_native_feedback_pass_refuses_bad_arrays():
+    from gradswitch import _core
+
+    g = torch.zeros(64)
+    with pytest.raises(TypeError, match="float32"):
+        _core.feedback_round(g.double(), g.double(), False, "mx8")
+    with pytest.raises(ValueError, match="residual has 63 elements"):
+        _core.feedback_round(g, torch.zeros(63), False, "mx8")
+    with pytest.raises(ValueError, match="lossy wire"):
+        _core.feedback_round(g, torch.zeros(64), False, "float32")
+    with pytest.raises(ValueError, match="unknown wire"):
+        _core.feedback_round(g, torch.zeros(64), False, "fp4")
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.feedback_round(torch.zeros(8, 8).t(), torch.zeros(64), False, "mx8")
+    # A non-contiguous gradient still gets feedback, through the torch path.
+    t = torch.full((8, 8), 0.0009).t()
+    t[0, 0] = 300.0
+    ErrorFeedback("mx8").apply(0, t)
+
+
 def _small_beside_large() -> torch.Tensor:
     """A block whose large element sets a scale under which mx8 rounds the others to zero."""
     g = torch.full((32,), 0.0009)

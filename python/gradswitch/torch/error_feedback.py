@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from gradswitch import _core
+
 # Wires whose encoding a rank can reproduce alone. fixed32's scale is agreed over the ranks per chunk
 # (docs/protocol.md section 5), float32 and float64 lose nothing on the way up.
 FEEDBACK_WIRES = ("mx8", "float16", "bfloat16")
@@ -83,7 +85,16 @@ class ErrorFeedback:
         """Adds the residual kept under `key` to `grad` in place and keeps the new one."""
         check_feedback_dtype(grad)
         r = self._residuals.get(key)
-        if r is not None and r.shape == grad.shape and r.device == grad.device:
+        fits = r is not None and r.shape == grad.shape and r.device == grad.device
+        if grad.device.type == "cpu" and grad.is_contiguous():
+            # One native pass with the worker's own kernels (src/common/wire_round.h), the same bits as
+            # below; the residual tensor is this object's alone, so it is rewritten in place.
+            if not fits or not r.is_contiguous():
+                r, fits = torch.empty_like(grad, memory_format=torch.contiguous_format), False
+            _core.feedback_round(grad.detach().view(-1), r.view(-1), fits, self.wire)
+            self._residuals[key] = r
+            return
+        if fits:
             grad.add_(r)
         sent = wire_round(grad, self.wire)
         r = grad - sent
