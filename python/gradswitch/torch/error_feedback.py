@@ -7,7 +7,9 @@ e' = (g + e) - Q(g + e) for the next step, as PowerSGD's DDP hook keeps its comp
 step sends, so the sum of the updates follows the sum of the true gradients.
 
 `wire_round` reproduces the worker's encoding bit for bit (tests/python/test_mx8.py checks it against an
-allreduce through a real switch), in torch operations, so it runs on the gradient's own device.
+allreduce through a real switch), in torch operations, so it runs on the gradient's own device. On
+the CPU, `ErrorFeedback.apply` takes one native pass with the worker's own kernels instead
+(`_core.feedback_round`, src/common/wire_round.h; the same bits, tests/python/test_mx8.py).
 """
 
 from __future__ import annotations
