@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "common/wire_round.h"
+#include "common/feedback_round.h"
 #include "gradswitch/wire.h"
 #include "worker/group.h"
 
@@ -319,7 +319,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("payload_bytes", [](PyGroup& s) { return s.get().join_info().payload_bytes; })
       .def_prop_ro("closed", [](PyGroup& s) { return !s.g || s.g->closed(); });
 
-  // Error feedback's step (src/common/wire_round.h), for gradswitch.torch.error_feedback.
+  // Error feedback's step (src/common/feedback_round.h), for gradswitch.torch.error_feedback.
   m.def(
       "feedback_round",
       [](nb::ndarray<> grad, nb::ndarray<> residual, bool add, const std::string& wire) {

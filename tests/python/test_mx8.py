@@ -144,7 +144,7 @@ def _feedback_reference(grad: torch.Tensor, residual: torch.Tensor | None, wire:
 
 @pytest.mark.parametrize("wire", ["mx8", "float16", "bfloat16"])
 def test_native_feedback_pass_matches_the_torch_reference_bit_for_bit(wire):
-    """The CPU's one-pass kernel (src/common/wire_round.h) against the torch operations, over odd
+    """The CPU's one-pass kernel (src/common/feedback_round.h) against the torch operations, over odd
     lengths, blocks of every magnitude, and NaN, infinity, zeros and -0.0; two steps, so the residual's
     add is checked too."""
     gen = torch.Generator().manual_seed(5)

@@ -9,7 +9,7 @@ step sends, so the sum of the updates follows the sum of the true gradients.
 `wire_round` reproduces the worker's encoding bit for bit (tests/python/test_mx8.py checks it against an
 allreduce through a real switch), in torch operations, so it runs on the gradient's own device. On
 the CPU, `ErrorFeedback.apply` takes one native pass with the worker's own kernels instead
-(`_core.feedback_round`, src/common/wire_round.h; the same bits, tests/python/test_mx8.py).
+(`_core.feedback_round`, src/common/feedback_round.h; the same bits, tests/python/test_mx8.py).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class ErrorFeedback:
         r = self._residuals.get(key)
         fits = r is not None and r.shape == grad.shape and r.device == grad.device
         if grad.device.type == "cpu" and grad.is_contiguous():
-            # One native pass with the worker's own kernels (src/common/wire_round.h), the same bits as
+            # One native pass with the worker's own kernels (src/common/feedback_round.h), the same bits as
             # below; the residual tensor is this object's alone, so it is rewritten in place.
             if not fits or not r.is_contiguous():
                 r, fits = torch.empty_like(grad, memory_format=torch.contiguous_format), False

@@ -1,6 +1,8 @@
 // Error feedback's step on a lossy wire (python/gradswitch/torch/error_feedback.py), in one pass over
 // memory: what a rank's own encoding of its gradient loses, kept for the next step. The encodings are
 // the worker's own (the Kernels table), so the residual is exactly what the wire dropped.
+// Local to the rank: the round trip is a rank's own view of its encoding, and nothing here changes
+// what travels (include/gradswitch/wire.h, docs/protocol.md).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
-// feedback_round (wire_round.h): pieces of a few KB, encoded and decoded through the Kernels table's
+// feedback_round (feedback_round.h): pieces of a few KB, encoded and decoded through the Kernels table's
 // run-time-selected variant, so the pass stays in cache and runs at the wire kernels' speed.
-#include "common/wire_round.h"
+#include "common/feedback_round.h"
 
 #include <cmath>
 
