@@ -92,6 +92,10 @@ enum gs_flags {
    * its deadline without every member's contribution; the datagram ends with GS_PARTIAL_TRAILER_BYTES
    * naming the contributors. Only a job that asked for it at JOIN ever receives it. */
   GS_FLAG_PARTIAL = 0x40,
+  /* DATA of a job that joined with deadline_us= (docs/protocol.md section 3.1): a header without
+   * payload (`count` and `elem_type` as the chunk's DATA would carry) by which the sender arrives at
+   * the round without contributing; the round closes as soon as every member arrived. */
+  GS_FLAG_CONCEDE = 0x80,
 };
 
 enum gs_abort_reason {

@@ -1,5 +1,6 @@
-// The worker's data-path units alone: chunk codec per wire type, the slot window and the stream
-// schedule. (The loss detector and RTT estimator, in src/common, have test_common_loss.cpp.)
+// The worker's data-path units alone: chunk codec per wire type, the slot window, the stream
+// schedule and the concede policy. (The loss detector and RTT estimator, in src/common, have test_common_loss.cpp.)
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,6 +15,7 @@
 #include "worker/chunk_codec.h"
 #include "worker/errors.h"
 #include "worker/stream_schedule.h"
+#include "worker/switch/concede_policy.h"
 #include "worker/window.h"
 
 using namespace gradswitch;
@@ -316,3 +318,76 @@ TEST(stream_schedule_numbers_chunks_across_allreduces) {
 }
 
 GS_TEST_MAIN()
+
+namespace {
+// Chunks conceded among the next `n` the policy is asked about.
+unsigned conceded_of(ConcedePolicy& p, unsigned n) {
+  unsigned c = 0;
+  for (unsigned i = 0; i < n; ++i) c += p.concede_next();
+  return c;
+}
+}  // namespace
+
+TEST(concede_policy_off_and_fixed_share) {
+  ConcedePolicy off(false, 4);
+  for (unsigned i = 0; i < 64; ++i) off.on_completed(true);
+  CHECK_EQ(conceded_of(off, 1000), 0u);
+  // A fixed share sent with data (the test hook): 1 in 4, spread evenly (never two data chunks in a
+  // row, never more than three concedes in a row).
+  ConcedePolicy fixed(false, 4, 0.25);
+  unsigned run = 0, longest = 0, data_in_row = 0, conceded = 0;
+  for (unsigned i = 0; i < 400; ++i) {
+    const bool c = fixed.concede_next();
+    conceded += c;
+    run = c ? run + 1 : 0;
+    longest = std::max(longest, run);
+    CHECK(c || data_in_row == 0);
+    data_in_row = c ? 0 : data_in_row + 1;
+  }
+  CHECK_EQ(conceded, 300u);
+  CHECK_EQ(longest, 3u);
+  for (unsigned i = 0; i < 64; ++i) fixed.on_completed(true);  // the policy does not move a fixed share
+  CHECK_EQ(fixed.keep(), 0.25);
+  ConcedePolicy all(false, 4, 1.0);
+  CHECK_EQ(conceded_of(all, 100), 0u);
+}
+
+TEST(concede_policy_cuts_while_this_rank_paces_the_job) {
+  ConcedePolicy p(true, 4);
+  CHECK_EQ(p.keep(), 1.0);
+  CHECK_EQ(conceded_of(p, 100), 0u);  // nothing conceded before any evidence
+  // Every round this rank contributes to is completed by it: its DATA arrives last.
+  for (unsigned s = 1; s <= 4; ++s) {
+    for (unsigned i = 0; i < ConcedePolicy::kSample; ++i) p.on_completed(true);
+    CHECK_EQ(p.keep(), std::pow(0.5, s));
+  }
+  for (unsigned i = 0; i < 20 * ConcedePolicy::kSample; ++i) p.on_completed(true);
+  CHECK_EQ(p.keep(), ConcedePolicy::kMinKeep);  // a floor keeps rounds with data: they carry the signal
+  const unsigned c = conceded_of(p, 6400);
+  CHECK(c >= 6299 && c <= 6301);
+  // It keeps up again (a quarter of its rounds, as a healthy rank of 4): the share rises by a tenth
+  // per sample, back to every chunk.
+  const double before = p.keep();
+  for (unsigned i = 0; i < ConcedePolicy::kSample; ++i) p.on_completed(i % 4 == 0);
+  CHECK(std::fabs(p.keep() - before * ConcedePolicy::kRaise) < 1e-12);
+  for (unsigned i = 0; i < 100 * ConcedePolicy::kSample; ++i) p.on_completed(i % 4 == 0);
+  CHECK_EQ(p.keep(), 1.0);
+}
+
+TEST(concede_policy_healthy_ranks_never_concede) {
+  // A healthy rank completes about 1/N of its rounds; with N = 2, half of them, up to 11 of 16 in a
+  // sample (the threshold is the midpoint between 1/N and all of them: 12 of 16 for N = 2).
+  for (unsigned world : {2u, 4u, 8u}) {
+    ConcedePolicy p(true, world);
+    unsigned conceded = 0;
+    for (unsigned i = 0; i < 100 * ConcedePolicy::kSample; ++i) {
+      p.on_completed(world == 2 ? i % 16 < 11 : i % world == 0);
+      conceded += p.concede_next();
+    }
+    CHECK_EQ(conceded, 0u);
+  }
+  // Past the threshold a rank of 2 is the one that paces: 13 of 16.
+  ConcedePolicy two(true, 2);
+  for (unsigned i = 0; i < ConcedePolicy::kSample; ++i) two.on_completed(i % 16 < 13);
+  CHECK_EQ(two.keep(), 0.5);
+}

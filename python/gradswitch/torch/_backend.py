@@ -85,6 +85,9 @@ class Options:
         the same partial sum, rescaled to world_size/contributors (`rescale`), and a rank missing from
         `straggler_report` allreduces in a row is reported. `gradswitch.torch.gradswitch_group().group`
         counts them in `stats()`.
+    concede: with deadline_us, a rank whose uplink paces the job concedes a share of its chunks
+        (gradswitch.connect()'s concede; docs/protocol.md §3.1, "Concede"). Off by default; safe on
+        every rank: a rank that keeps up never concedes.
     error_feedback: on the lossy wires (mx8, float16, bfloat16), each rank adds to a float32 tensor what
         its own encoding of that tensor lost at its last allreduce and keeps what it loses now
         (error_feedback.py, as the DDP hook's GradswitchState(error_feedback=True)). Off by default;
@@ -110,6 +113,7 @@ class Options:
     quorum: int | None = None
     rescale: bool = True
     straggler_report: int = 10
+    concede: bool = False
     error_feedback: bool = False
 
     def __post_init__(self) -> None:
@@ -450,6 +454,7 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
                 quorum=options.quorum,
                 rescale=options.rescale,
                 straggler_report=options.straggler_report,
+                concede=options.concede,
             )
         except gradswitch.GradswitchError as e:
             raise RuntimeError(
