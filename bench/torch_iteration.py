@@ -16,7 +16,8 @@ group, 25 MB buckets), gs-ring-ddp (the same over the ring among the workers, al
 001), gs-overlap[:KB] (ChunkedOverlap, chunks of KB KiB), gs-hook (DDP over gloo with
 gradswitch's allreduce_hook), gs-deadline-ddp (gs-ddp with bounded-time rounds, --deadline-us and
 --quorum, docs/protocol.md §3.1), gs-concede-ddp (gs-deadline-ddp whose ranks concede chunks while their
-uplink paces the job, Options.concede, §3.1 "Concede"), local (no communication: the compute-only reference). Suffixes (issue 38):
+uplink paces the job, Options.concede, §3.1 "Concede"), local (no communication: the compute-only
+reference). Suffixes (issue 38):
 +coo makes the gradients of nn.Embedding and nn.EmbeddingBag layers sparse COO tensors (sparse=True),
 +sparse / +auto run that configuration with the default gradswitch group's Options.sparse "on" / "auto"
 (docs/torch.md "Sparse gradients"), e.g. gs-ddp+coo+sparse. For each it reports
