@@ -32,25 +32,14 @@ import copy
 import json
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-from torch_testbed import launch
+from torch_testbed import launch, shape
 
 from gradswitch.testbed import Testbed, parse_rate
-from gradswitch.testbed.base import HOST_IF, HOST_QUEUE_BYTES
 
 SCENARIOS = ("none", "slow-link", "slow-uplink", "slow-compute", "loss1")
 CONFIGS = ("gloo-ddp", "gs-ddp", "gs-deadline-ddp", "gs-concede-ddp")
-
-
-def shape(tb, host: str, rate: int, down: bool) -> None:
-    """host's link at `rate`: its uplink (the host's egress), and with `down` the switch port's egress
-    too, with the queues bridge.py gives them."""
-    lk = replace(tb.link, rate=rate)
-    tb._shape(host, HOST_IF, lk, max(lk.tbf_params()[1], HOST_QUEUE_BYTES))
-    if down:
-        tb._shape("switch", tb.port(host), lk)
 
 
 def set_scenario(tb, a, scenario: str, on: bool) -> list[str]:
