@@ -121,7 +121,8 @@ enum gs_abort_reason {
  *                       ABORT: rank at fault or GS_RANK_ALL; HELD: GS_RANK_ALL (its body tells each
  *                       receiver why it got it)
  *   14   2  slot       slot index within the job's pool
- *   16   1  flags      gs_flags (GS_FLAG_PARTIAL: a RESULT followed by a contributor trailer)
+ *   16   1  flags      gs_flags (GS_FLAG_PARTIAL: a RESULT followed by a contributor trailer;
+ *                       GS_FLAG_CONCEDE: a DATA that is this header alone, its `count` none of it)
  *   17   1  elem_type  gs_elem_type
  *   18   2  count      elements in the payload
  *   20   4  seq        sequence number of the allreduce in the job (wraps)

@@ -38,6 +38,9 @@ enum class RoundState : uint8_t { kEmpty, kOpen, kComplete, kUplink };
 struct SlotVersion {
   std::atomic<RoundState> state{RoundState::kEmpty};  // atomics: the control plane reads them
   std::atomic<uint64_t> seen{0};
+  // Members that reached the round without contributing (DATA with GS_FLAG_CONCEDE, docs/protocol.md
+  // §3.1): with `seen`, the ranks the round reached. Never in `seen`, so never in a PARTIAL's trailer.
+  std::atomic<uint64_t> conceded{0};
   std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> offset{0};
   std::atomic<uint64_t> opened_ns{0};  // when the round's first contribution arrived
@@ -75,6 +78,11 @@ struct SlotVersion {
   uint8_t* result = nullptr;
   float* accum = nullptr;
 };
+
+// The ranks a round reached: its contributors and its conceders (§3.1).
+inline uint64_t reached(const SlotVersion& sv) {
+  return sv.seen.load(std::memory_order_relaxed) | sv.conceded.load(std::memory_order_relaxed);
+}
 
 struct Slot {
   SlotVersion version[2];
@@ -152,6 +160,7 @@ struct Engine::Arrival {
   JobThreadState* js = nullptr;  // the job's, once it is known: its drops count there too
   size_t elem_size = 0;          // DATA, once checked: the payload's element size and length
   size_t payload_len = 0;
+  bool concede = false;  // DATA with GS_FLAG_CONCEDE, once checked: an arrival without payload (§3.1)
   // Ends the datagram's path: dropped, and counted.
   void drop(DropReason why) {
     ts.totals.drop(why);

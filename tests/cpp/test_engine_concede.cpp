@@ -1,0 +1,346 @@
+// Concessions (docs/protocol.md §3.1, GS_FLAG_CONCEDE): in a job with a deadline, a header-only DATA by
+// which a rank reaches a round without contributing. A round every member reached closes at once as a
+// PARTIAL RESULT naming the contributors; the conceder is owed nothing (it pins no slot version) and its
+// resend is answered like a late rank's; a job without a deadline, or a concession with a payload,
+// drops it (bad_length).
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/header.h"
+#include "gradswitch/wire.h"
+#include "harness.h"
+#include "ingest_result.h"
+#include "switch/engine/engine.h"
+
+using namespace gradswitch;
+
+namespace {
+
+constexpr uint64_t kDeadlineNs = 5'000'000;
+constexpr size_t kTrailerAt = GS_HEADER_BYTES + 4 * 4;  // after a PARTIAL RESULT's four int32
+constexpr size_t kPartialLen = kTrailerAt + GS_PARTIAL_TRAILER_BYTES;
+
+struct Job4 {
+  Engine engine{EngineConfig{1, 4}};
+  uint32_t id = 0;
+  uint32_t key = 0xC0FFEEu;
+  // Four ranks; with `deadline`, rounds close after kDeadlineNs once `quorum` contributed.
+  explicit Job4(bool deadline, uint16_t quorum = 3, uint8_t wire = GS_ELEM_INT32) {
+    JobSpec spec;
+    spec.name = "c";
+    spec.world = 4;
+    spec.slots = 2;
+    spec.payload_bytes = 64;
+    spec.key = key;
+    spec.endpoints.resize(4);
+    spec.wire = wire;
+    if (deadline) spec.deadline_ns = kDeadlineNs, spec.quorum = quorum;
+    std::string err;
+    id = engine.create_job(spec, &err);
+  }
+  // Rank `rank`'s four int32, each `base + rank + i`, for (seq, offset 0) in slot 0 version 0.
+  IngestResult send(uint16_t rank, uint32_t seq, int32_t base, uint64_t now_ns, uint8_t flags = 0) {
+    std::vector<uint8_t> p(GS_HEADER_BYTES + 16);
+    HeaderBuilder(GS_MSG_DATA, id, key)
+        .rank(rank)
+        .flags(flags)
+        .elems(GS_ELEM_INT32, 4)
+        .round(seq, 0)
+        .encode(p.data());
+    for (int i = 0; i < 4; ++i) {
+      const int32_t v = base + rank + i;
+      std::memcpy(p.data() + GS_HEADER_BYTES + 4 * i, &v, 4);
+    }
+    return engine.ingest(0, p.data(), p.size(), now_ns, Endpoint{});
+  }
+  // Rank `rank`'s concession of the same chunk: the header alone (with `extra` payload bytes, 0s).
+  IngestResult concede(uint16_t rank, uint32_t seq, uint64_t now_ns, uint8_t flags = 0, uint16_t count = 4,
+                       size_t extra = 0, uint8_t elem_type = GS_ELEM_INT32) {
+    std::vector<uint8_t> p(GS_HEADER_BYTES + extra, 0);
+    HeaderBuilder(GS_MSG_DATA, id, key)
+        .rank(rank)
+        .flags(static_cast<uint8_t>(flags | GS_FLAG_CONCEDE))
+        .elems(elem_type, count)
+        .round(seq, 0)
+        .encode(p.data());
+    return engine.ingest(0, p.data(), p.size(), now_ns, Endpoint{});
+  }
+  IngestResult close(uint32_t seq, uint64_t now_ns) {
+    return engine.close_overdue(0, id, 0, 0, seq, 0, now_ns);
+  }
+  static int32_t element(const IngestResult& r, int i) {
+    if (!r.data) return INT32_MIN;  // nothing was sent: a failed check, not a crash
+    int32_t v;
+    std::memcpy(&v, r.data + GS_HEADER_BYTES + 4 * i, 4);
+    return v;
+  }
+  CounterValues counters() const {
+    JobStatus s;
+    engine.job_status(id, &s);
+    return s.counters;
+  }
+};
+
+// The header of what the engine sent, all zeros when it sent nothing (so that a failing check reports
+// rather than crashes).
+gs_header sent(const IngestResult& r) {
+  return r.data ? header_of(r) : gs_header{};
+}
+
+int kind(const IngestResult& r) {
+  return static_cast<int>(r.kind);
+}
+
+// The contributor bitmap at byte `at` of what was sent (a PARTIAL RESULT's trailer, HELD's body); ~0
+// when nothing that long was sent.
+uint64_t trailer(const IngestResult& r, size_t at) {
+  return r.data && r.len >= at + GS_PARTIAL_TRAILER_BYTES ? gs_held_contributors(r.data + at) : ~uint64_t{0};
+}
+
+// The bytes after the header (elements and trailer), which every rank must receive alike.
+std::vector<uint8_t> body(const IngestResult& r) {
+  if (!r.data || r.len < GS_HEADER_BYTES) return {};
+  return std::vector<uint8_t>(r.data + GS_HEADER_BYTES, r.data + r.len);
+}
+
+}  // namespace
+
+TEST(a_concession_closes_the_round_at_once_without_the_conceder) {
+  Job4 j(true);
+  CHECK(j.id != 0);
+  for (uint16_t r = 0; r < 3; ++r) CHECK_EQ(kind(j.send(r, 0, 10, 1 + r)), int(IngestResult::kAbsorbed));
+  const IngestResult r = j.concede(3, 0, 10);  // long before the deadline
+  CHECK_EQ(kind(r), int(IngestResult::kSend));
+  CHECK_EQ(r.dest_rank, uint16_t{GS_RANK_ALL});  // the conceder too
+  const gs_header h = sent(r);
+  CHECK_EQ(int(h.flags), int(GS_FLAG_PARTIAL));
+  CHECK_EQ(h.rank, uint16_t{GS_RANK_ALL});
+  CHECK_EQ(r.len, uint32_t{kPartialLen});
+  CHECK_EQ(trailer(r, kTrailerAt), uint64_t{0x7});  // the conceder is no contributor
+  for (int i = 0; i < 4; ++i) CHECK_EQ(Job4::element(r, i), 3 * (10 + i) + 0 + 1 + 2);
+  const CounterValues c = j.counters();
+  CHECK_EQ(c.conceded, uint64_t{1});
+  CHECK_EQ(c.partial, uint64_t{1});
+  CHECK_EQ(c.missed, uint64_t{0});  // nobody was late
+  CHECK_EQ(c.completed, uint64_t{1});
+  CHECK_EQ(c.drops_total(), uint64_t{0});
+  CHECK_EQ(j.engine.total_counters().conceded, uint64_t{1});
+  CHECK_EQ(kind(j.close(0, 1 + kDeadlineNs)), int(IngestResult::kAbsorbed));  // its deadline: nothing more
+}
+
+TEST(concessions_close_a_round_below_its_quorum) {
+  Job4 j(true, 3);
+  const IngestResult opened = j.send(0, 0, 10, 1);
+  CHECK_EQ(opened.deadline_ns, 1 + kDeadlineNs);
+  CHECK_EQ(kind(j.concede(1, 0, 2)), int(IngestResult::kAbsorbed));
+  CHECK_EQ(kind(j.concede(2, 0, 3)), int(IngestResult::kAbsorbed));
+  const IngestResult r = j.concede(3, 0, 4);  // one contribution of the quorum's three: closes anyway
+  CHECK_EQ(kind(r), int(IngestResult::kSend));
+  CHECK_EQ(int(sent(r).flags), int(GS_FLAG_PARTIAL));
+  CHECK_EQ(trailer(r, kTrailerAt), uint64_t{0x1});
+  for (int i = 0; i < 4; ++i) CHECK_EQ(Job4::element(r, i), 10 + i);
+  CHECK_EQ(j.counters().conceded, uint64_t{3});
+}
+
+TEST(a_round_every_member_conceded_is_a_sum_of_zeros) {
+  Job4 j(true);
+  // The slot version's previous round leaves its sum in the buffer the next round reuses.
+  for (uint16_t r = 0; r < 4; ++r) j.send(r, 0, 1000, 1);
+  const IngestResult first = j.concede(2, 1, 2);
+  CHECK_EQ(kind(first), int(IngestResult::kAbsorbed));
+  CHECK_EQ(first.deadline_ns, 2 + kDeadlineNs);  // a concession opens a round and starts its clock
+  CHECK_EQ(kind(j.concede(0, 1, 3)), int(IngestResult::kAbsorbed));
+  CHECK_EQ(kind(j.concede(1, 1, 4)), int(IngestResult::kAbsorbed));
+  const IngestResult r = j.concede(3, 1, 5);
+  CHECK_EQ(kind(r), int(IngestResult::kSend));
+  CHECK_EQ(int(sent(r).flags), int(GS_FLAG_PARTIAL));
+  CHECK_EQ(sent(r).count, uint16_t{4});
+  CHECK_EQ(r.len, uint32_t{kPartialLen});
+  CHECK_EQ(trailer(r, kTrailerAt), uint64_t{0});
+  for (int i = 0; i < 4; ++i) CHECK_EQ(Job4::element(r, i), 0);
+}
+
+// float16 sums in the fp32 accumulator (§2): a round a concession opens starts it at zero too.
+TEST(a_concession_opens_an_fp32_accumulated_round_at_zero) {
+  Job4 j(true, 1, GS_ELEM_FLOAT16);
+  CHECK(j.id != 0);
+  auto data = [&](uint16_t rank, uint32_t seq, uint16_t half) {
+    std::vector<uint8_t> p(GS_HEADER_BYTES + 8);
+    HeaderBuilder(GS_MSG_DATA, j.id, j.key)
+        .rank(rank)
+        .elems(GS_ELEM_FLOAT16, 4)
+        .round(seq, 0)
+        .encode(p.data());
+    for (int i = 0; i < 4; ++i) std::memcpy(p.data() + GS_HEADER_BYTES + 2 * i, &half, 2);
+    return j.engine.ingest(0, p.data(), p.size(), 1, Endpoint{});
+  };
+  for (uint16_t r = 0; r < 4; ++r) data(r, 0, 0x4400);  // 4.0 each: the accumulator holds 16.0
+  for (uint16_t r = 0; r < 3; ++r)
+    CHECK_EQ(kind(j.concede(r, 1, 2, 0, 4, 0, GS_ELEM_FLOAT16)), int(IngestResult::kAbsorbed));
+  const IngestResult r = data(3, 1, 0x3C00);  // 1.0, the only contribution
+  CHECK_EQ(kind(r), int(IngestResult::kSend));
+  CHECK_EQ(r.len, uint32_t{GS_HEADER_BYTES + 8 + GS_PARTIAL_TRAILER_BYTES});
+  CHECK_EQ(trailer(r, GS_HEADER_BYTES + 8), uint64_t{0x8});
+  for (int i = 0; r.data && i < 4; ++i) {
+    uint16_t v;
+    std::memcpy(&v, r.data + GS_HEADER_BYTES + 2 * i, 2);
+    CHECK_EQ(int(v), 0x3C00);
+  }
+}
+
+TEST(a_concession_to_a_round_its_deadline_closed_is_late_and_releases_the_pin) {
+  Job4 j(true);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 0, 10, 1);
+  const IngestResult closed = j.close(0, 1 + kDeadlineNs);
+  CHECK_EQ(kind(closed), int(IngestResult::kSend));
+  const std::vector<uint8_t> multicast = body(closed);
+  CHECK_EQ(int(j.send(0, 1, 1000, 2 + kDeadlineNs).reason), int(DropReason::kPinned));  // rank 3 is owed
+  const IngestResult late = j.concede(3, 0, 3 + kDeadlineNs);
+  CHECK_EQ(kind(late), int(IngestResult::kSend));
+  CHECK_EQ(int(late.reason), int(DropReason::kLate));
+  CHECK_EQ(late.dest_rank, uint16_t{3});
+  CHECK_EQ(int(sent(late).flags), int(GS_FLAG_UNICAST | GS_FLAG_PARTIAL));
+  CHECK(body(late) == multicast);
+  CHECK_EQ(j.counters().conceded, uint64_t{0});  // too late to concede: counted late, not conceded
+  CHECK_EQ(j.counters().drops[size_t(DropReason::kLate)], uint64_t{1});
+  CHECK_EQ(kind(j.concede(3, 0, 4 + kDeadlineNs)),
+           int(IngestResult::kDropped));  // a copy: not answered again
+  CHECK_EQ(kind(j.send(0, 1, 1000, 5 + kDeadlineNs, GS_FLAG_RETX)),
+           int(IngestResult::kAbsorbed));  // unpinned
+}
+
+TEST(a_conceder_is_owed_nothing_and_resends_get_the_same_bytes) {
+  Job4 j(true, 2);
+  j.send(0, 0, 10, 1);
+  j.send(1, 0, 10, 2);
+  CHECK_EQ(kind(j.concede(2, 0, 3)), int(IngestResult::kAbsorbed));  // rank 3 has not arrived
+  const IngestResult closed = j.close(0, 1 + kDeadlineNs);
+  CHECK_EQ(kind(closed), int(IngestResult::kSend));
+  CHECK_EQ(closed.dest_rank, uint16_t{GS_RANK_ALL});
+  CHECK_EQ(trailer(closed, kTrailerAt), uint64_t{0x3});
+  const std::vector<uint8_t> multicast = body(closed);
+  CHECK_EQ(j.counters().missed, uint64_t{1});  // rank 3; the conceder is not missed
+  // The conceder lost the multicast: its concession again, without RETX, is a duplicate...
+  CHECK_EQ(kind(j.concede(2, 0, 2 + kDeadlineNs)), int(IngestResult::kAbsorbed));
+  CHECK_EQ(j.counters().duplicates, uint64_t{1});
+  // ...and with RETX it is answered from the shadow copy, to it alone, without DSACK.
+  const IngestResult again = j.concede(2, 0, 3 + kDeadlineNs, GS_FLAG_RETX);
+  CHECK_EQ(kind(again), int(IngestResult::kSend));
+  CHECK_EQ(again.dest_rank, uint16_t{2});
+  CHECK_EQ(int(sent(again).flags), int(GS_FLAG_UNICAST | GS_FLAG_PARTIAL));
+  CHECK_EQ(sent(again).rank, uint16_t{GS_RANK_ALL});
+  CHECK(body(again) == multicast);
+  CHECK_EQ(j.counters().retx_answered, uint64_t{1});
+  // The late rank's DATA is answered with the same bytes; a contributor's resend too (with DSACK).
+  const IngestResult late = j.send(3, 0, 10, 4 + kDeadlineNs);
+  CHECK_EQ(int(late.reason), int(DropReason::kLate));
+  CHECK(body(late) == multicast);
+  const IngestResult dup = j.send(0, 0, 10, 5 + kDeadlineNs, GS_FLAG_RETX);
+  CHECK_EQ(int(sent(dup).flags), int(GS_FLAG_UNICAST | GS_FLAG_DSACK | GS_FLAG_PARTIAL));
+  CHECK(body(dup) == multicast);
+}
+
+TEST(a_conceder_does_not_pin_the_slot_version) {
+  Job4 j(true, 2);
+  j.send(0, 0, 10, 1);
+  j.send(1, 0, 10, 2);
+  j.concede(2, 0, 3);
+  j.close(0, 1 + kDeadlineNs);  // owed: rank 3 alone
+  CHECK_EQ(int(j.send(0, 1, 1000, 2 + kDeadlineNs).reason), int(DropReason::kPinned));
+  j.send(3, 0, 10, 3 + kDeadlineNs);  // rank 3 fetches it; rank 2 never asks
+  CHECK_EQ(kind(j.send(0, 1, 1000, 4 + kDeadlineNs, GS_FLAG_RETX)), int(IngestResult::kAbsorbed));
+}
+
+TEST(a_conceded_round_never_leaks_a_late_contribution_into_the_next_round) {
+  Job4 j(true);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 0, 10, 1);
+  CHECK_EQ(kind(j.concede(3, 0, 2)), int(IngestResult::kSend));
+  // The conceder's real DATA for the round it conceded comes anyway: never summed, anywhere.
+  CHECK_EQ(kind(j.send(3, 0, 500000, 3)), int(IngestResult::kAbsorbed));
+  const IngestResult retx = j.send(3, 0, 500000, 4, GS_FLAG_RETX);
+  CHECK_EQ(int(sent(retx).flags), int(GS_FLAG_UNICAST | GS_FLAG_PARTIAL));
+  for (int i = 0; i < 4; ++i) CHECK_EQ(Job4::element(retx, i), 3 * (10 + i) + 0 + 1 + 2);
+  // The next round of the slot version, every rank contributing, holds none of it either.
+  for (uint16_t r = 0; r < 3; ++r) CHECK_EQ(kind(j.send(r, 1, 1000, 5)), int(IngestResult::kAbsorbed));
+  const IngestResult next = j.send(3, 1, 1000, 6);
+  CHECK_EQ(kind(next), int(IngestResult::kSend));
+  CHECK_EQ(int(sent(next).flags), 0);  // every member contributed: a default RESULT
+  CHECK_EQ(next.len, uint32_t{GS_HEADER_BYTES + 16});
+  for (int i = 0; i < 4; ++i) CHECK_EQ(Job4::element(next, i), 4 * (1000 + i) + 0 + 1 + 2 + 3);
+}
+
+TEST(a_conceders_resend_to_an_open_round_is_held_and_its_bit_is_set) {
+  Job4 j(true);
+  j.send(0, 0, 10, 1);
+  j.concede(1, 0, 2);
+  CHECK_EQ(kind(j.concede(1, 0, 3)), int(IngestResult::kAbsorbed));  // a network copy
+  const IngestResult held = j.concede(1, 0, 4, GS_FLAG_RETX);
+  CHECK_EQ(kind(held), int(IngestResult::kSend));
+  CHECK_EQ(int(held.type), int(GS_MSG_HELD));
+  CHECK_EQ(held.dest_mask, uint64_t{1} << 1);  // open for less than 20 ms: the sender alone
+  CHECK_EQ(int(sent(held).flags), int(GS_FLAG_DSACK));
+  CHECK_EQ(trailer(held, GS_HEADER_BYTES), uint64_t{0x3});  // the round holds rank 1
+  // Past 20 ms, another resend asks the ranks the round lacks, not the conceder.
+  const IngestResult asked = j.send(0, 0, 10, 30'000'000, GS_FLAG_RETX);
+  CHECK_EQ(asked.dest_mask, uint64_t{0x1 | 0x4 | 0x8});
+  CHECK_EQ(j.counters().conceded, uint64_t{1});
+  CHECK_EQ(j.counters().duplicates, uint64_t{3});
+}
+
+TEST(a_concession_that_disagrees_with_the_round_aborts_the_job_as_data_does) {
+  Job4 j(true);
+  j.concede(2, 0, 1);  // opens the round: 4 elements, not the last chunk
+  const IngestResult r = j.send(0, 0, 10, 2, GS_FLAG_LAST);
+  CHECK_EQ(int(r.reason), int(DropReason::kInconsistent));
+  CHECK_EQ(int(r.type), int(GS_MSG_ABORT));
+  JobStatus s;
+  j.engine.job_status(j.id, &s);
+  CHECK(s.aborted);
+  CHECK_EQ(s.mismatch.held.rank, uint16_t{2});  // the conceder opened it
+  CHECK_EQ(s.mismatch.arriving.rank, uint16_t{0});
+  Job4 k(true);
+  k.send(0, 0, 10, 1);
+  CHECK_EQ(int(k.concede(1, 0, 2, 0, 3).reason), int(DropReason::kInconsistent));  // count 3, not 4
+}
+
+// A round that a rank which then leaves (LEAVE) conceded does not need it: it still closes.
+TEST(a_conceder_that_leaves_does_not_abort_the_round_it_conceded) {
+  Job4 j(true);
+  j.concede(3, 0, 1);
+  j.send(0, 0, 10, 2);
+  CHECK(!j.engine.rank_left(j.id, 3));  // the open round has rank 3's arrival
+  CHECK_EQ(kind(j.send(1, 0, 10, 3)), int(IngestResult::kAbsorbed));
+  const IngestResult r = j.send(2, 0, 10, 4);
+  CHECK_EQ(kind(r), int(IngestResult::kSend));
+  CHECK_EQ(int(sent(r).type), int(GS_MSG_RESULT));
+  CHECK_EQ(trailer(r, kTrailerAt), uint64_t{0x7});
+  JobStatus s;
+  j.engine.job_status(j.id, &s);
+  CHECK(!s.aborted);
+}
+
+TEST(a_concession_without_a_deadline_or_with_a_payload_is_bad_length) {
+  Job4 plain(false);
+  CHECK_EQ(int(plain.concede(0, 0, 1).reason), int(DropReason::kBadLength));
+  CHECK_EQ(int(plain.concede(0, 0, 1, 0, 0).reason), int(DropReason::kBadLength));  // count 0 too
+  CHECK_EQ(int(plain.concede(0, 0, 1, 0, 4, 16).reason), int(DropReason::kBadLength));
+  // The job is untouched: its round completes with every rank's DATA.
+  for (uint16_t r = 0; r < 3; ++r) CHECK_EQ(kind(plain.send(r, 0, 10, 2)), int(IngestResult::kAbsorbed));
+  const IngestResult done = plain.send(3, 0, 10, 3);
+  CHECK_EQ(kind(done), int(IngestResult::kSend));
+  CHECK_EQ(Job4::element(done, 0), 4 * 10 + 0 + 1 + 2 + 3);
+  CHECK_EQ(plain.counters().conceded, uint64_t{0});
+  Job4 timed(true);
+  CHECK_EQ(int(timed.concede(0, 0, 1, 0, 4, 16).reason), int(DropReason::kBadLength));  // a payload
+  CHECK_EQ(int(timed.concede(0, 0, 1, 0, 4, 4).reason), int(DropReason::kBadLength));
+  CHECK_EQ(int(timed.concede(0, 0, 1, 0, 17).reason), int(DropReason::kBadLength));  // beyond a chunk
+  CHECK_EQ(timed.counters().drops[size_t(DropReason::kBadLength)], uint64_t{3});
+  SlotStatus st;
+  CHECK(timed.engine.slot_status(timed.id, 0, 0, &st));
+  CHECK(!st.open);  // nothing opened a round
+}
+
+GS_TEST_MAIN()
