@@ -424,9 +424,10 @@ void Engine::ingest_data(unsigned thread, Arrival& a) {
   // 5. The slot version's round: join it or start it.
   if (same_round ? !join_round(a, *job, sv) : !open_round(a, sv, state, held_seq, held_offset)) return;
   if (sv.arrived < job->member_count) {
-    // 6''. Every member reached it, some by conceding (§3.1): it closes now, without them.
+    // 6''. Every member reached it, some by conceding (§3.1): it closes now, without them; the
+    // arrival that closed it is its completer, as for a default round.
     if (reached(sv) == job->members) {
-      close_partial(thread, *job, h.slot, version, a.r, a.now_ns);
+      close_partial(thread, *job, h.slot, version, a.r, a.now_ns, h.rank);
       return;
     }
     return still_open(thread, a, *job, sv, !same_round);
@@ -809,11 +810,11 @@ IngestResult& Engine::finish_round(unsigned thread, Job& job, uint16_t slot, uin
 }
 
 IngestResult& Engine::close_partial(unsigned thread, Job& job, uint16_t slot, uint8_t version,
-                                    IngestResult& r, uint64_t now_ns) {
+                                    IngestResult& r, uint64_t now_ns, uint16_t completer) {
   SlotVersion& sv = job.slots[slot].version[version];
   sv.owed = job.members & ~reached(sv);  // a conceder reached the round: it is owed nothing (§3.1)
   sv.partial = true;
-  sv.completer = GS_RANK_ALL;  // no DATA completed it: its deadline (or the concessions) did
+  sv.completer = completer;
   sv.completed_by_resend = false;
   const auto missing = static_cast<uint64_t>(__builtin_popcountll(sv.owed));
   JobThreadState& js = job.per_thread[thread];

@@ -320,9 +320,10 @@ class Engine {
   IngestResult& finish_round(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
                              uint64_t now_ns);
   // Closes an open round of a job with a deadline without the members it lacks, or that conceded it
-  // (§3.1).
+  // (§3.1). `completer`: the rank whose arrival closed it once every member reached it, else
+  // GS_RANK_ALL (its deadline did, or the quorum's contribution past it).
   IngestResult& close_partial(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
-                              uint64_t now_ns);
+                              uint64_t now_ns, uint16_t completer = GS_RANK_ALL);
   // 2. for a partial round: DATA from a member the round closed without.
   static void answer_late(Arrival& a, const Job& job, SlotVersion& sv);
   static void answer_from_shadow(Arrival& a, const Job& job, SlotVersion& sv, uint8_t flags);

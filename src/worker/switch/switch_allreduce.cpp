@@ -337,12 +337,18 @@ void SwitchAllreduce::learn_from_result(const InPacket& in, const gs_header& h, 
   const bool multicast = !(h.flags & GS_FLAG_UNICAST);
   if (multicast && !(h.flags & GS_FLAG_RETX)) cc_.run_at(h.window);
   const bool completed_here = h.rank == ctx_.opt->rank;
-  // Whose DATA came last, where no loss held the round and no deadline closed it: the concede signal.
-  if (multicast && !(h.flags & (GS_FLAG_RETX | GS_FLAG_PARTIAL))) concede_.on_completed(completed_here);
+  // Whose arrival came last, where no loss held the round and no deadline closed it (no completer):
+  // the concede signal. A round closed by concessions names the arrival that closed it.
+  if (multicast && !(h.flags & GS_FLAG_RETX) && h.rank != GS_RANK_ALL) concede_.on_completed(completed_here);
   // The path's round trip ends when the kernel received the result, not when this thread got to it:
   // the wait in between is the host's scheduling (docs/transport.md, "Which sample").
   const int64_t arrived = in.arrival_ns > t.sent_ns && in.arrival_ns <= now ? in.arrival_ns : now;
-  const int64_t own_rtt = t.tries == 0 && multicast && completed_here ? arrived - t.sent_ns : -1;
+  // A conceding rank's own round trips hold the queue of the slow uplink that made it concede; its
+  // window would cut them to the delay target and clock every rank at its pace (the job runs at the
+  // smallest window declared) while its completions looked healthy: the concessions, not the window,
+  // pace its uplink then, and the others' paths set the window.
+  const bool own_path = t.tries == 0 && multicast && completed_here && !concede_.conceding();
+  const int64_t own_rtt = own_path ? arrived - t.sent_ns : -1;
   const auto srtt = static_cast<int64_t>(detector(slot).rtt().srtt_ns());
   if (cc_.on_result(now, own_rtt, window_limited_, srtt) && adaptive_)
     counter_add(ctx_.counters->window_delay_cuts);
