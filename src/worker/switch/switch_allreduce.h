@@ -131,7 +131,7 @@ class SwitchAllreduce : public DataPath {
   bool adaptive_;
   unsigned fixed_window_;  // without adaptive_: a numeric window below the pool, else the whole pool
   WindowController cc_;
-  ConcedePolicy concede_;  // which chunks go as header-only concedes (deadline jobs, Options::concede)
+  ConcedePolicy concede_;   // which chunks go as header-only concedes (deadline jobs, Options::concede)
   unsigned in_flight_ = 0;  // slots with a round out
   // Adaptive start order (fill_window): chunks below scan_ were looked at; those passed over while
   // their slot was busy wait in passed_ (a min-heap) once it is free; oldest_ is the lowest chunk
