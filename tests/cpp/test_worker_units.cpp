@@ -1,5 +1,6 @@
 // The worker's data-path units alone: chunk codec per wire type, the slot window, the stream
-// schedule and the concede policy. (The loss detector and RTT estimator, in src/common, have test_common_loss.cpp.)
+// schedule and the concede policy. (The loss detector and RTT estimator, in src/common, have
+// test_common_loss.cpp.)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -364,7 +365,7 @@ TEST(concede_policy_cuts_while_this_rank_paces_the_job) {
   }
   for (unsigned i = 0; i < 20 * ConcedePolicy::kSample; ++i) p.on_completed(true);
   CHECK_EQ(p.keep(), ConcedePolicy::kMinKeep);  // a floor keeps rounds with data: they carry the signal
-  CHECK_EQ(conceded_of(p, 6400), 6300u);  // all but one chunk per block
+  CHECK_EQ(conceded_of(p, 6400), 6300u);        // all but one chunk per block
   // It keeps up again (a quarter of its rounds, as a healthy rank of 4): the share rises by a tenth
   // per sample, back to every chunk.
   const double before = p.keep();
