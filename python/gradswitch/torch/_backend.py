@@ -34,7 +34,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 import gradswitch
 
 from . import _sparse
-from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, fail_future
+from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, fail_future, failing_in_cpp
 from ._guards import refuse_undistributed_accelerate
 from .error_feedback import FEEDBACK_WIRES, ErrorFeedback, check_feedback_dtype
 
@@ -360,6 +360,7 @@ class FutureWork(dist.Work):
         super().__init__()
         self._fut = fut
         self._tensors = tensors
+        self._cpp_fut: Future | None = None
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         self._fut.wait()  # raises the allreduce's error
@@ -385,7 +386,10 @@ class FutureWork(dist.Work):
         return None
 
     def get_future(self) -> Future:
-        return self._fut
+        # DDP reads this future in C++: it must fail there as it fails here (failing_in_cpp).
+        if self._cpp_fut is None:
+            self._cpp_fut = failing_in_cpp(self._fut)
+        return self._cpp_fut
 
     def result(self) -> list[torch.Tensor]:
         self.wait()
