@@ -126,8 +126,9 @@ def test_the_options_are_checked_and_must_agree(start_switch):
 @pytest.mark.parametrize("wire", ["float32", "fixed32"])
 def test_a_conceding_rank_arrives_without_its_values(start_switch, wire):
     """Rank 2 concedes half its chunks (concede_keep=0.5, the policy's test hook: of each block of 64
-    chunks, the last 32): those rounds close at once without it (the deadline, a minute, never fires: a round that waited for it would
-    time the allreduce out), every rank holds the same bits, and each chunk is either the whole sum
+    chunks, the last 32): those rounds close at once without it (the deadline, a minute, never
+    fires: a round that waited for it would time the allreduce out), every rank holds the same bits,
+    and each chunk is either the whole sum
     or ranks 0 and 1's rescaled by 3/2."""
     per = 358  # 4-byte elements per chunk: 1440 bytes less the trailer's 8
     n = per * 128
