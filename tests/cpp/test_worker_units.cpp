@@ -390,7 +390,7 @@ TEST(concede_policy_healthy_ranks_never_concede) {
   // A rank of 2 past the midpoint (13 of 16), two samples in a row, is not conceding yet.
   ConcedePolicy two(true, 2);
   for (unsigned i = 0; i < 2 * ConcedePolicy::kSample; ++i) two.on_completed(i % 16 < 13);
-  CHECK_EQ(two.keep(), 1.0);  // not nine in ten: a healthy rank's runs of trains reach that far
+  CHECK_EQ(two.keep(), 1.0);  // below 7 in 8 (3/4 of the way from 1/2 to all): it does not start
   for (unsigned i = 0; i < 2 * ConcedePolicy::kSample; ++i) two.on_completed(i % 16 < 15);
   CHECK_EQ(two.keep(), ConcedePolicy::kStart);
   // Once conceding, the midpoint decides: 13 of 16 cuts, 11 of 16 raises.

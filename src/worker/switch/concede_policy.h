@@ -11,8 +11,9 @@
 // DATA). The switch must vary the order of a result's copies for this to hold (result_batch.h).
 // A sample of kSample such rounds is "behind" when this rank completed more than the midpoint
 // between 1/N and all of them. A rank that sends every chunk with data starts conceding half of them
-// after two samples in a row in which it completed nine rounds in ten (a straggler's first samples
-// show 97-100%; a healthy rank's runs of trains, below, reach the midpoint now and then). Once
+// after two samples in a row in which it completed three quarters of the way from 1/N to all of them
+// (81% of 4 ranks; a straggler's first samples show 90-100%, digits' small steps less than the
+// MLP's; a healthy rank's runs of trains, below, reach the midpoint now and then). Once
 // conceding, each sample behind cuts the share sent with data by 30% and each other one raises it by
 // 10%, so the share hovers just below what its uplink carries (a floor keeps a chunk per block).
 // A sample spans many GRO/GSO trains: the rounds of one train share their completer (the rank whose
@@ -36,7 +37,6 @@ class ConcedePolicy {
   static constexpr unsigned kBlock = 64;        // chunks per block the share applies to
   static constexpr double kMinKeep = 1.0 / 64;  // the least share sent with data: a chunk per block
   static constexpr double kStart = 0.5, kCut = 0.7, kRaise = 1.1;
-  static constexpr double kStartAbove = 0.9;  // the share of a sample's rounds that starts conceding
 
   // `enabled` false: never concedes. `fixed_keep` in [0, 1]: a fixed share sent with data instead of
   // the policy (a test hook; negative: the policy).
@@ -44,7 +44,8 @@ class ConcedePolicy {
       : enabled_(enabled || fixed_keep >= 0),
         fixed_(fixed_keep >= 0),
         keep_(fixed_keep >= 0 ? std::min(fixed_keep, 1.0) : 1.0),
-        behind_above_(kSample * (1.0 + 1.0 / std::max(world, 1u)) / 2) {}
+        behind_above_(kSample * (1.0 + 1.0 / std::max(world, 1u)) / 2),
+        start_above_(kSample * (3.0 + 1.0 / std::max(world, 1u)) / 4) {}
 
   // A multicast RESULT that names its completer (a round its deadline closed names none), its own
   // concessions' rounds included: they queue behind its DATA on a slow uplink.
@@ -53,7 +54,7 @@ class ConcedePolicy {
     seen_ += 1;
     mine_ += by_this_rank;
     if (seen_ < kSample) return;
-    const bool behind = mine_ > behind_above_, far_behind = mine_ > kStartAbove * kSample;
+    const bool behind = mine_ > behind_above_, far_behind = mine_ > start_above_;
     if (!behind)
       keep_ = std::min(keep_ * kRaise, 1.0);
     else if (keep_ < 1.0)
@@ -80,7 +81,8 @@ class ConcedePolicy {
  private:
   bool enabled_, fixed_;
   double keep_;
-  double behind_above_;                   // completions per sample above which this rank's path paces the job
+  // Completions per sample above which this rank is behind, and far enough behind to start conceding.
+  double behind_above_, start_above_;
   unsigned at_ = 0, with_data_ = kBlock;  // the next chunk's place in its block; its chunks with data
   bool was_far_behind_ = false;           // the last sample's verdict: conceding starts after two in a row
   unsigned seen_ = 0, mine_ = 0;
