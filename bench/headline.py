@@ -9,8 +9,8 @@ The recorded figures live in bench/headline.json; BENCHMARKS.md's table is gener
 (`--table`), and tests/python/test_docs_links.py fails when the two disagree. Each group of rows runs
 the existing benchmark that measured it (bench/suite.py, bench/mpi_library.py, bench/torch_testbed.py,
 bench/scale_bench.py, bench/straggler_bench.py, python -m gradswitch.baselines,
-build/bench/switch_loopback and engine_bench), with the recorded sizes; --quick takes fewer iterations and rounds (the same sizes, so the figures stay
-comparable, with more noise). Every row compares a ratio measured side by side in one run, or a share
+build/bench/switch_loopback and engine_bench), with the recorded sizes; --quick takes fewer
+iterations and rounds (the same sizes, so the figures stay comparable, with more noise). Every row compares a ratio measured side by side in one run, or a share
 of the link, so a loaded machine moves it less than an absolute time; but where the CPU bounds a row
 (engine, loopback, link, loss1, cpu-*) only a quiet machine gives the recorded figure, and the tool
 prints the load average and warns when it exceeded the CPUs.
