@@ -10,10 +10,11 @@ The recorded figures live in bench/headline.json; BENCHMARKS.md's table is gener
 the existing benchmark that measured it (bench/suite.py, bench/mpi_library.py, bench/torch_testbed.py,
 bench/scale_bench.py, bench/straggler_bench.py, python -m gradswitch.baselines,
 build/bench/switch_loopback and engine_bench), with the recorded sizes; --quick takes fewer
-iterations and rounds (the same sizes, so the figures stay comparable, with more noise). Every row compares a ratio measured side by side in one run, or a share
-of the link, so a loaded machine moves it less than an absolute time; but where the CPU bounds a row
-(engine, loopback, link, loss1, cpu-*) only a quiet machine gives the recorded figure, and the tool
-prints the load average and warns when it exceeded the CPUs.
+iterations and rounds (the same sizes, so the figures stay comparable, with more noise). Every row
+compares a ratio measured side by side in one run, or a share of the link, so a loaded machine moves
+it less than an absolute time; but where the CPU bounds a row (engine, loopback, link, loss1, cpu-*)
+only a quiet machine gives the recorded figure, and the tool prints the load average and warns when
+it exceeded the CPUs.
 
 A row whose figure is worse than the recorded one (the worse end of its recorded range) by more than
 --tolerance (default 20%) is REGRESSED; the exit status is then 3 (1 when a row could not run).
