@@ -442,4 +442,32 @@ TEST(a_conceder_that_keeps_up_never_pins_a_round) {
   CHECK_EQ(c.completed, uint64_t{96});
 }
 
+// fixed32 (§5): a slot's bootstrap round (count 0) and the data round after it, in the other version,
+// share (seq, offset). A conceder's arrival at the data round still shows that it holds the bootstrap
+// round's result, so the slot's next chunk, in the bootstrap round's version, is not held for it.
+TEST(a_conceded_fixed32_bootstrap_round_is_released_by_the_data_round_after_it) {
+  Job4 j(true, 3, GS_ELEM_FIXED32);
+  CHECK(j.id != 0);
+  auto data = [&](uint16_t rank, uint32_t offset, uint16_t count, uint8_t version, bool concede) {
+    const bool body = count > 0 && !concede;
+    std::vector<uint8_t> p(GS_HEADER_BYTES + (body ? 4 * count : 0), 0);
+    HeaderBuilder(GS_MSG_DATA, j.id, j.key)
+        .rank(rank)
+        .flags(static_cast<uint8_t>(version | (concede ? GS_FLAG_CONCEDE : 0)))
+        .elems(GS_ELEM_FIXED32, count)
+        .round(0, offset)
+        .exps(3, count ? 20 : GS_EXP_NONE)
+        .encode(p.data());
+    return j.engine.ingest(0, p.data(), p.size(), 1, Endpoint{});
+  };
+  for (uint16_t r = 0; r < 3; ++r) data(r, 0, 0, 0, false);          // the bootstrap round, version 0
+  CHECK_EQ(kind(data(3, 0, 0, 0, true)), int(IngestResult::kSend));  // conceded by rank 3: closed
+  for (uint16_t r = 0; r < 3; ++r) data(r, 0, 4, 1, false);          // its data round, version 1
+  CHECK_EQ(kind(data(3, 0, 4, 1, true)), int(IngestResult::kSend));
+  // The slot's next chunk (offset 8, two slots of 4 elements on) reuses version 0.
+  for (uint16_t r = 0; r < 3; ++r) CHECK_EQ(kind(data(r, 8, 4, 0, false)), int(IngestResult::kAbsorbed));
+  CHECK_EQ(kind(data(3, 8, 4, 0, false)), int(IngestResult::kSend));
+  CHECK_EQ(j.counters().drops_total(), uint64_t{0});
+}
+
 GS_TEST_MAIN()

@@ -39,6 +39,16 @@ size_t accum_bytes(const JobSpec& s) {
   return kAlign + round_up(gs_max_count(widest, s.payload_bytes) * 4);
 }
 
+// §3.1: does `sv` hold a round before round (seq, offset, count) of its slot, the slot's previous round
+// when it is in the other version? A slot's rounds follow one another in (seq, offset), but for fixed32's
+// bootstrap round (count 0, §5): its data round, in the other version, has the same (seq, offset).
+bool holds_earlier(const SlotVersion& sv, uint32_t seq, uint32_t offset, uint16_t count) {
+  const uint32_t held_seq = sv.seq.load(std::memory_order_relaxed);
+  const uint32_t held_offset = sv.offset.load(std::memory_order_relaxed);
+  return round_is_newer(seq, offset, held_seq, held_offset) ||
+         (seq == held_seq && offset == held_offset && sv.count == 0 && count != 0);
+}
+
 std::string check_membership(const JobSpec& spec) {
   const uint64_t all = spec.world >= 64 ? ~uint64_t{0} : (uint64_t{1} << spec.world) - 1;
   if (spec.members & ~all) return "members must be ranks of the job";
@@ -391,12 +401,11 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
 
 // §3.1, the release: `other` is the slot's other version, and the sender of `h` reached the round of
 // `h`. A worker starts a slot's round only once it holds the result of the slot's previous round, which
-// is in the other version when that holds an older round (it holds no older one than the previous:
+// is in the other version when that holds an earlier round (it holds none earlier than the previous:
 // the round of `h` was started by a rank holding the previous round's result).
 void Engine::reached_next(SlotVersion& other, const gs_header& h) {
   if (other.owed && other.state.load(std::memory_order_relaxed) == RoundState::kComplete &&
-      round_is_newer(h.seq, h.offset, other.seq.load(std::memory_order_relaxed),
-                     other.offset.load(std::memory_order_relaxed)))
+      holds_earlier(other, h.seq, h.offset, h.count))
     other.owed &= ~(uint64_t{1} << h.rank);
 }
 
@@ -839,9 +848,8 @@ IngestResult& Engine::close_partial(unsigned thread, Job& job, uint16_t slot, ui
   // (the other version's, when that holds an older round: reached_next()), whose result it may have lost.
   SlotVersion& previous = job.slots[slot].version[version ^ 1];
   if (unreached && previous.state.load(std::memory_order_relaxed) == RoundState::kComplete &&
-      round_is_newer(sv.seq.load(std::memory_order_relaxed), sv.offset.load(std::memory_order_relaxed),
-                     previous.seq.load(std::memory_order_relaxed),
-                     previous.offset.load(std::memory_order_relaxed)))
+      holds_earlier(previous, sv.seq.load(std::memory_order_relaxed),
+                    sv.offset.load(std::memory_order_relaxed), sv.count))
     previous.owed |= unreached;
   sv.partial = true;
   sv.completer = completer;
