@@ -32,7 +32,7 @@ enum class DropReason : uint8_t {
   kUplinkStale,   // leaf: a spine RESULT for no round that waits for one (a second answer, or old)
   kRankLeft,      // from a rank that left the job with LEAVE
   kLate,          // a contribution to a round its deadline closed without it: answered with the result
-  kPinned,        // a new round for a slot version whose partial result a late rank has not fetched yet
+  kPinned,        // a new round for a slot version whose round a rank may still lack (§3.1: its pins)
   kCount_
 };
 inline constexpr size_t kDropReasons = static_cast<size_t>(DropReason::kCount_);

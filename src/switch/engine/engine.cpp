@@ -39,6 +39,16 @@ size_t accum_bytes(const JobSpec& s) {
   return kAlign + round_up(gs_max_count(widest, s.payload_bytes) * 4);
 }
 
+// §3.1: does `sv` hold a round before round (seq, offset, count) of its slot, the slot's previous round
+// when it is in the other version? A slot's rounds follow one another in (seq, offset), but for fixed32's
+// bootstrap round (count 0, §5): its data round, in the other version, has the same (seq, offset).
+bool holds_earlier(const SlotVersion& sv, uint32_t seq, uint32_t offset, uint16_t count) {
+  const uint32_t held_seq = sv.seq.load(std::memory_order_relaxed);
+  const uint32_t held_offset = sv.offset.load(std::memory_order_relaxed);
+  return round_is_newer(seq, offset, held_seq, held_offset) ||
+         (seq == held_seq && offset == held_offset && sv.count == 0 && count != 0);
+}
+
 std::string check_membership(const JobSpec& spec) {
   const uint64_t all = spec.world >= 64 ? ~uint64_t{0} : (uint64_t{1} << spec.world) - 1;
   if (spec.members & ~all) return "members must be ranks of the job";
@@ -389,6 +399,16 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   return r;
 }
 
+// §3.1, the release: `other` is the slot's other version, and the sender of `h` reached the round of
+// `h`. A worker starts a slot's round only once it holds the result of the slot's previous round, which
+// is in the other version when that holds an earlier round (it holds none earlier than the previous:
+// the round of `h` was started by a rank holding the previous round's result).
+void Engine::reached_next(SlotVersion& other, const gs_header& h) {
+  if (other.owed && other.state.load(std::memory_order_relaxed) == RoundState::kComplete &&
+      holds_earlier(other, h.seq, h.offset, h.count))
+    other.owed &= ~(uint64_t{1} << h.rank);
+}
+
 // A rank's DATA: its contribution to the round of its slot version.
 void Engine::ingest_data(unsigned thread, Arrival& a) {
   Job* job = admit_data(thread, a);
@@ -402,6 +422,12 @@ void Engine::ingest_data(unsigned thread, Arrival& a) {
   const uint32_t held_seq = sv.seq.load(std::memory_order_relaxed);
   const uint32_t held_offset = sv.offset.load(std::memory_order_relaxed);
   const bool same_round = state != RoundState::kEmpty && h.seq == held_seq && h.offset == held_offset;
+  // §3.1: the sender's arrival at this round, or at a newer one than the version holds (not a stale
+  // resend), proves it holds the slot's previous round's result: that round stops waiting for it.
+  if (job->spec.deadline_ns &&
+      (same_round || state == RoundState::kEmpty ||
+       (state == RoundState::kComplete && round_is_newer(h.seq, h.offset, held_seq, held_offset))))
+    reached_next(job->slots[h.slot].version[version ^ 1], h);
 
   // 2. A retransmission of a completed round: the shadow copy answers it.
   if (same_round && state == RoundState::kComplete) {
@@ -572,15 +598,17 @@ void Engine::answer_from_shadow(Arrival& a, const Job& job, SlotVersion& sv, uin
   r.count = sv.count;
 }
 
-// 2, for a round its deadline closed without the sender (§3.1): the contribution is dropped (late),
+// 2', for a round its deadline closed without the sender (§3.1): the contribution is dropped (late),
 //    and the sender gets the round's result, so that every rank holds the same values. Once per
 //    owed rank unless it is a resend: a copy the network made of a late DATA is not answered again.
+//    The sender stays owed: the answer may be lost, and only its arrival at the slot's next round
+//    shows that it holds the result.
 void Engine::answer_late(Arrival& a, const Job& job, SlotVersion& sv) {
   const uint64_t bit = uint64_t{1} << a.h.rank;
-  const bool owed = (sv.owed & bit) != 0;
-  sv.owed &= ~bit;
+  const bool first = (sv.owed & bit) && !(sv.late & bit);
+  sv.late |= bit;
   a.drop(DropReason::kLate);
-  if (owed || (a.h.flags & GS_FLAG_RETX)) answer_from_shadow(a, job, sv, GS_FLAG_PARTIAL);
+  if (first || (a.h.flags & GS_FLAG_RETX)) answer_from_shadow(a, job, sv, GS_FLAG_PARTIAL);
 }
 
 // An ABORT with the reason, to the sender (`dest`, a rank) or, when this packet aborted the job, to
@@ -715,8 +743,8 @@ bool Engine::open_round(Arrival& a, SlotVersion& sv, RoundState state, uint32_t 
     return false;
   }
   if (sv.owed) {
-    // A partial round's shadow copy is the only place its late ranks' result is (§3.1). A rank
-    // that sends a newer round here holds that result (it reuses a version only after its result).
+    // The shadow copy is the only place its owed ranks' result is (§3.1). A rank that sends a newer
+    // round here holds that result (it reuses a version only after its result).
     sv.owed &= ~(uint64_t{1} << h.rank);
     if (sv.owed) {
       a.drop(DropReason::kPinned);
@@ -738,6 +766,7 @@ bool Engine::open_round(Arrival& a, SlotVersion& sv, RoundState state, uint32_t 
   sv.told_ns = 0;
   sv.overdue = false;
   sv.partial = false;
+  sv.late = 0;
   if (a.concede) {
     // A concession opens the round with nothing summed (§3.1): the sum starts at zero.
     if (sums_in_fp32(h.elem_type))
@@ -812,11 +841,20 @@ IngestResult& Engine::finish_round(unsigned thread, Job& job, uint16_t slot, uin
 IngestResult& Engine::close_partial(unsigned thread, Job& job, uint16_t slot, uint8_t version,
                                     IngestResult& r, uint64_t now_ns, uint16_t completer) {
   SlotVersion& sv = job.slots[slot].version[version];
-  sv.owed = job.members & ~reached(sv);  // a conceder reached the round: it is owed nothing (§3.1)
+  // §3.1, the pins. The members that did not reach the round, and its conceders, still need its result.
+  const uint64_t unreached = job.members & ~reached(sv);
+  sv.owed |= job.members & ~sv.seen.load(std::memory_order_relaxed);
+  // A member that did not reach it has not shown that it holds the slot's previous round either
+  // (the other version's, when that holds an older round: reached_next()), whose result it may have lost.
+  SlotVersion& previous = job.slots[slot].version[version ^ 1];
+  if (unreached && previous.state.load(std::memory_order_relaxed) == RoundState::kComplete &&
+      holds_earlier(previous, sv.seq.load(std::memory_order_relaxed),
+                    sv.offset.load(std::memory_order_relaxed), sv.count))
+    previous.owed |= unreached;
   sv.partial = true;
   sv.completer = completer;
   sv.completed_by_resend = false;
-  const auto missing = static_cast<uint64_t>(__builtin_popcountll(sv.owed));
+  const auto missing = static_cast<uint64_t>(__builtin_popcountll(unreached));
   JobThreadState& js = job.per_thread[thread];
   counter_add(js.counters.partial);
   counter_add(threads_[thread].totals.partial);

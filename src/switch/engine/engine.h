@@ -324,6 +324,9 @@ class Engine {
   // GS_RANK_ALL (its deadline did, or the quorum's contribution past it).
   IngestResult& close_partial(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
                               uint64_t now_ns, uint16_t completer = GS_RANK_ALL);
+  // §3.1: the sender of `h` reached its round, so it holds the slot's previous round (`other`, the
+  // slot's other version, when that holds an older round): that round owes it nothing more.
+  [[gnu::always_inline]] inline static void reached_next(SlotVersion& other, const gs_header& h);
   // 2. for a partial round: DATA from a member the round closed without.
   static void answer_late(Arrival& a, const Job& job, SlotVersion& sv);
   static void answer_from_shadow(Arrival& a, const Job& job, SlotVersion& sv, uint8_t flags);

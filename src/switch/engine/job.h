@@ -65,11 +65,15 @@ struct SlotVersion {
   // Bounded-time rounds (docs/protocol.md §3.1). `overdue`: the deadline passed before the quorum
   // arrived, so the contribution that reaches it closes the round. `partial`: the round closed
   // without every member (its RESULT carries PARTIAL and the contributor trailer). `owed`: members
-  // it closed without that have not been answered yet; while any is, the version takes no new round
-  // (its shadow copy is the only place their result is).
+  // that may still lack the round's result: those a partial round closed without, its conceders,
+  // and (a complete round) those the slot's next round closed without; each until it arrives at the
+  // slot's next round, which it starts only with this round's result. While any is, the version
+  // takes no new round (its shadow copy is the only place their result is). `late`: members whose
+  // late DATA or concession (step 2') was answered once; a copy without RETX is not answered again.
   bool overdue = false;
   bool partial = false;
   uint64_t owed = 0;
+  uint64_t late = 0;
   // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
   // types accumulate in place here (the payload starts 32-byte aligned); sums_in_fp32 types
   // accumulate in `accum` and are narrowed at the end. A leaf sends a round up from the same memory:
