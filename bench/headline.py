@@ -8,12 +8,13 @@
 The recorded figures live in bench/headline.json; BENCHMARKS.md's table is generated from that file
 (`--table`), and tests/python/test_docs_links.py fails when the two disagree. Each group of rows runs
 the existing benchmark that measured it (bench/suite.py, bench/mpi_library.py, bench/torch_testbed.py,
-bench/scale_bench.py, python -m gradswitch.baselines, build/bench/switch_loopback and engine_bench),
-with the recorded sizes; --quick takes fewer iterations and rounds (the same sizes, so the figures stay
-comparable, with more noise). Every row compares a ratio measured side by side in one run, or a share
-of the link, so a loaded machine moves it less than an absolute time; but where the CPU bounds a row
-(engine, loopback, link, loss1, cpu-*) only a quiet machine gives the recorded figure, and the tool
-prints the load average and warns when it exceeded the CPUs.
+bench/scale_bench.py, bench/straggler_bench.py, python -m gradswitch.baselines,
+build/bench/switch_loopback and engine_bench), with the recorded sizes; --quick takes fewer
+iterations and rounds (the same sizes, so the figures stay comparable, with more noise). Every row
+compares a ratio measured side by side in one run, or a share of the link, so a loaded machine moves
+it less than an absolute time; but where the CPU bounds a row (engine, loopback, link, loss1, cpu-*)
+only a quiet machine gives the recorded figure, and the tool prints the load average and warns when
+it exceeded the CPUs.
 
 A row whose figure is worse than the recorded one (the worse end of its recorded range) by more than
 --tolerance (default 20%) is REGRESSED; the exit status is then 3 (1 when a row could not run).
@@ -232,6 +233,23 @@ class Runner:
                 failed = f"no iteration time for {cfg} or gloo-ddp (see {d})"
                 got[rid] = ratio(("gloo", res.get("gloo-ddp")), (cfg, res.get(cfg)), failed)
         return got
+
+    def group_straggler(self, ids: set[str]) -> dict:
+        """Rank 3's uplink at 1/10 (bench/straggler_bench.py): exact mode against the deadline mode whose
+        ranks concede (docs/protocol.md §3.1), in the same launches."""
+        d = self.out / "straggler"
+        cmd = [sys.executable, str(HERE / "straggler_bench.py"), "--scenarios", "none,slow-uplink"]
+        cmd += ["--configs", "gs-ddp,gs-concede-ddp", "--rounds", "1" if self.quick else "2"]
+        self.run("straggler_bench", cmd + ["--iters", "3", "--out", str(d)], timeout=900)
+        runs = json.loads((d / "results.json").read_text())["runs"]
+
+        def median(cfg: str) -> float | None:
+            ts = [r["iteration_s"] for r in runs if r["scenario"] == "slow-uplink" and r["config"] == cfg]
+            return statistics.median(ts) if ts else None
+
+        failed = f"no slow-uplink iteration for gs-ddp or gs-concede-ddp (see {d})"
+        exact, conceding = ("exact mode", median("gs-ddp")), ("conceding", median("gs-concede-ddp"))
+        return {"straggler": ratio(exact, conceding, failed)}
 
     def group_models(self, ids: set[str]) -> dict:
         """The convnet and the transformer (bench/ddp_models.py): gloo DDP and the switch's, a launch each."""

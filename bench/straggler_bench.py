@@ -1,7 +1,8 @@
 """Bounded-time rounds against stragglers and loss on the emulated testbed (issue 39): bench/
 torch_iteration.py's DDP MLP over gloo (gloo-ddp), gradswitch's default exact mode (gs-ddp) and
-gradswitch with deadline_us/quorum (gs-deadline-ddp, docs/protocol.md §3.1), side by side in each
-launch, in every scenario:
+gradswitch with deadline_us/quorum (gs-deadline-ddp, docs/protocol.md §3.1) and the same with every
+rank allowed to concede (gs-concede-ddp, §3.1 "Concede"), side by side in each launch, in every
+scenario:
 
     none          no straggler
     slow-link     the straggler's link (both directions) at 1/10 of --rate
@@ -31,25 +32,14 @@ import copy
 import json
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-from torch_testbed import launch
+from torch_testbed import launch, shape
 
 from gradswitch.testbed import Testbed, parse_rate
-from gradswitch.testbed.base import HOST_IF, HOST_QUEUE_BYTES
 
 SCENARIOS = ("none", "slow-link", "slow-uplink", "slow-compute", "loss1")
-CONFIGS = ("gloo-ddp", "gs-ddp", "gs-deadline-ddp")
-
-
-def shape(tb, host: str, rate: int, down: bool) -> None:
-    """host's link at `rate`: its uplink (the host's egress), and with `down` the switch port's egress
-    too, with the queues bridge.py gives them."""
-    lk = replace(tb.link, rate=rate)
-    tb._shape(host, HOST_IF, lk, max(lk.tbf_params()[1], HOST_QUEUE_BYTES))
-    if down:
-        tb._shape("switch", tb.port(host), lk)
+CONFIGS = ("gloo-ddp", "gs-ddp", "gs-deadline-ddp", "gs-concede-ddp")
 
 
 def set_scenario(tb, a, scenario: str, on: bool) -> list[str]:
@@ -97,7 +87,7 @@ def summarize(runs: list[dict], a) -> str:
         "|---|---|---:|---:|---:|---:|",
     ]
     for sc in a.scenarios:
-        for c in CONFIGS:
+        for c in a.configs:
             xs = [x for x in runs if x["scenario"] == sc and x["config"] == c]
             if not xs:
                 continue
@@ -139,11 +129,15 @@ def parse_args(argv=None):
     p.add_argument("--slow-compute", type=float, default=2.0, help="the slow-compute straggler's factor")
     p.add_argument("--loss", type=float, default=0.01, help="loss1: drop probability per link and direction")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
+    p.add_argument("--configs", default=",".join(CONFIGS), help=f"some of {','.join(CONFIGS)}")
     p.add_argument("--slots", type=int, default=256, help="gradswitchd --slots")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per launch")
     p.add_argument("--out", type=Path, default=Path("/tmp/straggler-bench"))
     a = p.parse_args(argv)
     a.scenarios = [s for s in a.scenarios.split(",") if s]
+    a.configs = [c for c in a.configs.split(",") if c]
+    if not a.configs or any(c not in CONFIGS for c in a.configs):
+        p.error(f"--configs: choose from {','.join(CONFIGS)}")
     bad = [s for s in a.scenarios if s not in SCENARIOS]
     if bad or "none" not in a.scenarios:
         p.error(f"--scenarios: {bad or 'none is missing'}; choose from {','.join(SCENARIOS)}, none included")
@@ -162,7 +156,7 @@ def main(argv=None) -> int:
         for rnd in range(a.rounds):
             order = a.scenarios if rnd % 2 == 0 else a.scenarios[::-1]
             for sc in order:
-                configs = list(CONFIGS) if rnd % 2 == 0 else list(CONFIGS[::-1])
+                configs = list(a.configs) if rnd % 2 == 0 else list(a.configs[::-1])
                 rep = one_launch(tb, a, sc, configs, a.out / f"round{rnd}-{sc}")
                 for r in rep["results"]:
                     rec = {"round": rnd, "scenario": sc, "config": r["config"], "missed": None}

@@ -15,7 +15,9 @@ Configurations: gloo-ddp (DDP over gloo's ring allreduce), gs-ddp (DDP over the 
 group, 25 MB buckets), gs-ring-ddp (the same over the ring among the workers, algorithm="ring", paper
 001), gs-overlap[:KB] (ChunkedOverlap, chunks of KB KiB), gs-hook (DDP over gloo with
 gradswitch's allreduce_hook), gs-deadline-ddp (gs-ddp with bounded-time rounds, --deadline-us and
---quorum, docs/protocol.md §3.1), local (no communication: the compute-only reference). Suffixes (issue 38):
+--quorum, docs/protocol.md §3.1), gs-concede-ddp (gs-deadline-ddp whose ranks concede chunks while their
+uplink paces the job, Options.concede, §3.1 "Concede"), local (no communication: the compute-only
+reference). Suffixes (issue 38):
 +coo makes the gradients of nn.Embedding and nn.EmbeddingBag layers sparse COO tensors (sparse=True),
 +sparse / +auto run that configuration with the default gradswitch group's Options.sparse "on" / "auto"
 (docs/torch.md "Sparse gradients"), e.g. gs-ddp+coo+sparse. For each it reports
@@ -108,8 +110,9 @@ def parse_args(argv=None):
         p.error("--iters must be at least 1 and --warmup at least 0")
     if a.slow_compute < 1.0 or (a.slow_compute > 1.0) != (a.slow_rank is not None):
         p.error("--slow-compute F (at least 1) and --slow-rank R go together")
-    if "gs-deadline-ddp" in a.configs and a.deadline_us is None:
-        p.error("configuration gs-deadline-ddp needs --deadline-us")
+    for c in ("gs-deadline-ddp", "gs-concede-ddp"):
+        if c in a.configs and a.deadline_us is None:
+            p.error(f"configuration {c} needs --deadline-us")
     return a
 
 
@@ -126,7 +129,7 @@ def expand_configs(args) -> list[str]:
 
 def _wrap(name: str, model, args, gloo_pg, state, pgs):
     """(the module to call, the ChunkedOverlap or None) of configuration `name`; pgs: the process
-    groups of gs-ring-ddp and gs-deadline-ddp."""
+    groups of gs-ring-ddp, gs-deadline-ddp and gs-concede-ddp."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import gradswitch.torch as gst
@@ -326,6 +329,9 @@ def worker(rank: int, world: int, args) -> list[dict]:
     extra = {
         "gs-ring-ddp": {"algorithm": "ring"},
         "gs-deadline-ddp": {"deadline_us": args.deadline_us, "quorum": args.quorum, "job": "deadline"},
+        "gs-concede-ddp": {
+            "deadline_us": args.deadline_us, "quorum": args.quorum, "concede": True, "job": "concede",
+        },
     }
     pgs = {
         c: dist.new_group(

@@ -14,6 +14,8 @@ Prints rank 0's report: per configuration the iteration time, the loss of every 
 (with a `local` configuration: forward + max(backward, first gradient + wire time) + step of the
 no-communication run) and the speed-ups. Other torch_iteration.py options (--wire, --width, --vocab, ...)
 go after `--` (with --digits: train_ddp.py's, e.g. -- --deadline-us 5000 --slow-rank 3 --slow-ms 20).
+--slow-uplink R puts rank R's uplink at 1/10 of --rate (with --digits ... -- --deadline-us D --concede:
+issue 39's bandwidth straggler).
 """
 
 from __future__ import annotations
@@ -24,15 +26,26 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gradswitch._paths import switch_binary
-from gradswitch.testbed import Testbed
+from gradswitch.testbed import Testbed, parse_rate
+from gradswitch.testbed.base import HOST_IF, HOST_QUEUE_BYTES
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from ddp_models import MODELS  # noqa: E402
+
+
+def shape(tb, host: str, rate: int, down: bool) -> None:
+    """host's link at `rate`: its uplink (the host's egress), and with `down` the switch port's egress
+    too, with the queues bridge.py gives them."""
+    lk = replace(tb.link, rate=rate)
+    tb._shape(host, HOST_IF, lk, max(lk.tbf_params()[1], HOST_QUEUE_BYTES))
+    if down:
+        tb._shape("switch", tb.port(host), lk)
 
 
 def start_switch(tb, out: Path, slots: int):
@@ -237,10 +250,21 @@ def parse_args(argv=None):
     p.add_argument("--target-accuracy", type=float, default=95.0, help="with --digits: test accuracy, %%")
     p.add_argument("--epochs", type=int, default=10, help="with --digits: epochs per run")
     p.add_argument("--loss", type=float, default=0.0, help="random loss per link and direction")
+    p.add_argument(
+        "--slow-uplink",
+        type=int,
+        default=None,
+        metavar="RANK",
+        help="RANK's uplink (worker to switch) at 1/10 of --rate: a bandwidth straggler (issue 39)",
+    )
     p.add_argument("extra", nargs="*", help="after --: more torch_iteration.py (train_ddp.py) options")
     a = p.parse_args(argv)
     if a.workers < 2 or a.iters < 1 or a.repeat < 1 or a.epochs < 1:
         p.error("--workers must be at least 2, --iters, --repeat and --epochs at least 1")
+    if a.slow_uplink is not None and not 0 <= a.slow_uplink < a.workers:
+        p.error(f"--slow-uplink {a.slow_uplink}: a rank in 0..{a.workers - 1}")
+    if a.slow_uplink is not None and parse_rate(a.rate) is None:
+        p.error("--slow-uplink needs a shaped link (--rate)")
     if not 0 < a.target_accuracy <= 100:
         p.error(f"--target-accuracy {a.target_accuracy}: a percentage in (0, 100]")
     return a
@@ -250,6 +274,8 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     with Testbed(workers=a.workers, rate=a.rate, loss=a.loss, name="tt") as tb:
+        if a.slow_uplink is not None:
+            shape(tb, f"w{a.slow_uplink}", tb.link.rate // 10, down=False)
         if a.digits:
             digits(tb, a)
         elif a.repeat > 1:

@@ -111,6 +111,11 @@ def parse_args(argv=None):
     )
     p.add_argument("--deadline-us", type=int, default=None, help="Options.deadline_us (off by default)")
     p.add_argument("--quorum", type=int, default=None, help="Options.quorum, with --deadline-us")
+    p.add_argument(
+        "--concede",
+        action="store_true",
+        help="Options.concede, with --deadline-us: a rank whose uplink paces the job concedes chunks",
+    )
     p.add_argument("--slow-rank", type=int, default=None, help="the straggler of --slow-ms")
     p.add_argument("--slow-ms", type=float, default=0.0, help="its sleep before every backward pass")
     p.add_argument("--epochs", type=int, default=10)
@@ -138,6 +143,8 @@ def parse_args(argv=None):
         )
     if a.deadline_us is not None and (a.backend, a.mode) != ("gradswitch", "ddp"):
         p.error("--deadline-us needs --backend gradswitch --mode ddp")
+    if a.concede and a.deadline_us is None:
+        p.error("--concede needs --deadline-us")
     if a.slow_ms < 0 or (a.slow_ms > 0) != (a.slow_rank is not None):
         p.error("--slow-ms MS (positive) and --slow-rank R go together")
     if a.target_accuracy is not None and not 0 < a.target_accuracy <= 100:
@@ -164,7 +171,7 @@ def deadline_counts() -> dict:
 
     group = gst.gradswitch_group()
     stats = group.group.stats() if group else {}
-    keys = ("partial_results", "missed_contributions", "straggler_reports")
+    keys = ("partial_results", "missed_contributions", "straggler_reports", "conceded_rounds")
     return {k: stats.get(k, 0) for k in keys} if group else {}
 
 
@@ -190,7 +197,7 @@ def train(args) -> dict:
     torch.set_num_threads(args.threads)
     switch = start_switch_if_needed(args)
     pg_backend = "gloo" if (args.backend == "gloo" or args.mode == "hook") else "gradswitch"
-    deadline = {"deadline_us": args.deadline_us, "quorum": args.quorum}
+    deadline = {"deadline_us": args.deadline_us, "quorum": args.quorum, "concede": args.concede}
     feedback = {"error_feedback": args.error_feedback}
     pg_options = gst.Options(wire=args.wire, **deadline, **feedback) if pg_backend == "gradswitch" else None
     dist.init_process_group(pg_backend, pg_options=pg_options)

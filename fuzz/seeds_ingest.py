@@ -1,5 +1,7 @@
 """Writes a seed corpus for fuzz_ingest: valid DATA packets of the fuzz target's three jobs, every element
-type, and for the job with a deadline rounds that only the quorum (ranks 0 and 1) contributes to.
+type, and for the job with a deadline rounds that only the quorum (ranks 0 and 1) contributes to, and
+rounds that ranks concede (a header-only DATA with CONCEDE, protocol.md 3.1): closed at once, resent,
+below the quorum, by every rank; and concessions to the jobs without a deadline (bad_length).
 
 Usage: python3 fuzz/seeds_ingest.py DIR
 """
@@ -13,6 +15,7 @@ JOBS = [(0x100, 0x11111111, 2, 64), (0x201, 0x22222222, 3, 64), (0x302, 0x333333
 # elem_type -> (struct code of one element, element size): wire.h's gs_elem_type
 ELEMS = {1: ("i", 4), 2: ("f", 4), 3: ("i", 4), 4: ("e", 2), 5: ("H", 2), 6: ("d", 8)}
 MX8 = 7  # 32 elements per 33 bytes
+RETX, CONCEDE = 0x02, 0x80  # wire.h's gs_flags
 
 
 def packet(job, key, rank, slot, version, seq, offset, values, elem_type=1):
@@ -43,6 +46,12 @@ def packet(job, key, rank, slot, version, seq, offset, values, elem_type=1):
     return header + struct.pack(f"<{len(values)}{code}", *values)
 
 
+def concession(job, key, rank, slot, flags, seq, offset, count, elem_type=1):
+    """A DATA with CONCEDE: the header of the chunk's DATA (its count and type), no payload."""
+    header = packet(job, key, rank, slot, flags | CONCEDE, seq, offset, [], elem_type)
+    return header[:18] + struct.pack(">H", count) + header[20:]
+
+
 def framed(packets):
     return b"".join(struct.pack("<H", len(p)) + p for p in packets)
 
@@ -69,6 +78,17 @@ def main():
             late = [packet(job, key, 2, s, 0, 3, s * 8, [3] * 8) for s in range(4)]
             # 300 bytes of junk between: the fuzz target's clock passes the deadline
             (out / f"job{i}_quorum").write_bytes(framed([*quorum, bytes(300), *late]))
+        # concessions (in the jobs without a deadline: bad_length): the last rank concedes each round
+        # of seq 5, which closes it at once, then resends the concession (RETX); seq 6 (version 1):
+        # every rank but rank 0 concedes, below the quorum; seq 7: every rank concedes float16 rounds
+        last = world - 1
+        given = [packet(job, key, r, s, 0, 5, s * 8, [r + 1] * 8) for s in range(4) for r in range(last)]
+        conceded = [concession(job, key, last, s, 0, 5, s * 8, 8) for s in range(4)]
+        resent = [concession(job, key, last, s, RETX, 5, s * 8, 8) for s in range(4)]
+        alone = [concession(job, key, r, s, 1, 6, s * 8, 8) for s in range(4) for r in range(1, world)]
+        alone += [packet(job, key, 0, s, 1, 6, s * 8, [1] * 8) for s in range(4)]
+        everyone = [concession(job, key, r, s, 0, 7, s * 8, 8, 4) for s in range(4) for r in range(world)]
+        (out / f"job{i}_concede").write_bytes(framed(given + conceded + resent + alone + everyone))
         mx8 = [packet(job, key, r, s, 0, 4, s * 32, [1.0] * 32, MX8) for s in range(4) for r in range(world)]
         (out / f"job{i}_mx8").write_bytes(framed(mx8))
         for elem_type, (_, size) in ELEMS.items():

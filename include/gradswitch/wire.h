@@ -92,6 +92,10 @@ enum gs_flags {
    * its deadline without every member's contribution; the datagram ends with GS_PARTIAL_TRAILER_BYTES
    * naming the contributors. Only a job that asked for it at JOIN ever receives it. */
   GS_FLAG_PARTIAL = 0x40,
+  /* DATA of a job that joined with deadline_us= (docs/protocol.md section 3.1): a header without
+   * payload (`count` and `elem_type` as the chunk's DATA would carry) by which the sender arrives at
+   * the round without contributing; the round closes as soon as every member arrived. */
+  GS_FLAG_CONCEDE = 0x80,
 };
 
 enum gs_abort_reason {
@@ -117,7 +121,8 @@ enum gs_abort_reason {
  *                       ABORT: rank at fault or GS_RANK_ALL; HELD: GS_RANK_ALL (its body tells each
  *                       receiver why it got it)
  *   14   2  slot       slot index within the job's pool
- *   16   1  flags      gs_flags (GS_FLAG_PARTIAL: a RESULT followed by a contributor trailer)
+ *   16   1  flags      gs_flags (GS_FLAG_PARTIAL: a RESULT followed by a contributor trailer;
+ *                       GS_FLAG_CONCEDE: a DATA that is this header alone, its `count` none of it)
  *   17   1  elem_type  gs_elem_type
  *   18   2  count      elements in the payload
  *   20   4  seq        sequence number of the allreduce in the job (wraps)

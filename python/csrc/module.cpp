@@ -144,7 +144,8 @@ NB_MODULE(_core, m) {
              const std::string& algorithm, const std::vector<std::string>& peers, nb::object peer_exchange,
              unsigned ring_slots, uint32_t ring_payload, const std::string& bind_ip,
              const std::string& tenant, const std::string& secret, const std::string& types,
-             uint32_t deadline_us, unsigned quorum, bool rescale, unsigned straggler_report) {
+             uint32_t deadline_us, unsigned quorum, bool rescale, unsigned straggler_report, bool concede,
+             double concede_keep) {
             Options o;
             o.switch_addr = switch_addr;
             o.job = job;
@@ -175,6 +176,8 @@ NB_MODULE(_core, m) {
             o.quorum = quorum;
             o.rescale = rescale;
             o.straggler_report = straggler_report;
+            o.concede = concede;
+            o.concede_keep = concede_keep;
             if (!peer_exchange.is_none()) {
               // Called on this thread during connect only; the caller keeps the callable alive.
               PyObject* fn = peer_exchange.ptr();
@@ -198,7 +201,8 @@ NB_MODULE(_core, m) {
           "optimizer_keys"_a = std::vector<std::pair<std::string, std::string>>(), "algorithm"_a = "switch",
           "peers"_a = std::vector<std::string>(), "peer_exchange"_a = nb::none(), "ring_slots"_a = 256,
           "ring_payload"_a = 1440, "bind_ip"_a = "", "tenant"_a = "", "secret"_a = "", "types"_a = "",
-          "deadline_us"_a = 0, "quorum"_a = 0, "rescale"_a = true, "straggler_report"_a = 10)
+          "deadline_us"_a = 0, "quorum"_a = 0, "rescale"_a = true, "straggler_report"_a = 10,
+          "concede"_a = false, "concede_keep"_a = -1.0)
       .def(
           "allreduce",
           [](PyGroup& self, nb::ndarray<> x) {
@@ -307,6 +311,7 @@ NB_MODULE(_core, m) {
              d["partial_results"] = s.partial_results;
              d["missed_contributions"] = s.missed_contributions;
              d["straggler_reports"] = s.straggler_reports;
+             d["conceded_rounds"] = s.conceded_rounds;
              return d;
            })
       .def_prop_ro("rank", [](PyGroup& s) { return s.get().options().rank; })

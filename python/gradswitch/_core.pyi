@@ -55,6 +55,8 @@ class Group:
         quorum: int = 0,
         rescale: bool = True,
         straggler_report: int = 10,
+        concede: bool = False,
+        concede_keep: float = -1.0,
     ) -> None: ...
     def allreduce(self, x: Any) -> None:
         """Sums x over all ranks in place. When it raises, x is undefined: the elements whose rounds

@@ -495,6 +495,13 @@ class ConnectOptions:
         contributors (default True; False leaves the sum of those present). int32 chunks stay as summed.
     straggler_report: a rank missing from this many allreduces in a row is reported (a warning and
         stats()["straggler_reports"]; default 10).
+    concede: with a deadline, this rank sends header-only concedes (docs/protocol.md §3.1, "Concede")
+        for a share of its chunks while its own DATA completes most rounds, i.e. while its uplink paces
+        the job, and sends them with data again as it catches up (default False). The chunks it
+        concedes are summed without it and rescaled like any partial chunk; stats()["conceded_rounds"]
+        counts them. For a rank with a slower link than the others'; a healthy rank never concedes.
+    concede_keep: test hook: a fixed share (0..1) of chunks sent with data instead of the policy
+        (default None).
 
     The values are checked by connect(), with the same errors whichever way they were given.
     """
@@ -523,6 +530,8 @@ class ConnectOptions:
     quorum: int | None = None
     rescale: bool = True
     straggler_report: int = 10
+    concede: bool = False
+    concede_keep: float | None = None
 
 
 class _Default:
@@ -568,6 +577,8 @@ def connect(
     quorum: int | None = _DEFAULT["quorum"],
     rescale: bool = _DEFAULT["rescale"],
     straggler_report: int = _DEFAULT["straggler_report"],
+    concede: bool = _DEFAULT["concede"],
+    concede_keep: float | None = _DEFAULT["concede_keep"],
     options: ConnectOptions | None = None,
 ) -> Group:
     """Joins `job` as `rank` of `world_size` at the switch `switch` ("host:port" of its control port).
@@ -621,7 +632,9 @@ def connect(
     round that long after its first contribution with the contributions present (at least `quorum`),
     and every rank receives the same partial sum; float chunks are rescaled to world_size/contributors
     (`rescale`). Handle.missed() and stats()["missed_contributions"] say how many contributions were
-    missing; a rank missing from `straggler_report` allreduces in a row is reported.
+    missing; a rank missing from `straggler_report` allreduces in a row is reported. With `concede`,
+    a rank whose uplink paces the job concedes a share of its chunks (arrives without its values) so
+    that their rounds close at once.
 
     Optimization in the switch (docs/optimizer.md): `optimizer=dict(algo="adam", lr=1e-3, ...)` makes
     the switch hold the fp32 parameters and the optimizer state; every rank must pass the same dict
@@ -701,6 +714,19 @@ def _checked(o: ConnectOptions) -> ConnectOptions:
     if not isinstance(o.rescale, bool):
         raise TypeError(f"gradswitch: rescale must be True or False, got {o.rescale!r}")
     _int_arg("straggler_report", o.straggler_report, 1, 2**31 - 1)
+    if not isinstance(o.concede, bool):
+        raise TypeError(f"gradswitch: concede must be True or False, got {o.concede!r}")
+    if o.concede_keep is not None and (
+        isinstance(o.concede_keep, bool)
+        or not isinstance(o.concede_keep, (int, float))
+        or not 0 <= o.concede_keep <= 1
+    ):
+        raise ValueError(f"gradswitch: concede_keep must be a number in [0, 1], got {o.concede_keep!r}")
+    if (o.concede or o.concede_keep is not None) and o.deadline_us is None:
+        raise ValueError(
+            "gradswitch: concede= needs deadline_us= (only a job with bounded-time rounds closes a round "
+            "without a rank)"
+        )
     drop_rate = o.drop_rate
     if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float, np.floating, np.integer)):
         raise TypeError(f"gradswitch: drop_rate must be a number in [0, 1), got {drop_rate!r}")
@@ -769,4 +795,6 @@ def _native_group(
         quorum=o.quorum or 0,
         rescale=o.rescale,
         straggler_report=o.straggler_report,
+        concede=o.concede,
+        concede_keep=-1.0 if o.concede_keep is None else float(o.concede_keep),
     )

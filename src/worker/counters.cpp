@@ -33,6 +33,7 @@ Stats Counters::snapshot() const {
   s.partial_results = r(partial_results);
   s.missed_contributions = r(missed_contributions);
   s.straggler_reports = r(straggler_reports);
+  s.conceded_rounds = r(conceded_rounds);
   return s;
 }
 

@@ -36,6 +36,7 @@ struct Stats {
   // rank, the contributions they lacked, and ranks reported for missing Options::straggler_report
   // allreduces in a row.
   uint64_t partial_results = 0, missed_contributions = 0, straggler_reports = 0;
+  uint64_t conceded_rounds = 0;  // rounds this rank conceded (Options::concede): DATA sent without payload
 };
 
 struct Counters {
@@ -44,7 +45,7 @@ struct Counters {
       spurious_retransmissions{0}, held_answers{0}, window_delay_cuts{0}, window_loss_cuts{0},
       window_undos{0}, injected_drops{0}, ignored{0}, unicast_results{0}, bootstrap_rounds{0},
       ring_allreduces{0}, fallbacks{0}, fallback_held{0}, dropped_foreign{0}, unconfirmed_aborts{0},
-      partial_results{0}, missed_contributions{0}, straggler_reports{0};
+      partial_results{0}, missed_contributions{0}, straggler_reports{0}, conceded_rounds{0};
 
   Stats snapshot() const;
 };

@@ -283,6 +283,12 @@ std::string join_keys(const Options& opt) {
     throw InvalidArgument(
         "gradswitch: quorum needs deadline_us (a round without a deadline waits for every rank)");
   }
+  if ((opt.concede || opt.concede_keep >= 0) && !opt.deadline_us)
+    throw InvalidArgument(
+        "gradswitch: concede needs deadline_us (only a job with bounded-time rounds closes a round "
+        "without a rank)");
+  if (opt.concede_keep > 1.0 || opt.concede_keep != opt.concede_keep)
+    throw InvalidArgument("gradswitch: concede_keep must be in [0, 1] (negative: the policy decides)");
   return extra;
 }
 

@@ -79,6 +79,12 @@ struct Options {
   unsigned quorum = 0;
   bool rescale = true;
   unsigned straggler_report = 10;
+  // With deadline_us: this rank concedes chunks (header-only DATA, §3.1 "Concede") while its own
+  // DATA completes most rounds, i.e. its uplink paces the job (switch/concede_policy.h). The chunks
+  // it concedes go without its contribution, rescaled like any partial chunk. `concede_keep`: test
+  // hook, a fixed share of chunks sent with data (0..1; negative: the policy decides).
+  bool concede = false;
+  double concede_keep = -1.0;
 };
 
 // The rounds of a numeric window option ("64" -> 64); 0 for "fixed", "adaptive" or anything else.

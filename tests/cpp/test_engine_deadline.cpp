@@ -1,11 +1,13 @@
 // Bounded-time rounds (docs/protocol.md §3.1): a round closes at its deadline with the contributions
 // present, its PARTIAL RESULT names them, late DATA is dropped, counted and answered with that same
 // result, and a late contribution never reaches a later round. A job without a deadline is unchanged.
+#include <climits>
 #include <cstddef>
 #include <cstring>
 #include <vector>
 
 #include "common/header.h"
+#include "deadline_job.h"
 #include "gradswitch/wire.h"
 #include "harness.h"
 #include "ingest_result.h"
@@ -15,57 +17,15 @@ using namespace gradswitch;
 
 namespace {
 
-constexpr uint64_t kDeadlineNs = 5'000'000;
-constexpr size_t kTrailerAt = GS_HEADER_BYTES + 4 * 4;  // after a PARTIAL RESULT's four int32
-
-struct Job4 {
-  Engine engine{EngineConfig{1, 4}};
-  uint32_t id = 0;
-  uint32_t key = 0xC0FFEEu;
-  // Four ranks; with `deadline`, rounds close after kDeadlineNs once `quorum` contributed.
-  explicit Job4(bool deadline, uint16_t quorum = 3) {
-    JobSpec spec;
-    spec.name = "d";
-    spec.world = 4;
-    spec.slots = 2;
-    spec.payload_bytes = 64;
-    spec.key = key;
-    spec.endpoints.resize(4);
-    spec.wire = GS_ELEM_INT32;
-    if (deadline) spec.deadline_ns = kDeadlineNs, spec.quorum = quorum;
-    std::string err;
-    id = engine.create_job(spec, &err);
-  }
-  // Rank `rank`'s four int32, each `base + rank`, for (seq, offset 0) in slot 0 version 0.
-  IngestResult send(uint16_t rank, uint32_t seq, int32_t base, uint64_t now_ns, uint8_t flags = 0) {
-    std::vector<uint8_t> p(GS_HEADER_BYTES + 16);
-    HeaderBuilder(GS_MSG_DATA, id, key)
-        .rank(rank)
-        .flags(flags)
-        .elems(GS_ELEM_INT32, 4)
-        .round(seq, 0)
-        .encode(p.data());
-    for (int i = 0; i < 4; ++i) {
-      const int32_t v = base + rank + i;
-      std::memcpy(p.data() + GS_HEADER_BYTES + 4 * i, &v, 4);
-    }
-    return engine.ingest(0, p.data(), p.size(), now_ns, Endpoint{});
-  }
-  IngestResult close(uint32_t seq, uint64_t now_ns) {
-    return engine.close_overdue(0, id, 0, 0, seq, 0, now_ns);
-  }
-  int32_t element(const IngestResult& r, int i) const {
-    int32_t v;
-    std::memcpy(&v, r.data + GS_HEADER_BYTES + 4 * i, 4);
-    return v;
-  }
-  CounterValues counters() const {
-    JobStatus s;
-    engine.job_status(id, &s);
-    return s.counters;
-  }
-};
-
+// §3.1's pins, with rounds as a worker sends them: slot 0's rounds seq 0, 1, 2, ... in versions 0, 1,
+// 0, ... (it flips the version at each use of the slot), so a version's previous round is in the other.
+uint8_t version_of(uint32_t seq) {
+  return static_cast<uint8_t>(seq & 1);
+}
+uint64_t contributors(const IngestResult& r) {
+  return r.data && r.len >= kTrailerAt + GS_PARTIAL_TRAILER_BYTES ? gs_held_contributors(r.data + kTrailerAt)
+                                                                  : ~uint64_t{0};
+}
 }  // namespace
 
 TEST(default_job_waits_for_every_rank_and_is_never_closed) {
@@ -136,14 +96,18 @@ TEST(late_data_never_reaches_a_later_round) {
   const IngestResult early = j.send(0, 1, 1000, 2 + kDeadlineNs);
   CHECK_EQ(int(early.kind), int(IngestResult::kDropped));
   CHECK_EQ(int(early.reason), int(DropReason::kPinned));
-  CHECK_EQ(int(j.send(3, 0, 10, 3 + kDeadlineNs).kind), int(IngestResult::kSend));  // fetched: unpinned
-  for (uint16_t r = 0; r < 3; ++r)
-    CHECK_EQ(int(j.send(r, 1, 1000, 4 + kDeadlineNs).kind), int(IngestResult::kAbsorbed));
+  CHECK_EQ(int(j.send(3, 0, 10, 3 + kDeadlineNs).kind), int(IngestResult::kSend));  // answered...
+  // ...which shows nothing (the answer may be lost): still pinned.
+  CHECK_EQ(int(j.send(0, 1, 1000, 4 + kDeadlineNs, GS_FLAG_RETX).reason), int(DropReason::kPinned));
+  // Rank 3's own next round in the version shows it holds the result: it opens the round.
+  CHECK_EQ(int(j.send(3, 1, 1000, 5 + kDeadlineNs).kind), int(IngestResult::kAbsorbed));
   // A resend of rank 3's old round is older than the slot's round now: stale, summed nowhere.
-  CHECK_EQ(int(j.send(3, 0, 10, 5 + kDeadlineNs, GS_FLAG_RETX).reason), int(DropReason::kStaleRound));
-  const IngestResult done = j.send(3, 1, 1000, 6 + kDeadlineNs);
+  CHECK_EQ(int(j.send(3, 0, 10, 6 + kDeadlineNs, GS_FLAG_RETX).reason), int(DropReason::kStaleRound));
+  for (uint16_t r = 0; r < 2; ++r)
+    CHECK_EQ(int(j.send(r, 1, 1000, 7 + kDeadlineNs, GS_FLAG_RETX).kind), int(IngestResult::kAbsorbed));
+  const IngestResult done = j.send(2, 1, 1000, 8 + kDeadlineNs);
   CHECK_EQ(int(done.kind), int(IngestResult::kSend));
-  CHECK_EQ(int(header_of(done).flags & GS_FLAG_PARTIAL), 0);  // complete: no trailer
+  CHECK_EQ(int(sent(done).flags & GS_FLAG_PARTIAL), 0);  // complete: no trailer
   CHECK_EQ(done.len, uint32_t{GS_HEADER_BYTES + 16});
   for (int i = 0; i < 4; ++i) CHECK_EQ(j.element(done, i), 4 * (1000 + i) + 0 + 1 + 2 + 3);
   // Its deadline then finds it complete: nothing more goes out.
@@ -157,6 +121,75 @@ TEST(a_rank_that_sends_a_newer_round_releases_its_pin) {
   // Rank 3's DATA was lost but the multicast reached it: its next round in the version proves it.
   CHECK_EQ(int(j.send(3, 1, 1000, 2 + kDeadlineNs).kind), int(IngestResult::kAbsorbed));
   CHECK_EQ(int(j.send(0, 1, 1000, 3 + kDeadlineNs).kind), int(IngestResult::kAbsorbed));
+}
+
+// Rank 3 contributed to round 0 and lost its result; round 1 then closed at its deadline without it.
+// Rank 3 has not shown that it holds round 0 (only its arrival at round 1 would): round 0 stays, and
+// the others' round 2, which would overwrite it, waits.
+TEST(a_contributor_that_lost_the_result_keeps_its_round_until_it_reaches_the_next) {
+  Job4 j(true);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 0, 10, 1);
+  const IngestResult round0 = j.send(3, 0, 10, 2);  // a default RESULT; rank 3's copy is lost
+  CHECK_EQ(int(round0.kind), int(IngestResult::kSend));
+  const std::vector<uint8_t> lost = body(round0);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 1, 100, 3, version_of(1));
+  const IngestResult round1 = j.close(1, 3 + kDeadlineNs, version_of(1));
+  CHECK_EQ(int(round1.kind), int(IngestResult::kSend));
+  CHECK_EQ(contributors(round1), uint64_t{0x7});
+  for (uint16_t r = 0; r < 3; ++r)
+    CHECK_EQ(int(j.send(r, 2, 1000, 4 + kDeadlineNs).reason), int(DropReason::kPinned));
+  CHECK_EQ(j.counters().drops[size_t(DropReason::kPinned)], uint64_t{3});
+  // Rank 3's resend of round 0 finds it, with the bytes every other rank got.
+  const IngestResult again = j.send(3, 0, 10, 5 + kDeadlineNs, GS_FLAG_RETX);
+  CHECK_EQ(int(again.kind), int(IngestResult::kSend));
+  CHECK_EQ(again.dest_rank, uint16_t{3});
+  CHECK_EQ(int(sent(again).flags), int(GS_FLAG_UNICAST | GS_FLAG_DSACK));
+  CHECK(body(again) == lost);
+  // Answering it proves nothing (the answer may be lost too): still pinned.
+  CHECK_EQ(int(j.send(0, 2, 1000, 6 + kDeadlineNs, GS_FLAG_RETX).reason), int(DropReason::kPinned));
+  // Its late round 1 does: answered with round 1's result, and round 0 is released.
+  const IngestResult late = j.send(3, 1, 100, 7 + kDeadlineNs, version_of(1));
+  CHECK_EQ(int(late.reason), int(DropReason::kLate));
+  CHECK(body(late) == body(round1));
+  for (uint16_t r = 0; r < 3; ++r)
+    CHECK_EQ(int(j.send(r, 2, 1000, 8 + kDeadlineNs, GS_FLAG_RETX).kind), int(IngestResult::kAbsorbed));
+  const IngestResult done = j.send(3, 2, 1000, 9 + kDeadlineNs);
+  CHECK_EQ(int(done.kind), int(IngestResult::kSend));
+  CHECK_EQ(int(sent(done).flags), 0);
+  CHECK_EQ(j.element(done, 0), 4 * 1000 + 0 + 1 + 2 + 3);
+}
+
+// Step 2' answers a late rank, but the answer may be lost: the round stays pinned for that rank until
+// it arrives at the slot's next round (which it starts only with this round's result).
+TEST(answering_late_data_keeps_the_pin_until_the_rank_reaches_the_next_round) {
+  Job4 j(true);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 0, 10, 1);
+  const IngestResult round0 = j.close(0, 1 + kDeadlineNs);
+  for (uint16_t r = 0; r < 3; ++r) j.send(r, 1, 100, 2 + kDeadlineNs, version_of(1));
+  const IngestResult round1 = j.close(1, 2 + 2 * kDeadlineNs, version_of(1));
+  CHECK_EQ(int(round1.kind), int(IngestResult::kSend));
+  const IngestResult late = j.send(3, 0, 10, 3 + 2 * kDeadlineNs);  // answered; the answer is lost
+  CHECK_EQ(int(late.kind), int(IngestResult::kSend));
+  CHECK_EQ(int(late.reason), int(DropReason::kLate));
+  CHECK(body(late) == body(round0));
+  for (uint16_t r = 0; r < 3; ++r)
+    CHECK_EQ(int(j.send(r, 2, 1000, 4 + 2 * kDeadlineNs).reason), int(DropReason::kPinned));
+  // A network copy of the late DATA is not answered again; the rank's resend is, with the same bytes.
+  CHECK_EQ(int(j.send(3, 0, 10, 5 + 2 * kDeadlineNs).kind), int(IngestResult::kDropped));
+  const IngestResult again = j.send(3, 0, 10, 6 + 2 * kDeadlineNs, GS_FLAG_RETX);
+  CHECK_EQ(int(again.kind), int(IngestResult::kSend));
+  CHECK_EQ(int(sent(again).flags), int(GS_FLAG_UNICAST | GS_FLAG_PARTIAL));
+  CHECK(body(again) == body(round0));
+  // Its arrival at round 1 (late too) proves it holds round 0: the others' round 2 opens.
+  CHECK_EQ(int(j.send(3, 1, 100, 7 + 2 * kDeadlineNs, version_of(1)).reason), int(DropReason::kLate));
+  for (uint16_t r = 0; r < 3; ++r)
+    CHECK_EQ(int(j.send(r, 2, 1000, 8 + 2 * kDeadlineNs, GS_FLAG_RETX).kind), int(IngestResult::kAbsorbed));
+  // A stale resend of round 0 proves nothing, and round 1's version stays pinned for rank 3 until it
+  // reaches round 2: the others' round 3 waits.
+  CHECK_EQ(int(j.send(3, 0, 10, 9 + 2 * kDeadlineNs, GS_FLAG_RETX).reason), int(DropReason::kStaleRound));
+  const IngestResult round2 = j.close(2, 8 + 3 * kDeadlineNs);
+  CHECK_EQ(int(round2.kind), int(IngestResult::kSend));
+  CHECK_EQ(int(j.send(0, 3, 1, 9 + 3 * kDeadlineNs, version_of(3)).reason), int(DropReason::kPinned));
 }
 
 TEST(below_the_quorum_the_deadline_waits_for_the_quorum) {

@@ -256,3 +256,18 @@ TEST(results_go_at_once_when_enough_wait_or_without_a_hold) {
 }
 
 GS_TEST_MAIN()
+
+TEST(each_write_starts_the_fan_out_at_the_next_rank) {
+  // In a fixed rank order the last rank got every result last, answered last and completed most
+  // rounds of a healthy job (which the concede policy reads as a straggler's sign).
+  Job job;
+  ResultBatch b;
+  for (uint16_t w = 0; w < 2 * kWorld; ++w) {
+    Datagram d(job, 'a', 100, GS_RANK_ALL);
+    CHECK(b.add(d.r, /*gso=*/true));
+    std::vector<Msg> m = write_all(b, true);
+    CHECK_EQ(m.size(), size_t{kWorld});
+    for (uint16_t k = 0; k < kWorld; ++k) CHECK_EQ(m[k].port, 9000 + (w + k) % kWorld);
+    b.clear();
+  }
+}

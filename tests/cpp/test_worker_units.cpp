@@ -1,5 +1,7 @@
-// The worker's data-path units alone: chunk codec per wire type, the slot window and the stream
-// schedule. (The loss detector and RTT estimator, in src/common, have test_common_loss.cpp.)
+// The worker's data-path units alone: chunk codec per wire type, the slot window, the stream
+// schedule and the concede policy. (The loss detector and RTT estimator, in src/common, have
+// test_common_loss.cpp.)
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,6 +16,7 @@
 #include "worker/chunk_codec.h"
 #include "worker/errors.h"
 #include "worker/stream_schedule.h"
+#include "worker/switch/concede_policy.h"
 #include "worker/window.h"
 
 using namespace gradswitch;
@@ -316,3 +319,102 @@ TEST(stream_schedule_numbers_chunks_across_allreduces) {
 }
 
 GS_TEST_MAIN()
+
+namespace {
+// Chunks conceded among the next `n` the policy is asked about.
+unsigned conceded_of(ConcedePolicy& p, unsigned n) {
+  unsigned c = 0;
+  for (unsigned i = 0; i < n; ++i) c += p.concede_next();
+  return c;
+}
+}  // namespace
+
+TEST(concede_policy_off_and_fixed_share) {
+  ConcedePolicy off(false, 4);
+  for (unsigned i = 0; i < 64; ++i) off.on_completed(true);
+  CHECK_EQ(conceded_of(off, 1000), 0u);
+  // A fixed share sent with data (the test hook): 1 in 4, per block of 64 chunks its first 16 with
+  // data and the other 48 conceded (runs of one size keep GSO writes whole).
+  ConcedePolicy fixed(false, 4, 0.25);
+  unsigned conceded = 0;
+  for (unsigned i = 0; i < 100 * ConcedePolicy::kBlock; ++i) {
+    const bool c = fixed.concede_next();
+    conceded += c;
+    CHECK_EQ(c, i % ConcedePolicy::kBlock >= ConcedePolicy::kBlock / 4);
+  }
+  CHECK_EQ(conceded, 75 * ConcedePolicy::kBlock);
+  for (unsigned i = 0; i < 64; ++i) fixed.on_completed(true);  // the policy does not move a fixed share
+  CHECK_EQ(fixed.keep(), 0.25);
+  ConcedePolicy all(false, 4, 1.0);
+  CHECK_EQ(conceded_of(all, 100), 0u);
+}
+
+TEST(concede_policy_cuts_while_this_rank_paces_the_job) {
+  ConcedePolicy p(true, 4);
+  CHECK_EQ(p.keep(), 1.0);
+  CHECK_EQ(conceded_of(p, 2 * ConcedePolicy::kBlock), 0u);  // nothing conceded before any evidence
+  // Every round this rank contributes to is completed by it: its DATA arrives last. The first sample
+  // alone changes nothing, the second starts conceding half, then each one cuts the share by 30%.
+  for (unsigned i = 0; i < ConcedePolicy::kSample; ++i) p.on_completed(true);
+  CHECK_EQ(p.keep(), 1.0);
+  for (unsigned i = 0; i < ConcedePolicy::kSample; ++i) p.on_completed(true);
+  CHECK_EQ(p.keep(), ConcedePolicy::kStart);
+  for (unsigned s = 1; s <= 4; ++s) {
+    for (unsigned i = 0; i < ConcedePolicy::kSample; ++i) p.on_completed(true);
+    CHECK(std::fabs(p.keep() - ConcedePolicy::kStart * std::pow(ConcedePolicy::kCut, s)) < 1e-12);
+  }
+  for (unsigned i = 0; i < 20 * ConcedePolicy::kSample; ++i) p.on_completed(true);
+  CHECK_EQ(p.keep(), ConcedePolicy::kMinKeep);  // a floor keeps rounds with data: they carry the signal
+  CHECK_EQ(conceded_of(p, 6400), 6300u);        // all but one chunk per block
+  // It keeps up again (a quarter of its rounds, as a healthy rank of 4): the share rises by a tenth
+  // per sample, back to every chunk.
+  const double before = p.keep();
+  for (unsigned i = 0; i < ConcedePolicy::kSample; ++i) p.on_completed(i % 4 == 0);
+  CHECK(std::fabs(p.keep() - before * ConcedePolicy::kRaise) < 1e-12);
+  for (unsigned i = 0; i < 100 * ConcedePolicy::kSample; ++i) p.on_completed(i % 4 == 0);
+  CHECK_EQ(p.keep(), 1.0);
+}
+
+TEST(concede_policy_healthy_ranks_never_concede) {
+  // A healthy rank completes about 1/N of its rounds; with N = 2, half of them, up to 11 of 16 (the
+  // threshold is the midpoint between 1/N and all of them: 12 of 16 for N = 2).
+  for (unsigned world : {2u, 4u, 8u}) {
+    ConcedePolicy p(true, world);
+    unsigned conceded = 0;
+    for (unsigned i = 0; i < 100 * ConcedePolicy::kSample; ++i) {
+      p.on_completed(world == 2 ? i % 16 < 11 : i % world == 0);
+      conceded += p.concede_next();
+    }
+    CHECK_EQ(conceded, 0u);
+  }
+  // A rank of 2 past the midpoint (13 of 16), two samples in a row, is not conceding yet.
+  ConcedePolicy two(true, 2);
+  for (unsigned i = 0; i < 2 * ConcedePolicy::kSample; ++i) two.on_completed(i % 16 < 13);
+  CHECK_EQ(two.keep(), 1.0);  // below 7 in 8 (3/4 of the way from 1/2 to all): it does not start
+  for (unsigned i = 0; i < 2 * ConcedePolicy::kSample; ++i) two.on_completed(i % 16 < 15);
+  CHECK_EQ(two.keep(), ConcedePolicy::kStart);
+  // Once conceding, the midpoint decides: 13 of 16 cuts, 11 of 16 raises.
+  for (unsigned i = 0; i < ConcedePolicy::kSample; ++i) two.on_completed(i % 16 < 13);
+  CHECK(std::fabs(two.keep() - ConcedePolicy::kStart * ConcedePolicy::kCut) < 1e-12);
+  for (unsigned i = 0; i < ConcedePolicy::kSample; ++i) two.on_completed(i % 16 < 11);
+  CHECK(std::fabs(two.keep() - ConcedePolicy::kStart * ConcedePolicy::kCut * ConcedePolicy::kRaise) < 1e-12);
+}
+
+TEST(concede_policy_a_train_completed_by_one_rank_is_no_straggler) {
+  // The rounds of one GRO/GSO train share their completer: a healthy rank of 4 completes every
+  // round of one train in four (trains of 32), in any order of the trains. It never concedes.
+  for (unsigned world : {2u, 4u}) {
+    ConcedePolicy p(true, world);
+    uint64_t state = 12345;
+    unsigned conceded = 0, completer = 0;
+    for (unsigned i = 0; i < 200 * ConcedePolicy::kSample; ++i) {
+      if (i % 32 == 0) {  // the next train's completer: a pseudo-random rank
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        completer = static_cast<unsigned>(state >> 33) % world;
+      }
+      p.on_completed(completer == 0);
+      conceded += p.concede_next();
+    }
+    CHECK_EQ(conceded, 0u);
+  }
+}

@@ -47,6 +47,8 @@ NATIVE_DEFAULTS = {
     "quorum": 0,
     "rescale": True,
     "straggler_report": 10,
+    "concede": False,
+    "concede_keep": -1.0,
 }
 
 

@@ -121,3 +121,59 @@ def test_the_options_are_checked_and_must_agree(start_switch):
 
     errors = in_threads(body, 2)
     assert any("deadline_us=" in e and "conflict" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("wire", ["float32", "fixed32"])
+def test_a_conceding_rank_arrives_without_its_values(start_switch, wire):
+    """Rank 2 concedes half its chunks (concede_keep=0.5, the policy's test hook: of each block of 64
+    chunks, the last 32): those rounds close at once without it (the deadline, a minute, never
+    fires: a round that waited for it would time the allreduce out), every rank holds the same bits,
+    and each chunk is either the whole sum
+    or ranks 0 and 1's rescaled by 3/2."""
+    per = 358  # 4-byte elements per chunk: 1440 bytes less the trailer's 8
+    n = per * 128
+    sw = start_switch()
+    addr = f"127.0.0.1:{sw.control_port}"
+    groups = in_threads(
+        lambda r: gradswitch.connect(
+            addr, f"concede-{wire}", r, WORLD, wire=wire, timeout=10, deadline_us=60_000_000,
+            concede_keep=0.5 if r == 2 else None,
+        ),
+        WORLD,
+    )
+    try:
+        def body(r):
+            x = (np.arange(1, n + 1) * (r + 1)).astype(np.float32)
+            groups[r].allreduce(x)
+            return x
+
+        results = in_threads(body, WORLD)
+        stats = [g.stats() for g in groups]
+    finally:
+        for g in groups:
+            g.close()
+    whole = (np.arange(1, n + 1) * 6).astype(np.float32)
+    without = (np.arange(1, n + 1) * 3).astype(np.float32) * np.float32(1.5)
+    partial = 0
+    for c in range(n // per):
+        part = slice(c * per, (c + 1) * per)
+        got = results[0][part]
+        if np.allclose(got, whole[part], rtol=1e-6):
+            continue
+        np.testing.assert_allclose(got, without[part], rtol=1e-6, err_msg=f"chunk {c}")
+        partial += 1
+    for r in range(WORLD):
+        assert results[r].tobytes() == results[0].tobytes(), f"rank {r} differs"
+        assert stats[r]["partial_results"] == partial, stats[r]
+        assert stats[r]["conceded_rounds"] == (64 if r == 2 else 0), stats[r]
+    assert partial == 64
+
+
+def test_concede_needs_a_deadline_and_a_share_in_range(start_switch):
+    addr = f"127.0.0.1:{start_switch().control_port}"
+    with pytest.raises(ValueError, match="concede= needs deadline_us="):
+        gradswitch.connect(addr, "c", 0, 2, concede=True)
+    with pytest.raises(ValueError, match="concede_keep"):
+        gradswitch.connect(addr, "c", 0, 2, deadline_us=1000, concede_keep=1.5)
+    with pytest.raises(TypeError, match="concede must be"):
+        gradswitch.connect(addr, "c", 0, 2, deadline_us=1000, concede="yes")

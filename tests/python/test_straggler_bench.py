@@ -49,6 +49,7 @@ def test_ratios_are_to_the_same_rounds_no_straggler_launch():
         ["--slow-rank", "3"],  # no factor above 1
         ["--slow-rank", "3", "--slow-compute", "0.5"],
         ["--configs", "gs-deadline-ddp"],  # no --deadline-us
+        ["--configs", "gs-concede-ddp"],
     ],
 )
 def test_torch_iteration_refuses_half_an_option(argv, capsys):
@@ -68,3 +69,10 @@ def test_torch_iteration_takes_a_straggler_and_a_deadline():
 def test_the_bench_needs_known_scenarios_and_the_baseline(scenarios):
     with pytest.raises(SystemExit):
         straggler_bench.parse_args(["--scenarios", scenarios])
+
+
+def test_the_bench_takes_some_configurations_only():
+    a = straggler_bench.parse_args(["--configs", "gs-ddp,gs-concede-ddp"])
+    assert a.configs == ["gs-ddp", "gs-concede-ddp"]
+    with pytest.raises(SystemExit):
+        straggler_bench.parse_args(["--configs", "gs-dedline-ddp"])

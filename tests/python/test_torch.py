@@ -612,3 +612,43 @@ def test_process_group_with_a_deadline_does_not_wait_for_a_late_rank(switch):
     # DDP's first step may sync its bucket order (a collective that waits for rank 2 once); after it
     # the others run at their own pace: without a deadline they would take 3 * LATE_S as rank 2 does.
     assert max(results[0]["took"], results[1]["took"]) < 2 * LATE_S, [r["took"] for r in results]
+
+
+# ---------------------------------------------------------------------------- a failed allreduce under DDP
+
+
+def _aborted_ddp_worker(rank, world, switch_addr, how):
+    """DDP over the process group (how="pg") or gloo with gradswitch's comm hook (how="hook"); after a
+    first step, rank 0 ends the job through the switch's control plane: each rank's next backward
+    must raise the switch's reason, not crash the process in DDP's C++ reducer."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gradswitch.control import ControlConnection
+
+    gst = _init(switch_addr) if how == "pg" else None
+    if how == "hook":
+        import gradswitch.torch as gst
+
+        dist.init_process_group("gloo")
+    model = DDP(torch.nn.Linear(64, 64))
+    if how == "hook":
+        model.register_comm_hook(gst.GradswitchState(switch_addr, timeout=20), gst.allreduce_hook)
+    model(torch.randn(4, 64)).sum().backward()
+    dist.barrier()
+    if rank == 0:
+        with ControlConnection(switch_addr) as c:
+            jobs = [j for j in c.request("JOBS").split("jobs=")[1].split(",") if ":running" in j]
+            for j in jobs:
+                assert c.request(f"ABORT job_id={j.split(':')[0]}").startswith("OK")
+    dist.barrier()
+    try:
+        model(torch.randn(4, 64)).sum().backward()
+        return "no error"
+    except Exception as e:  # noqa: BLE001 - the test reads it
+        return f"{type(e).__name__}: {e}"
+
+
+@pytest.mark.parametrize("how", ["pg", "hook"])
+def test_an_aborted_job_raises_in_ddp_backward(switch, how):
+    for msg in run_workers(_aborted_ddp_worker, f"127.0.0.1:{switch.control_port}", how, timeout=90):
+        assert "aborted" in msg and "control plane" in msg, msg

@@ -49,6 +49,7 @@ FIELDS = [
     "gradswitch.flags.last",
     "gradswitch.flags.sum",
     "gradswitch.flags.dsack",
+    "gradswitch.flags.concede",
     "gradswitch.elem_type",
     "gradswitch.count",
     "gradswitch.seq",
@@ -217,10 +218,14 @@ def test_every_field_of_written_packets(tmp_path):
     add(1, 0x100, 0xA5A5A5A5, 0, 7, 0x08, 3, 0, 4, 100, -3, -128)  # fixed32 exponent round, count 0
     for reason in range(1, 7):  # ABORT: the reason travels in next_exp
         add(3, 0x100, 0xA5A5A5A5, 0xFFFF if reason % 2 else 1, 0, 0, 0, 0, 1, 0, reason, 0)
-    add(1, 0x100, 0xA5A5A5A5, 0, 0, 0xE0, 2, 2, 0, 0, -128, 0, [1.0, 2.0], last16=0xBEEF)
+    add(1, 0x100, 0xA5A5A5A5, 0, 0, 0x60, 2, 2, 0, 0, -128, 0, [1.0, 2.0], last16=0xBEEF)
+    # a concession (protocol.md 3.1): the header alone, its count the chunk's, no elements
+    concede_index = len(cases)
+    add(1, 0x100, 0xA5A5A5A5, 2, 1, 0x80 | 0x02, 1, 4, 3, 8, -128, 0, last16=8)
     add(6, 0x301, 7, 0, 0, 0x00, 0, 0, 3, 0, -128, 0, last16=0xBEEF)  # RING_DONE: reserved, not 0
     bad_len_index = len(cases)
     add(1, 0x100, 0xA5A5A5A5, 0, 0, 0, 2, 2, 0, 0, -128, 0, [1.0, 2.0], trailing=b"\x00\x00")
+    add(1, 0x100, 0xA5A5A5A5, 0, 0, 0x80, 1, 1, 0, 0, -128, 0, [5])  # a concession with a payload
     datagrams = [c[2] for c in cases]
     # not gradswitch: wrong magic, wrong version, unknown type, too short, plain text
     others = [
@@ -235,7 +240,10 @@ def test_every_field_of_written_packets(tmp_path):
 
     value_fields = [f"gradswitch.{ELEM[e][0]}" for e in ELEM] + ["gradswitch.fixed32_value"]
     rows = decode(
-        pcap, FIELDS + value_fields + ["gradswitch.bad_length", "gradswitch.reserved_set", "_ws.col.Info"]
+        pcap,
+        FIELDS
+        + value_fields
+        + ["gradswitch.bad_length", "gradswitch.reserved_set", "gradswitch.payload", "_ws.col.Info"],
     )
     assert [int(r["frame.number"]) for r in rows] == list(range(1, len(cases) + 1)), "heuristic"
     for i, ((want, values, _), row) in enumerate(zip(cases, rows, strict=True)):
@@ -248,7 +256,14 @@ def test_every_field_of_written_packets(tmp_path):
         assert int(row["gradswitch.slot"]) == want["slot"], where
         assert int(row["gradswitch.flags"], 16) == want["flags"], where
         assert int(row["gradswitch.flags.version"]) == want["flags"] & 1, where
-        for name, bit in (("retx", 2), ("unicast", 4), ("last", 8), ("sum", 16), ("dsack", 32)):
+        for name, bit in (
+            ("retx", 2),
+            ("unicast", 4),
+            ("last", 8),
+            ("sum", 16),
+            ("dsack", 32),
+            ("concede", 128),
+        ):
             assert is_set(row[f"gradswitch.flags.{name}"]) == bool(want["flags"] & bit), (name, where)
         assert int(row["gradswitch.elem_type"]) == want["elem"], where
         assert int(row["gradswitch.count"]) == want["count"], where
@@ -273,8 +288,11 @@ def test_every_field_of_written_packets(tmp_path):
             assert int(row["gradswitch.contributors"], 16) == 1 << 63 | 5, where
         else:
             assert row["gradswitch.contributors"] == "", where
-        assert bool(row["gradswitch.bad_length"]) == (i == bad_len_index), where
-        if want["count"] and i != bad_len_index:
+        assert bool(row["gradswitch.bad_length"]) == (i >= bad_len_index), where
+        if i == concede_index:
+            assert row["gradswitch.int32"] == "" and row["gradswitch.payload"] == "", where
+            assert "[RETX,CONCEDE]" in row["_ws.col.Info"], where
+        if want["count"] and i < bad_len_index and i != concede_index:
             name = ELEM[want["elem"]][0]
             got = [float(v) for v in row[f"gradswitch.{name}"].split(",")]
             expect = [float(v) for v in values]

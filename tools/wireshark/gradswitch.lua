@@ -53,6 +53,7 @@ local abort_reasons = {
 }
 local FLAG_VERSION, FLAG_RETX, FLAG_UNICAST, FLAG_LAST, FLAG_SUM, FLAG_DSACK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 local FLAG_PARTIAL = 0x40 -- RESULT: closed at its deadline; 8 bytes of contributors follow the payload (3.1)
+local FLAG_CONCEDE = 0x80 -- DATA: the header alone, its sender arrives at the round without contributing (3.1)
 local GS_PARTIAL_TRAILER_BYTES = 8
 local flag_names = {
   { FLAG_RETX, "RETX" },
@@ -61,6 +62,7 @@ local flag_names = {
   { FLAG_SUM, "SUM" },
   { FLAG_DSACK, "DSACK" },
   { FLAG_PARTIAL, "PARTIAL" },
+  { FLAG_CONCEDE, "CONCEDE" },
 }
 
 local gs = Proto("gradswitch", "gradswitch in-network allreduce")
@@ -84,7 +86,8 @@ local f = {
     nil, FLAG_DSACK),
   flag_partial = ProtoField.bool("gradswitch.flags.partial", "Closed at its deadline without every rank (PARTIAL)",
     8, nil, FLAG_PARTIAL),
-  flag_other = ProtoField.uint8("gradswitch.flags.undefined", "Undefined bits", base.HEX, nil, 0x80),
+  flag_concede = ProtoField.bool("gradswitch.flags.concede",
+    "Arrives at the round without contributing, no payload (CONCEDE)", 8, nil, FLAG_CONCEDE),
   elem_type = ProtoField.uint8("gradswitch.elem_type", "Element type", base.DEC, elem_types),
   count = ProtoField.uint16("gradswitch.count", "Count", base.DEC),
   seq = ProtoField.uint32("gradswitch.seq", "Allreduce seq", base.DEC),
@@ -166,7 +169,7 @@ local header_layout = {
 }
 -- The bit fields shown under the flags byte.
 local flag_fields = {
-  "flag_version", "flag_retx", "flag_unicast", "flag_last", "flag_sum", "flag_dsack", "flag_partial", "flag_other",
+  "flag_version", "flag_retx", "flag_unicast", "flag_last", "flag_sum", "flag_dsack", "flag_partial", "flag_concede",
 }
 
 local function flags_text(flags)
@@ -279,7 +282,9 @@ local function dissect(tvb, pinfo, tree)
   end
 
   local size = elem_sizes[elem]
-  local has_elements = mtype ~= 3 and mtype ~= 6 and mtype ~= 7
+  -- A DATA with CONCEDE is the header alone: its count names the chunk, not elements that follow.
+  local concede = mtype == 1 and bit32.band(flags, FLAG_CONCEDE) ~= 0
+  local has_elements = mtype ~= 3 and mtype ~= 6 and mtype ~= 7 and not concede
   local body = mtype == 7 and GS_HELD_BODY_BYTES or 0
   local trailer = (mtype == 2 and bit32.band(flags, FLAG_PARTIAL) ~= 0) and GS_PARTIAL_TRAILER_BYTES or 0
   if has_elements and not size then
@@ -288,8 +293,8 @@ local function dissect(tvb, pinfo, tree)
     root:add_proto_expert_info(e.length, string.format("Datagram is %d bytes; 32 + %d x %d + %d = %d expected",
       len, count, size, trailer, GS_HEADER_BYTES + count * size + trailer))
   elseif not has_elements and len ~= GS_HEADER_BYTES + body then
-    root:add_proto_expert_info(e.length, string.format("%s carries %d bytes after the header; the datagram is %d",
-      msg_types[mtype], body, len))
+    root:add_proto_expert_info(e.length, string.format("%s%s carries %d bytes after the header; the datagram is %d",
+      msg_types[mtype], concede and " with CONCEDE" or "", body, len))
   end
   if body > 0 and len == GS_HEADER_BYTES + body then
     root:add(f.contributors, tvb(GS_HEADER_BYTES, body))

@@ -34,7 +34,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 import gradswitch
 
 from . import _sparse
-from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, fail_future
+from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, fail_future, failing_in_cpp
 from ._guards import refuse_undistributed_accelerate
 from .error_feedback import FEEDBACK_WIRES, ErrorFeedback, check_feedback_dtype
 
@@ -85,6 +85,9 @@ class Options:
         the same partial sum, rescaled to world_size/contributors (`rescale`), and a rank missing from
         `straggler_report` allreduces in a row is reported. `gradswitch.torch.gradswitch_group().group`
         counts them in `stats()`.
+    concede: with deadline_us, a rank whose uplink paces the job concedes a share of its chunks
+        (gradswitch.connect()'s concede; docs/protocol.md §3.1, "Concede"). Off by default; safe on
+        every rank: a rank that keeps up never concedes.
     error_feedback: on the lossy wires (mx8, float16, bfloat16), each rank adds to a float32 tensor what
         its own encoding of that tensor lost at its last allreduce and keeps what it loses now
         (error_feedback.py, as the DDP hook's GradswitchState(error_feedback=True)). Off by default;
@@ -110,6 +113,7 @@ class Options:
     quorum: int | None = None
     rescale: bool = True
     straggler_report: int = 10
+    concede: bool = False
     error_feedback: bool = False
 
     def __post_init__(self) -> None:
@@ -356,6 +360,7 @@ class FutureWork(dist.Work):
         super().__init__()
         self._fut = fut
         self._tensors = tensors
+        self._cpp_fut: Future | None = None
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         self._fut.wait()  # raises the allreduce's error
@@ -381,7 +386,10 @@ class FutureWork(dist.Work):
         return None
 
     def get_future(self) -> Future:
-        return self._fut
+        # DDP reads this future in C++: it must fail there as it fails here (failing_in_cpp).
+        if self._cpp_fut is None:
+            self._cpp_fut = failing_in_cpp(self._fut)
+        return self._cpp_fut
 
     def result(self) -> list[torch.Tensor]:
         self.wait()
@@ -450,6 +458,7 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
                 quorum=options.quorum,
                 rescale=options.rescale,
                 straggler_report=options.straggler_report,
+                concede=options.concede,
             )
         except gradswitch.GradswitchError as e:
             raise RuntimeError(

@@ -71,6 +71,20 @@ def fail_future(fut: Future, error: BaseException) -> None:
     fut.set_exception(error.with_traceback(None))
 
 
+def failing_in_cpp(fut: Future) -> Future:
+    """fut as torch's C++ code must see it: failed when it failed. torch's Future.set_exception keeps
+    the exception as the future's *value*, for Python to raise when it reads it; C++ that reads the
+    value, DDP's reducer at the end of backward, takes it for the result, finds no tensor in it and
+    crashed the process (SIGSEGV in parseCppCommHookResult) when a job was aborted. A then() whose
+    callback raises marks its future failed in C++, so DDP raises the allreduce's error instead
+    (prefixed by torch's "Got the following error when running the callback")."""
+    return fut.then(_value_or_raise)
+
+
+def _value_or_raise(fut: Future) -> Any:
+    return fut.value()
+
+
 class Channel:
     """Ordered submissions to one gradswitch.Group; see the module docstring."""
 

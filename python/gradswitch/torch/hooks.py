@@ -37,7 +37,8 @@ class GradswitchState:
     Collective: every rank of `process_group` (default: the default group) must construct it.
     switch: "host:port" (default $GRADSWITCH_SWITCH; ranks without one use rank 0's).
     deadline_us, quorum, rescale, straggler_report: bounded-time rounds (docs/protocol.md §3.1; default
-    off), as gradswitch.connect() takes them.
+    off), as gradswitch.connect() takes them; concede likewise (a rank whose uplink paces the job
+    concedes a share of its chunks; default off).
     error_feedback: on the lossy wires (mx8, float16, bfloat16), each rank adds to a bucket what its own
     encoding of that bucket lost last step and keeps what it loses now (error_feedback.py). Off by
     default; float32 buckets only.
@@ -58,6 +59,7 @@ class GradswitchState:
         quorum: Any = None,
         rescale: bool = True,
         straggler_report: int = 10,
+        concede: bool = False,
         error_feedback: bool = False,
     ):
         if not dist.is_initialized():
@@ -91,6 +93,7 @@ class GradswitchState:
             quorum=quorum,
             rescale=rescale,
             straggler_report=straggler_report,
+            concede=concede,
         )
         self._cuda_piece_bytes = cuda_piece_bytes
         self._channels: dict[str, Channel] = {}

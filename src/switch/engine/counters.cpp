@@ -74,6 +74,7 @@ CounterValues& CounterValues::operator+=(const CounterValues& o) {
   lacking_told += o.lacking_told;
   partial += o.partial;
   missed += o.missed;
+  conceded += o.conceded;
   for (size_t i = 0; i < kDropReasons; ++i) drops[i] += o.drops[i];
   return *this;
 }
@@ -100,6 +101,7 @@ std::string CounterValues::format(const std::string& prefix, bool per_reason) co
   add("lacking_told", lacking_told);
   add("partial", partial);
   add("missed", missed);
+  add("conceded", conceded);
   add("drops", drops_total());
   uint64_t rejected = 0;
   for (size_t i = 1; i < kDropReasons; ++i)
@@ -128,6 +130,7 @@ CounterValues Counters::read() const {
   v.lacking_told = lacking_told.load(std::memory_order_relaxed);
   v.partial = partial.load(std::memory_order_relaxed);
   v.missed = missed.load(std::memory_order_relaxed);
+  v.conceded = conceded.load(std::memory_order_relaxed);
   for (size_t i = 0; i < kDropReasons; ++i) v.drops[i] = drops[i].load(std::memory_order_relaxed);
   return v;
 }

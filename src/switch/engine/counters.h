@@ -32,7 +32,7 @@ enum class DropReason : uint8_t {
   kUplinkStale,   // leaf: a spine RESULT for no round that waits for one (a second answer, or old)
   kRankLeft,      // from a rank that left the job with LEAVE
   kLate,          // a contribution to a round its deadline closed without it: answered with the result
-  kPinned,        // a new round for a slot version whose partial result a late rank has not fetched yet
+  kPinned,        // a new round for a slot version whose round a rank may still lack (§3.1: its pins)
   kCount_
 };
 inline constexpr size_t kDropReasons = static_cast<size_t>(DropReason::kCount_);
@@ -53,8 +53,9 @@ struct CounterValues {
   uint64_t resent_up = 0;      // leaf: of those, sent again after their loss timer
   uint64_t held_answered = 0;  // retransmitted duplicates of an open round answered with HELD
   uint64_t lacking_told = 0;   // HELDs to ranks an open round lacked, sent when another rank resent
-  uint64_t partial = 0;        // rounds closed at their deadline without every member (§3.1)
-  uint64_t missed = 0;         // contributions those rounds lacked
+  uint64_t partial = 0;        // rounds closed without every contribution (deadline, concessions: §3.1)
+  uint64_t missed = 0;         // contributions those rounds lacked (from ranks that did not concede)
+  uint64_t conceded = 0;       // members' arrivals at a round without a contribution (GS_FLAG_CONCEDE)
   std::array<uint64_t, kDropReasons> drops{};
   uint64_t drops_total() const {
     uint64_t s = 0;
@@ -74,7 +75,7 @@ class Counters {
 
   std::atomic<uint64_t> pkts_in{0}, bytes_in{0}, pkts_out{0}, bytes_out{0};
   std::atomic<uint64_t> completed{0}, duplicates{0}, retx_answered{0}, held_answered{0}, lacking_told{0};
-  std::atomic<uint64_t> partial{0}, missed{0};
+  std::atomic<uint64_t> partial{0}, missed{0}, conceded{0};
   std::atomic<uint64_t> sent_up{0}, resent_up{0};
   std::array<std::atomic<uint64_t>, kDropReasons> drops{};
 };

@@ -39,6 +39,16 @@ size_t accum_bytes(const JobSpec& s) {
   return kAlign + round_up(gs_max_count(widest, s.payload_bytes) * 4);
 }
 
+// §3.1: does `sv` hold a round before round (seq, offset, count) of its slot, the slot's previous round
+// when it is in the other version? A slot's rounds follow one another in (seq, offset), but for fixed32's
+// bootstrap round (count 0, §5): its data round, in the other version, has the same (seq, offset).
+bool holds_earlier(const SlotVersion& sv, uint32_t seq, uint32_t offset, uint16_t count) {
+  const uint32_t held_seq = sv.seq.load(std::memory_order_relaxed);
+  const uint32_t held_offset = sv.offset.load(std::memory_order_relaxed);
+  return round_is_newer(seq, offset, held_seq, held_offset) ||
+         (seq == held_seq && offset == held_offset && sv.count == 0 && count != 0);
+}
+
 std::string check_membership(const JobSpec& spec) {
   const uint64_t all = spec.world >= 64 ? ~uint64_t{0} : (uint64_t{1} << spec.world) - 1;
   if (spec.members & ~all) return "members must be ranks of the job";
@@ -252,8 +262,7 @@ bool Engine::rank_left(uint32_t job_id, uint16_t rank) {
   job->left.fetch_or(bit, std::memory_order_seq_cst);
   for (uint16_t s = 0; s < job->spec.slots; ++s)
     for (const SlotVersion& v : job->slots[s].version)
-      if (v.state.load(std::memory_order_seq_cst) == RoundState::kOpen &&
-          !(v.seen.load(std::memory_order_relaxed) & bit))
+      if (v.state.load(std::memory_order_seq_cst) == RoundState::kOpen && !(reached(v) & bit))
         return job->try_abort(GS_ABORT_RANK_LEFT, rank);
   return false;
 }
@@ -390,6 +399,16 @@ IngestResult Engine::ingest(unsigned thread, const uint8_t* packet, size_t len, 
   return r;
 }
 
+// §3.1, the release: `other` is the slot's other version, and the sender of `h` reached the round of
+// `h`. A worker starts a slot's round only once it holds the result of the slot's previous round, which
+// is in the other version when that holds an earlier round (it holds none earlier than the previous:
+// the round of `h` was started by a rank holding the previous round's result).
+void Engine::reached_next(SlotVersion& other, const gs_header& h) {
+  if (other.owed && other.state.load(std::memory_order_relaxed) == RoundState::kComplete &&
+      holds_earlier(other, h.seq, h.offset, h.count))
+    other.owed &= ~(uint64_t{1} << h.rank);
+}
+
 // A rank's DATA: its contribution to the round of its slot version.
 void Engine::ingest_data(unsigned thread, Arrival& a) {
   Job* job = admit_data(thread, a);
@@ -403,25 +422,42 @@ void Engine::ingest_data(unsigned thread, Arrival& a) {
   const uint32_t held_seq = sv.seq.load(std::memory_order_relaxed);
   const uint32_t held_offset = sv.offset.load(std::memory_order_relaxed);
   const bool same_round = state != RoundState::kEmpty && h.seq == held_seq && h.offset == held_offset;
+  // §3.1: the sender's arrival at this round, or at a newer one than the version holds (not a stale
+  // resend), proves it holds the slot's previous round's result: that round stops waiting for it.
+  if (job->spec.deadline_ns &&
+      (same_round || state == RoundState::kEmpty ||
+       (state == RoundState::kComplete && round_is_newer(h.seq, h.offset, held_seq, held_offset))))
+    reached_next(job->slots[h.slot].version[version ^ 1], h);
 
   // 2. A retransmission of a completed round: the shadow copy answers it.
   if (same_round && state == RoundState::kComplete) {
-    if (!(sv.seen.load(std::memory_order_relaxed) >> h.rank & 1)) return answer_late(a, *job, sv);
-    return answer_completed(a, *job, sv);
+    if (sv.seen.load(std::memory_order_relaxed) >> h.rank & 1)
+      return answer_completed(a, *job, sv, GS_FLAG_DSACK);
+    // 2'', a conceder (§3.1): it reached the round, but nothing of it is in the sum (no DSACK).
+    if (sv.conceded.load(std::memory_order_relaxed) >> h.rank & 1) return answer_completed(a, *job, sv, 0);
+    return answer_late(a, *job, sv);
   }
   // 3. An aborted job answers everything else with the reason, so workers fail fast.
   if (job->aborted.load(std::memory_order_acquire))
     return answer_abort(a, *job, h.rank, DropReason::kJobAborted, job->abort_reason, job->abort_rank);
   // 4. A round that needs a rank which left (LEAVE) can never complete.
   if (const uint64_t left = job->left.load(std::memory_order_seq_cst)) {
-    const uint64_t needed = left & ~(same_round ? sv.seen.load(std::memory_order_relaxed) : 0);
+    const uint64_t needed = left & ~(same_round ? reached(sv) : 0);
     if (needed)
       return abort_everyone(a, *job, DropReason::kJobAborted, GS_ABORT_RANK_LEFT,
                             static_cast<uint16_t>(__builtin_ctzll(needed)), nullptr);
   }
   // 5. The slot version's round: join it or start it.
   if (same_round ? !join_round(a, *job, sv) : !open_round(a, sv, state, held_seq, held_offset)) return;
-  if (sv.arrived < job->member_count) return still_open(thread, a, *job, sv, !same_round);
+  if (sv.arrived < job->member_count) {
+    // 6''. Every member reached it, some by conceding (§3.1): it closes now, without them; the
+    // arrival that closed it is its completer, as for a default round.
+    if (reached(sv) == job->members) {
+      close_partial(thread, *job, h.slot, version, a.r, a.now_ns, h.rank);
+      return;
+    }
+    return still_open(thread, a, *job, sv, !same_round);
+  }
   // 6. Complete: up to the spine from a leaf, else the result to every rank.
   sv.completer = h.rank;
   sv.completed_by_resend = h.flags & GS_FLAG_RETX;
@@ -511,9 +547,13 @@ DropReason Engine::check_data(unsigned thread, Arrival& a, const Job& job) const
   a.elem_size = gs_elem_size(h.elem_type);  // 0 for unknown types, so the shift is < 32
   if (a.elem_size == 0 || !(job.elem_types >> h.elem_type & 1)) return DropReason::kBadElemType;
   a.payload_len = gs_payload_bytes(h.elem_type, h.count);
+  // A concession (§3.1) is the header alone, and only a job with a deadline takes one.
+  a.concede = (h.flags & GS_FLAG_CONCEDE) != 0;
+  const size_t body = a.concede ? 0 : a.payload_len;
   // At most a full chunk: for mx8 a count whose bytes would fit (a partial block) may still exceed the
   // elements the fp32 accumulator holds.
-  if (h.count > gs_max_count(h.elem_type, spec.payload_bytes) || a.len != GS_HEADER_BYTES + a.payload_len)
+  if (h.count > gs_max_count(h.elem_type, spec.payload_bytes) || a.len != GS_HEADER_BYTES + body ||
+      (a.concede && !spec.deadline_ns))
     return DropReason::kBadLength;
   if (const Optimizer* opt = job.optimizer.get()) {
     // Each chunk must map onto whole parameters so that its step is applied exactly once.
@@ -530,7 +570,7 @@ DropReason Engine::check_data(unsigned thread, Arrival& a, const Job& job) const
 //    answers it alone, even in an aborted job (the round's sum is right; only later ones fail).
 //    Without RETX it is a copy the network made of a contribution the round already counted:
 //    answering it would amplify the duplication (and split the thread's runs of results).
-void Engine::answer_completed(Arrival& a, const Job& job, SlotVersion& sv) {
+void Engine::answer_completed(Arrival& a, const Job& job, SlotVersion& sv, uint8_t held) {
   if (!(a.h.flags & GS_FLAG_RETX)) {
     counter_add(a.js->counters.duplicates);
     counter_add(a.ts.totals.duplicates);
@@ -539,8 +579,9 @@ void Engine::answer_completed(Arrival& a, const Job& job, SlotVersion& sv) {
   }
   counter_add(a.js->counters.retx_answered);
   counter_add(a.ts.totals.retx_answered);
-  // DSACK: the round holds the sender's contribution (answer_late answers the others).
-  answer_from_shadow(a, job, sv, GS_FLAG_DSACK | (sv.partial ? GS_FLAG_PARTIAL : 0));
+  // `held`: DSACK when the round holds the sender's contribution, 0 for a conceder (answer_late
+  // answers the others).
+  answer_from_shadow(a, job, sv, static_cast<uint8_t>(held | (sv.partial ? GS_FLAG_PARTIAL : 0)));
 }
 
 // The shadow copy, to the sender alone: UNICAST and `flags` with the sender's version.
@@ -557,15 +598,17 @@ void Engine::answer_from_shadow(Arrival& a, const Job& job, SlotVersion& sv, uin
   r.count = sv.count;
 }
 
-// 2, for a round its deadline closed without the sender (§3.1): the contribution is dropped (late),
+// 2', for a round its deadline closed without the sender (§3.1): the contribution is dropped (late),
 //    and the sender gets the round's result, so that every rank holds the same values. Once per
 //    owed rank unless it is a resend: a copy the network made of a late DATA is not answered again.
+//    The sender stays owed: the answer may be lost, and only its arrival at the slot's next round
+//    shows that it holds the result.
 void Engine::answer_late(Arrival& a, const Job& job, SlotVersion& sv) {
   const uint64_t bit = uint64_t{1} << a.h.rank;
-  const bool owed = (sv.owed & bit) != 0;
-  sv.owed &= ~bit;
+  const bool first = (sv.owed & bit) && !(sv.late & bit);
+  sv.late |= bit;
   a.drop(DropReason::kLate);
-  if (owed || (a.h.flags & GS_FLAG_RETX)) answer_from_shadow(a, job, sv, GS_FLAG_PARTIAL);
+  if (first || (a.h.flags & GS_FLAG_RETX)) answer_from_shadow(a, job, sv, GS_FLAG_PARTIAL);
 }
 
 // An ABORT with the reason, to the sender (`dest`, a rank) or, when this packet aborted the job, to
@@ -609,13 +652,13 @@ const uint8_t* Engine::aligned_payload(Arrival& a) {
   return a.ts.aligned_payload;
 }
 
-// 5a. A contribution to the open round of its slot version: summed, or (false) answered instead: a
-//     duplicate, or a disagreement on the allreduce that aborts the job.
+// 5a. A contribution (or a concession, §3.1) to the open round of its slot version: summed (noted),
+//     or (false) answered instead: a duplicate, or a disagreement on the allreduce that aborts the job.
 bool Engine::join_round(Arrival& a, Job& job, SlotVersion& sv) {
   const gs_header& h = a.h;
   const uint64_t bit = uint64_t{1} << h.rank;
   const bool ends_tensor = (h.flags & GS_FLAG_LAST) != 0;
-  if (sv.seen.load(std::memory_order_relaxed) & bit) {
+  if (reached(sv) & bit) {  // a contributor's or a conceder's second arrival
     counter_add(a.js->counters.duplicates);
     counter_add(a.ts.totals.duplicates);
     a.r.kind = IngestResult::kAbsorbed;
@@ -635,12 +678,27 @@ bool Engine::join_round(Arrival& a, Job& job, SlotVersion& sv) {
     Mismatch m;
     m.seq = h.seq;
     m.offset = h.offset;
-    m.held = {static_cast<uint16_t>(__builtin_ctzll(sv.seen.load(std::memory_order_relaxed))), sv.count,
-              sv.elem_type, sv.scale_exp, sv.last};
+    m.held = {static_cast<uint16_t>(__builtin_ctzll(reached(sv))), sv.count, sv.elem_type, sv.scale_exp,
+              sv.last};
     m.arriving = {h.rank, h.count, h.elem_type, h.scale_exp, ends_tensor};
     abort_everyone(a, job, DropReason::kInconsistent, GS_ABORT_MISMATCH, h.rank, &m);
     return false;
   }
+  if (h.next_exp > sv.next_exp) sv.next_exp = h.next_exp;
+  sv.min_window = gs_smaller_window(sv.min_window, h.window);
+  if (a.concede) {
+    concede(a, sv);
+    return true;
+  }
+  add_payload(a, sv);
+  sv.seen.store(sv.seen.load(std::memory_order_relaxed) | bit, std::memory_order_relaxed);
+  ++sv.arrived;
+  return true;
+}
+
+// 5a, the sum: the DATA's payload added into the round's.
+void Engine::add_payload(Arrival& a, SlotVersion& sv) {
+  const gs_header& h = a.h;
   uint8_t* sum = sv.result + GS_HEADER_BYTES;
   const uint8_t* payload = aligned_payload(a);
   const Kernels& k = kernels();
@@ -661,15 +719,19 @@ bool Engine::join_round(Arrival& a, Job& job, SlotVersion& sv) {
       k.add_f64(reinterpret_cast<double*>(sum), reinterpret_cast<const double*>(payload), h.count);
       break;
   }
-  if (h.next_exp > sv.next_exp) sv.next_exp = h.next_exp;
-  sv.min_window = gs_smaller_window(sv.min_window, h.window);
-  sv.seen.store(sv.seen.load(std::memory_order_relaxed) | bit, std::memory_order_relaxed);
-  ++sv.arrived;
-  return true;
+}
+
+// 5a', a concession (§3.1): the sender reached the round without contributing; nothing is summed and
+//      `arrived` (the contributions, which the quorum counts) stays.
+void Engine::concede(Arrival& a, SlotVersion& sv) {
+  const uint64_t bit = uint64_t{1} << a.h.rank;
+  sv.conceded.store(sv.conceded.load(std::memory_order_relaxed) | bit, std::memory_order_relaxed);
+  counter_add(a.js->counters.conceded);
+  counter_add(a.ts.totals.conceded);
 }
 
 // 5b. The first contribution to a new round of its slot version, which initialises it (no zeroing
-//     pass); false when dropped as stale.
+//     pass, except for a concession, which contributes nothing); false when dropped as stale or pinned.
 bool Engine::open_round(Arrival& a, SlotVersion& sv, RoundState state, uint32_t held_seq,
                         uint32_t held_offset) {
   const gs_header& h = a.h;
@@ -681,8 +743,8 @@ bool Engine::open_round(Arrival& a, SlotVersion& sv, RoundState state, uint32_t 
     return false;
   }
   if (sv.owed) {
-    // A partial round's shadow copy is the only place its late ranks' result is (§3.1). A rank
-    // that sends a newer round here holds that result (it reuses a version only after its result).
+    // The shadow copy is the only place its owed ranks' result is (§3.1). A rank that sends a newer
+    // round here holds that result (it reuses a version only after its result).
     sv.owed &= ~(uint64_t{1} << h.rank);
     if (sv.owed) {
       a.drop(DropReason::kPinned);
@@ -695,18 +757,30 @@ bool Engine::open_round(Arrival& a, SlotVersion& sv, RoundState state, uint32_t 
   sv.next_exp = h.next_exp;
   sv.min_window = h.window;
   sv.last = (h.flags & GS_FLAG_LAST) != 0;
-  sv.arrived = 1;
-  sv.seen.store(uint64_t{1} << h.rank, std::memory_order_relaxed);
+  sv.arrived = 0;
+  sv.seen.store(0, std::memory_order_relaxed);
+  sv.conceded.store(0, std::memory_order_relaxed);
   sv.seq.store(h.seq, std::memory_order_relaxed);
   sv.offset.store(h.offset, std::memory_order_relaxed);
   sv.opened_ns.store(a.now_ns, std::memory_order_relaxed);
   sv.told_ns = 0;
   sv.overdue = false;
   sv.partial = false;
-  if (sums_in_fp32(h.elem_type)) {
-    widen_into_fp32(h.elem_type, sv.accum, aligned_payload(a), h.count, false);
+  sv.late = 0;
+  if (a.concede) {
+    // A concession opens the round with nothing summed (§3.1): the sum starts at zero.
+    if (sums_in_fp32(h.elem_type))
+      std::memset(sv.accum, 0, size_t{h.count} * sizeof(float));
+    else
+      std::memset(sv.result + GS_HEADER_BYTES, 0, a.payload_len);
+    concede(a, sv);
   } else {
-    std::memcpy(sv.result + GS_HEADER_BYTES, a.packet + GS_HEADER_BYTES, a.payload_len);
+    if (sums_in_fp32(h.elem_type))
+      widen_into_fp32(h.elem_type, sv.accum, aligned_payload(a), h.count, false);
+    else
+      std::memcpy(sv.result + GS_HEADER_BYTES, a.packet + GS_HEADER_BYTES, a.payload_len);
+    sv.arrived = 1;
+    sv.seen.store(uint64_t{1} << h.rank, std::memory_order_relaxed);
   }
   sv.state.store(RoundState::kOpen, std::memory_order_relaxed);
   return true;
@@ -765,13 +839,22 @@ IngestResult& Engine::finish_round(unsigned thread, Job& job, uint16_t slot, uin
 }
 
 IngestResult& Engine::close_partial(unsigned thread, Job& job, uint16_t slot, uint8_t version,
-                                    IngestResult& r, uint64_t now_ns) {
+                                    IngestResult& r, uint64_t now_ns, uint16_t completer) {
   SlotVersion& sv = job.slots[slot].version[version];
-  sv.owed = job.members & ~sv.seen.load(std::memory_order_relaxed);
+  // §3.1, the pins. The members that did not reach the round, and its conceders, still need its result.
+  const uint64_t unreached = job.members & ~reached(sv);
+  sv.owed |= job.members & ~sv.seen.load(std::memory_order_relaxed);
+  // A member that did not reach it has not shown that it holds the slot's previous round either
+  // (the other version's, when that holds an older round: reached_next()), whose result it may have lost.
+  SlotVersion& previous = job.slots[slot].version[version ^ 1];
+  if (unreached && previous.state.load(std::memory_order_relaxed) == RoundState::kComplete &&
+      holds_earlier(previous, sv.seq.load(std::memory_order_relaxed),
+                    sv.offset.load(std::memory_order_relaxed), sv.count))
+    previous.owed |= unreached;
   sv.partial = true;
-  sv.completer = GS_RANK_ALL;  // no DATA completed it: its deadline did
+  sv.completer = completer;
   sv.completed_by_resend = false;
-  const auto missing = static_cast<uint64_t>(__builtin_popcountll(sv.owed));
+  const auto missing = static_cast<uint64_t>(__builtin_popcountll(unreached));
   JobThreadState& js = job.per_thread[thread];
   counter_add(js.counters.partial);
   counter_add(threads_[thread].totals.partial);
@@ -804,7 +887,7 @@ IngestResult Engine::close_overdue(unsigned thread, uint32_t job_id, uint16_t sl
 
 IngestResult& Engine::answer_held(ThreadState& ts, JobThreadState& js, const Job& job, const gs_header& h,
                                   SlotVersion& sv, uint64_t sender_bit, uint64_t now_ns, IngestResult& r) {
-  const uint64_t seen = sv.seen.load(std::memory_order_relaxed);
+  const uint64_t seen = reached(sv);  // the contributors and the conceders (§3.1)
   uint64_t lacking = job.members & ~seen;
   // Only a round open for kAskAfterNs asks: sooner, the lacking rank's own detector is still on it,
   // or its DATA is still queued on the way (a request then costs a redundant resend, on the

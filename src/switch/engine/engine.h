@@ -307,8 +307,11 @@ class Engine {
   [[gnu::always_inline]] inline void still_open(unsigned thread, Arrival& a, Job& job, SlotVersion& sv,
                                                 bool opened);
   [[gnu::always_inline]] inline DropReason check_data(unsigned thread, Arrival& a, const Job& job) const;
-  [[gnu::always_inline]] inline static void answer_completed(Arrival& a, const Job& job, SlotVersion& sv);
+  [[gnu::always_inline]] inline static void answer_completed(Arrival& a, const Job& job, SlotVersion& sv,
+                                                             uint8_t held);
   [[gnu::always_inline]] inline static bool join_round(Arrival& a, Job& job, SlotVersion& sv);
+  [[gnu::always_inline]] inline static void add_payload(Arrival& a, SlotVersion& sv);
+  [[gnu::always_inline]] inline static void concede(Arrival& a, SlotVersion& sv);
   [[gnu::always_inline]] inline static bool open_round(Arrival& a, SlotVersion& sv, RoundState state,
                                                        uint32_t held_seq, uint32_t held_offset);
   [[gnu::always_inline]] inline static const uint8_t* aligned_payload(Arrival& a);
@@ -316,9 +319,14 @@ class Engine {
   // Narrows a 16-bit sum, runs an optimizer's step and publishes the round's result (6.).
   IngestResult& finish_round(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
                              uint64_t now_ns);
-  // Closes an open round of a job with a deadline without the members it lacks (§3.1).
+  // Closes an open round of a job with a deadline without the members it lacks, or that conceded it
+  // (§3.1). `completer`: the rank whose arrival closed it once every member reached it, else
+  // GS_RANK_ALL (its deadline did, or the quorum's contribution past it).
   IngestResult& close_partial(unsigned thread, Job& job, uint16_t slot, uint8_t version, IngestResult& r,
-                              uint64_t now_ns);
+                              uint64_t now_ns, uint16_t completer = GS_RANK_ALL);
+  // §3.1: the sender of `h` reached its round, so it holds the slot's previous round (`other`, the
+  // slot's other version, when that holds an older round): that round owes it nothing more.
+  [[gnu::always_inline]] inline static void reached_next(SlotVersion& other, const gs_header& h);
   // 2. for a partial round: DATA from a member the round closed without.
   static void answer_late(Arrival& a, const Job& job, SlotVersion& sv);
   static void answer_from_shadow(Arrival& a, const Job& job, SlotVersion& sv, uint8_t flags);

@@ -38,6 +38,9 @@ enum class RoundState : uint8_t { kEmpty, kOpen, kComplete, kUplink };
 struct SlotVersion {
   std::atomic<RoundState> state{RoundState::kEmpty};  // atomics: the control plane reads them
   std::atomic<uint64_t> seen{0};
+  // Members that reached the round without contributing (DATA with GS_FLAG_CONCEDE, docs/protocol.md
+  // §3.1): with `seen`, the ranks the round reached. Never in `seen`, so never in a PARTIAL's trailer.
+  std::atomic<uint64_t> conceded{0};
   std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> offset{0};
   std::atomic<uint64_t> opened_ns{0};  // when the round's first contribution arrived
@@ -62,11 +65,15 @@ struct SlotVersion {
   // Bounded-time rounds (docs/protocol.md §3.1). `overdue`: the deadline passed before the quorum
   // arrived, so the contribution that reaches it closes the round. `partial`: the round closed
   // without every member (its RESULT carries PARTIAL and the contributor trailer). `owed`: members
-  // it closed without that have not been answered yet; while any is, the version takes no new round
-  // (its shadow copy is the only place their result is).
+  // that may still lack the round's result: those a partial round closed without, its conceders,
+  // and (a complete round) those the slot's next round closed without; each until it arrives at the
+  // slot's next round, which it starts only with this round's result. While any is, the version
+  // takes no new round (its shadow copy is the only place their result is). `late`: members whose
+  // late DATA or concession (step 2') was answered once; a copy without RETX is not answered again.
   bool overdue = false;
   bool partial = false;
   uint64_t owed = 0;
+  uint64_t late = 0;
   // GS_HEADER_BYTES of header, then the payload as it goes back on the wire. 4- and 8-byte element
   // types accumulate in place here (the payload starts 32-byte aligned); sums_in_fp32 types
   // accumulate in `accum` and are narrowed at the end. A leaf sends a round up from the same memory:
@@ -75,6 +82,11 @@ struct SlotVersion {
   uint8_t* result = nullptr;
   float* accum = nullptr;
 };
+
+// The ranks a round reached: its contributors and its conceders (§3.1).
+inline uint64_t reached(const SlotVersion& sv) {
+  return sv.seen.load(std::memory_order_relaxed) | sv.conceded.load(std::memory_order_relaxed);
+}
 
 struct Slot {
   SlotVersion version[2];
@@ -152,6 +164,7 @@ struct Engine::Arrival {
   JobThreadState* js = nullptr;  // the job's, once it is known: its drops count there too
   size_t elem_size = 0;          // DATA, once checked: the payload's element size and length
   size_t payload_len = 0;
+  bool concede = false;  // DATA with GS_FLAG_CONCEDE, once checked: an arrival without payload (§3.1)
   // Ends the datagram's path: dropped, and counted.
   void drop(DropReason why) {
     ts.totals.drop(why);

@@ -59,10 +59,14 @@ constexpr CounterField kCounterFields[] = {
      "HELDs sent to ranks an open round lacked when another rank's retransmission reached it (resend yours).",
      &CounterValues::lacking_told},
     {"rounds_partial_total",
-     "Rounds closed at their deadline without every rank (jobs with deadline_us=, docs/protocol.md 3.1).",
+     "Rounds closed without every rank's contribution, at their deadline or by concessions (jobs with "
+     "deadline_us=, docs/protocol.md 3.1).",
      &CounterValues::partial},
     {"contributions_missed_total", "Contributions the rounds closed at their deadline lacked.",
      &CounterValues::missed},
+    {"arrivals_conceded_total",
+     "Ranks that reached a round without contributing (DATA with CONCEDE, docs/protocol.md 3.1).",
+     &CounterValues::conceded},
 };
 
 // `every_reason`: a sample for each reason, 0 or not (the totals); else only those that happened.

@@ -73,6 +73,8 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       fixed_window_(fixed_window(ctx.opt->window, ctx.join->slots)),
       cc_(ctx.join->slots, static_cast<int64_t>(ctx.opt->target_delay_s * 1e9),
           WindowController::kInitialRounds, wall_minus_steady_ns()),
+      concede_(ctx.opt->concede && ctx.join->deadline_us, ctx.opt->world,
+               ctx.join->deadline_us ? ctx.opt->concede_keep : -1.0),
       loss_(std::max<unsigned>(ctx.join->threads, 1), path_detector(*ctx.opt)),
       last_(2 * size_t{ctx.join->slots}),
       proofs_due_(kProofsDue),
@@ -113,9 +115,15 @@ void SwitchAllreduce::prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp) 
     size_t after = schedule_.following(f, c);
     if (after != SIZE_MAX) next_exp = (*op.exps)[after];
   }
-  size_t len = encode_chunk(op.ch, op.input(), c, scale, window_.payload(slot));
+  // A concede (§3.1) is the chunk's header alone: this rank reaches the round without its values.
+  const bool concede = concede_.concede_next();
+  size_t len = concede ? 0 : encode_chunk(op.ch, op.input(), c, scale, window_.payload(slot));
   uint8_t v = window_.claim_version(slot);
   if (c + 1 == op.ch.chunks) v |= GS_FLAG_LAST;  // lets the switch catch ranks whose lengths differ
+  if (concede) {
+    v |= GS_FLAG_CONCEDE;
+    counter_add(ctx_.counters->conceded_rounds);
+  }
   window_.seal(slot,
                data_header(ctx_, slot, v, op.ch.elem, op.ch.size(c), op.seq, op.ch.offset(c), next_exp,
                            r.scale, declared_window()),
@@ -329,10 +337,18 @@ void SwitchAllreduce::learn_from_result(const InPacket& in, const gs_header& h, 
   const bool multicast = !(h.flags & GS_FLAG_UNICAST);
   if (multicast && !(h.flags & GS_FLAG_RETX)) cc_.run_at(h.window);
   const bool completed_here = h.rank == ctx_.opt->rank;
+  // Whose arrival came last, where no loss held the round and no deadline closed it (no completer):
+  // the concede signal. A round closed by concessions names the arrival that closed it.
+  if (multicast && !(h.flags & GS_FLAG_RETX) && h.rank != GS_RANK_ALL) concede_.on_completed(completed_here);
   // The path's round trip ends when the kernel received the result, not when this thread got to it:
   // the wait in between is the host's scheduling (docs/transport.md, "Which sample").
   const int64_t arrived = in.arrival_ns > t.sent_ns && in.arrival_ns <= now ? in.arrival_ns : now;
-  const int64_t own_rtt = t.tries == 0 && multicast && completed_here ? arrived - t.sent_ns : -1;
+  // A conceding rank's own round trips hold the queue of the slow uplink that made it concede; its
+  // window would cut them to the delay target and clock every rank at its pace (the job runs at the
+  // smallest window declared) while its completions looked healthy: the concessions, not the window,
+  // pace its uplink then, and the others' paths set the window.
+  const bool own_path = t.tries == 0 && multicast && completed_here && !concede_.conceding();
+  const int64_t own_rtt = own_path ? arrived - t.sent_ns : -1;
   const auto srtt = static_cast<int64_t>(detector(slot).rtt().srtt_ns());
   if (cc_.on_result(now, own_rtt, window_limited_, srtt) && adaptive_)
     counter_add(ctx_.counters->window_delay_cuts);

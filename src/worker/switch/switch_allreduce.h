@@ -17,6 +17,7 @@
 #include "worker/control.h"
 #include "worker/path.h"
 #include "worker/stream_schedule.h"
+#include "worker/switch/concede_policy.h"
 #include "worker/switch/switch_notice.h"
 #include "worker/switch/window_controller.h"
 #include "worker/window.h"
@@ -130,6 +131,7 @@ class SwitchAllreduce : public DataPath {
   bool adaptive_;
   unsigned fixed_window_;  // without adaptive_: a numeric window below the pool, else the whole pool
   WindowController cc_;
+  ConcedePolicy concede_;   // which chunks go as header-only concedes (deadline jobs, Options::concede)
   unsigned in_flight_ = 0;  // slots with a round out
   // Adaptive start order (fill_window): chunks below scan_ were looked at; those passed over while
   // their slot was busy wait in passed_ (a min-heap) once it is free; oldest_ is the lowest chunk

@@ -77,6 +77,7 @@ class ResultBatch {
 
   std::vector<uint8_t> arena_;
   size_t arena_used_ = 0;
+  uint32_t writes_ = 0;  // write() calls: where the next one starts each group's fan-out
   std::vector<Entry> entries_;
   std::vector<Group> groups_;
   std::vector<Endpoint> eps_;
@@ -95,7 +96,11 @@ void ResultBatch::write(bool gso, Send&& send) {
   n_msgs_ = n_iovs_ = 0;
   for (uint32_t gi = 0; gi < groups_.size(); ++gi) {
     const Group& g = groups_[gi];
-    for (uint16_t e = 0; e < g.n_eps; ++e) {
+    // Each write starts the fan-out at the next endpoint: in rank order, the last rank got every
+    // result last, answered last, and so completed most rounds of a healthy job (protocol.md §4.2's
+    // completer; the concede policy reads it, concede_policy.h).
+    uint16_t e = g.n_eps ? static_cast<uint16_t>(writes_ % g.n_eps) : 0;
+    for (uint16_t k = 0; k < g.n_eps; ++k, e = static_cast<uint16_t>(e + 1 == g.n_eps ? 0 : e + 1)) {
       if (!build(gi, eps_[g.ep_off + e], gso)) {
         send(msgs_.data(), n_msgs_);
         n_msgs_ = n_iovs_ = 0;
@@ -105,6 +110,7 @@ void ResultBatch::write(bool gso, Send&& send) {
   }
   if (n_msgs_) send(msgs_.data(), n_msgs_);
   n_msgs_ = n_iovs_ = 0;
+  ++writes_;
 }
 
 }  // namespace gradswitch
