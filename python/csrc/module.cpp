@@ -4,11 +4,13 @@
 // DLPack; torch is never imported here). The GIL is released while a call blocks.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/feedback_round.h"
@@ -216,14 +218,23 @@ NB_MODULE(_core, m) {
           "x"_a.noconvert(), "Sums x over all ranks, in place (blocking).")
       .def(
           "allreduce_async",
-          [](PyGroup& self, nb::ndarray<> x) {
+          [](PyGroup& self, nb::ndarray<> x, std::optional<nb::ndarray<>> unsummed) {
             size_t n = 0;
             DType dt;
             void* p = check_array(x, &n, &dt);
-            // The caller keeps x alive until the handle completes (gradswitch.Group does).
-            return PyHandle{self.get().allreduce_async(p, n, dt)};
+            // The caller keeps x (and unsummed) alive until the handle completes (gradswitch.Group does).
+            if (!unsummed) return PyHandle{self.get().allreduce_async(p, n, dt)};
+            size_t un = 0;
+            DType udt;
+            void* u = check_array(*unsummed, &un, &udt);
+            if (dt != DType::kFloat32 || udt != DType::kFloat32 || un != n)
+              throw InvalidArgument("gradswitch: unsummed= needs float32 x and unsummed of the same size (got " +
+                                    std::to_string(n) + " and " + std::to_string(un) + " elements)");
+            return PyHandle{self.get().allreduce_async(p, n, static_cast<float*>(u))};
           },
-          "x"_a.noconvert(), "Queues an in-place allreduce of x; the caller keeps x alive until wait().")
+          "x"_a.noconvert(), "unsummed"_a.noconvert() = nb::none(),
+          "Queues an in-place allreduce of x; the caller keeps x alive until wait(). `unsummed` (float32, "
+          "x's size; deadline jobs): receives this rank's values of the chunks whose sum lacks them.")
       .def(
           "upload_params",
           [](PyGroup& self, nb::ndarray<> x) {
@@ -341,11 +352,13 @@ NB_MODULE(_core, m) {
         nb::gil_scoped_release rel;
         if (!gradswitch::feedback_round(g, r, n, add, elem))
           throw InvalidArgument(
-              "gradswitch: feedback_round needs a lossy wire (mx8, float16, bfloat16), not " + wire);
+              "gradswitch: feedback_round needs a wire of the worker's (mx8, float16, bfloat16, float32, "
+              "fixed32), not " + wire);
       },
       "grad"_a, "residual"_a, "add"_a, "wire"_a,
       "In place, on CPU float32 C-contiguous arrays of one size: grad += residual when add, then residual "
-      "= grad - what `wire` (mx8, float16, bfloat16) delivers of grad, non-finite differences as 0.");
+      "= grad - what `wire` (mx8, float16, bfloat16) delivers of grad, non-finite differences as 0 "
+      "(float32, fixed32: 0; a deadline job's unsummed values fill it).");
   // The timeline of a rank (src/worker/timeline.h), for gradswitch.timeline.
   m.def(
       "timeline_span",

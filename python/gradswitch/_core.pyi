@@ -61,8 +61,9 @@ class Group:
     def allreduce(self, x: Any) -> None:
         """Sums x over all ranks in place. When it raises, x is undefined: the elements whose rounds
         completed hold the sum, the others this rank's input (gradswitch.Group.allreduce)."""
-    def allreduce_async(self, x: Any) -> Handle:
-        """Queues allreduce(x); the same holds for x when the handle's wait() raises."""
+    def allreduce_async(self, x: Any, unsummed: Any | None = None) -> Handle:
+        """Queues allreduce(x); the same holds for x when the handle's wait() raises. `unsummed`
+        (float32, x's size; deadline jobs): this rank's values of the chunks whose sum lacks them."""
     def close(self, abort: bool = False) -> None: ...
     def upload_params(self, x: Any) -> None: ...
     def set_lr(self, lr: float) -> float: ...
@@ -98,7 +99,8 @@ class Group:
     def closed(self) -> bool: ...
 
 def feedback_round(grad: Any, residual: Any, add: bool, wire: str) -> None:
-    """In place: grad += residual when add, then residual = grad - what `wire` delivers of grad."""
+    """In place: grad += residual when add, then residual = grad - what `wire` delivers of grad
+    (float32, fixed32: 0)."""
 
 def timeline_span(
     rank: int, lane: str, name: str, begin_ns: int, end_ns: int, args: str = "", overlapping: bool = False

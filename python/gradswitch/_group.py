@@ -230,12 +230,13 @@ def _native_view(x: Any) -> Any:
 class Handle:
     """An allreduce queued with Group.allreduce_async(); wait() returns the reduced tensor."""
 
-    __slots__ = ("_native", "_x", "_view")
+    __slots__ = ("_native", "_x", "_view", "_unsummed")
 
-    def __init__(self, native: _core.Handle, x: Any, view: Any) -> None:
+    def __init__(self, native: _core.Handle, x: Any, view: Any, unsummed: Any = None) -> None:
         self._native = native
         self._x = x
         self._view = view  # keeps the memory alive while the native thread writes into it
+        self._unsummed = unsummed
 
     def wait(self) -> Any:
         """Blocks until the allreduce finished; returns the tensor or raises the error."""
@@ -343,15 +344,31 @@ class Group:
         _sparse.allreduce(flat, block, mode, lambda a: self.allreduce_async(a).wait())
         return x
 
-    def allreduce_async(self, x: Any) -> Handle:
+    def allreduce_async(self, x: Any, unsummed: Any = None) -> Handle:
         """Queues an in-place allreduce of x (run in order on the group's thread); returns a Handle.
 
         x must not be read or written until the handle's wait() returned. When wait() raises, x is
         undefined (partly sums, partly this rank's input: see allreduce()).
+
+        unsummed: with connect(deadline_us=...), a float32 array or CPU tensor of x's size (x float32):
+        for every chunk whose sum lacks this rank's contribution (conceded, or closed at its deadline
+        without it), this rank's values of the chunk are copied into it at the same offsets; its other
+        elements are left as they are. Adding it to the next step's input delays a contribution
+        instead of losing it (gradswitch.torch's error_feedback does). Not read or written by the
+        caller until wait() returned.
         """
         view = _native_view(x)
+        uview = None
+        if unsummed is not None:
+            if not self._deadline_us:
+                raise ValueError(
+                    "gradswitch: unsummed= needs connect(deadline_us=...): only a job with bounded-time "
+                    "rounds sums without a rank's contribution"
+                )
+            uview = _native_view(unsummed)
         with self._lock:
-            h = Handle(self._native.allreduce_async(view), x, view)
+            native = self._native.allreduce_async(view, uview)
+            h = Handle(native, x, view, uview)
             self._pending = [p for p in self._pending if not p.done()]
             self._pending.append(h)
         return h

@@ -3,6 +3,7 @@
 #include "common/feedback_round.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "common/kernels.h"
 #include "gradswitch/wire.h"
@@ -37,6 +38,12 @@ void round_trip(const Kernels& k, uint8_t wire, const float* x, float* q, size_t
 }  // namespace
 
 bool feedback_round(float* grad, float* residual, size_t n, bool add, uint8_t wire) {
+  if (wire == GS_ELEM_FLOAT32 || wire == GS_ELEM_FIXED32) {
+    if (add)
+      for (size_t i = 0; i < n; ++i) grad[i] += residual[i];
+    std::memset(residual, 0, n * sizeof(float));
+    return true;
+  }
   if (wire != GS_ELEM_MX8 && wire != GS_ELEM_FLOAT16 && wire != GS_ELEM_BFLOAT16) return false;
   const Kernels& k = kernels();
   alignas(64) float q[kPiece];

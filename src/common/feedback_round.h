@@ -14,7 +14,10 @@ namespace gradswitch {
 // residual = grad - decode(encode(grad)) on `wire` (GS_ELEM_MX8, _FLOAT16 or _BFLOAT16; mx8 blocks of
 // 32 from grad[0], as the worker's chunks start on block boundaries), a non-finite difference kept as 0
 // so that one NaN or infinity does not poison every later step. grad keeps the unrounded sum: the
-// worker encodes it again as it sends. False, with nothing changed, for any other wire.
+// worker encodes it again as it sends. On GS_ELEM_FLOAT32 (which loses nothing) and GS_ELEM_FIXED32
+// (whose scale the ranks agree per chunk, so no rank can reproduce its rounding alone) the residual
+// becomes 0: what a deadline job's sums lack of a rank's values fills it (Group::allreduce_async's
+// `unsummed`). False, with nothing changed, for any other wire.
 bool feedback_round(float* grad, float* residual, size_t n, bool add, uint8_t wire);
 
 }  // namespace gradswitch

@@ -507,6 +507,17 @@ Handle Group::allreduce_async(const void* src, void* dst, size_t count, DType dt
   return enqueue(std::move(op));
 }
 
+Handle Group::allreduce_async(void* data, size_t count, float* unsummed) {
+  if (unsummed && !opt_.deadline_us)
+    throw InvalidArgument(
+        "gradswitch: unsummed needs deadline_us (only a job with bounded-time rounds sums without a "
+        "rank's contribution)");
+  Op op{data, count, DType::kFloat32, nullptr, nullptr};
+  op.src = data;
+  op.unsummed = unsummed;
+  return enqueue(std::move(op));
+}
+
 Handle Group::enqueue(Op op) {
   auto st = std::make_shared<Handle::State>();
   op.state = st;

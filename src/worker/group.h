@@ -94,6 +94,12 @@ class Group {
   // float tensor travels in this call: a caller that knows every rank makes the same choice (an MPI
   // library: each MPI datatype as its own type) may differ from the wire agreed at JOIN.
   Handle allreduce_async(const void* src, void* dst, size_t count, DType dtype, uint8_t wire = 0);
+  // In a job with bounded-time rounds (Options::deadline_us), float32 only: the same, and for every
+  // chunk whose sum lacks this rank's contribution (the rank conceded it, or its deadline closed the
+  // round without it) this rank's values of the chunk are copied into `unsummed` (`count` long, at
+  // the same offsets); its other elements are left as they are. What error feedback keeps for the
+  // next step, so that a rank's contribution is delayed, never lost.
+  Handle allreduce_async(void* data, size_t count, float* unsummed);
 
   // ---- Optimizer jobs (Options::optimizer). Each call is queued on the background thread behind
   // the operations queued before it, so it runs between two allreduces, as the protocol requires.
@@ -136,6 +142,7 @@ class Group {
     std::function<void()> fn;   // a control-plane operation instead of an allreduce
     const void* src = nullptr;  // what is summed
     uint8_t wire = 0;           // 0: the group's wire
+    float* unsummed = nullptr;  // where this rank's values of the chunks the sum lacks go
     int64_t queued_ns = 0;      // when it was queued (timeline, debug log)
   };
   // Group::connect's last step without a switch (none given, or unreachable with algorithm auto:

@@ -230,6 +230,7 @@ bool Group::prepare(Flight& f) {
   AllreduceOp& op = f.ar;
   op.src = static_cast<const uint8_t*>(req.src);
   op.base = static_cast<uint8_t*>(req.data);
+  op.unsummed = req.unsummed;
   op.ch = make_chunking(count, elem, join_.payload_bytes, dtype);
   // fixed32: every chunk's block exponent, and the range check, before anything is sent.
   if (elem == GS_ELEM_FIXED32) {

@@ -98,6 +98,9 @@ struct AllreduceOp {
   // allreduce's chunks lacked, and the ranks missing from at least one of them (bit r: rank r).
   uint64_t missed = 0;
   uint64_t missing_ranks = 0;
+  // float32 with a deadline, or null: the input of each chunk whose sum lacks this rank is copied
+  // here, at the tensor's offsets, before the sum overwrites it (Group::allreduce_async).
+  float* unsummed = nullptr;
 };
 
 // How an allreduce moves: through the switch's window (one switch, or a job sharded over several)

@@ -126,10 +126,9 @@ def test_the_options_are_checked_and_must_agree(start_switch):
 @pytest.mark.parametrize("wire", ["float32", "fixed32"])
 def test_a_conceding_rank_arrives_without_its_values(start_switch, wire):
     """Rank 2 concedes half its chunks (concede_keep=0.5, the policy's test hook: of each block of 64
-    chunks, the last 32): those rounds close at once without it (the deadline, a minute, never
-    fires: a round that waited for it would time the allreduce out), every rank holds the same bits,
-    and each chunk is either the whole sum
-    or ranks 0 and 1's rescaled by 3/2."""
+    chunks, a run of 32 from a random place): those rounds close at once without it (the deadline, a
+    minute, never fires: a round that waited for it would time the allreduce out), every rank holds
+    the same bits, and each chunk is either the whole sum or ranks 0 and 1's rescaled by 3/2."""
     per = 358  # 4-byte elements per chunk: 1440 bytes less the trailer's 8
     n = per * 128
     sw = start_switch()
@@ -167,6 +166,80 @@ def test_a_conceding_rank_arrives_without_its_values(start_switch, wire):
         assert stats[r]["partial_results"] == partial, stats[r]
         assert stats[r]["conceded_rounds"] == (64 if r == 2 else 0), stats[r]
     assert partial == 64
+
+
+def test_unsummed_takes_what_each_sum_lacked_of_this_rank(start_switch):
+    """Group.allreduce_async(x, unsummed=u): rank 2 concedes half its chunks in one job and is late
+    for every round in another; its u then holds its own values of exactly the chunks whose sums lack
+    it (what error feedback sends in a later step), and the others' u are left untouched."""
+    per, n = 358, 358 * 128
+    sw = start_switch()
+    addr = f"127.0.0.1:{sw.control_port}"
+    for how in ("concede", "late"):
+        groups = in_threads(
+            lambda r, how=how: gradswitch.connect(
+                addr, f"unsummed-{how}", r, WORLD, timeout=10, rescale=False,
+                deadline_us=60_000_000 if how == "concede" else 20_000, quorum=2,
+                concede_keep=0.5 if how == "concede" and r == 2 else None,
+            ),
+            WORLD,
+        )
+        try:
+            def body(r, how=how, groups=groups):
+                if how == "late" and r == 2:
+                    time.sleep(LATE_S)
+                x = (np.arange(1, n + 1) * (r + 1)).astype(np.float32)
+                u = np.full(n, np.nan, dtype=np.float32)
+                groups[r].allreduce_async(x, unsummed=u).wait()
+                return x, u
+
+            results = in_threads(body, WORLD)
+        finally:
+            for g in groups:
+                g.close()
+        mine = (np.arange(1, n + 1) * 3).astype(np.float32)  # rank 2's values: (2 + 1) * [1, 2, ...]
+        whole, without = (np.arange(1, n + 1) * 6).astype(np.float32), mine  # 1 + 2 + 3, and 1 + 2
+        lacking = 0
+        for c in range(n // per):
+            part = slice(c * per, (c + 1) * per)
+            u = results[2][1][part]
+            if np.isnan(u).all():  # its values are in this chunk's sum
+                assert results[0][0][part].tobytes() == whole[part].tobytes(), f"{how}: chunk {c}"
+                continue
+            assert u.tobytes() == mine[part].tobytes(), f"{how}: chunk {c}"
+            # Not rescaled (rescale=False): the sum of ranks 0 and 1 alone.
+            assert results[0][0][part].tobytes() == without[part].tobytes(), f"{how}: chunk {c}"
+            lacking += 1
+        assert lacking == (64 if how == "concede" else 128), (how, lacking)
+        for r in (0, 1):
+            assert np.isnan(results[r][1]).all(), f"{how}: rank {r}'s unsummed was written"
+        for r in range(WORLD):
+            assert results[r][0].tobytes() == results[0][0].tobytes(), f"{how}: rank {r} differs"
+
+
+def test_unsummed_is_refused_where_it_cannot_be_filled(start_switch):
+    addr = f"127.0.0.1:{start_switch().control_port}"
+    g = gradswitch.connect(addr, "u-no-deadline", 0, 1, timeout=5)
+    try:
+        with pytest.raises(ValueError, match="unsummed= needs connect\\(deadline_us"):
+            g.allreduce_async(np.ones(8, np.float32), unsummed=np.zeros(8, np.float32))
+    finally:
+        g.close()
+    g = gradswitch.connect(addr, "u-deadline", 0, 1, timeout=5, deadline_us=10_000)
+    try:
+        for x, u in (
+            (np.ones(8, np.float32), np.zeros(7, np.float32)),
+            (np.ones(8, np.float64), np.zeros(8, np.float64)),
+            (np.ones(8, np.float32), np.zeros(8, np.float64)),
+        ):
+            with pytest.raises(ValueError, match="unsummed= needs float32 x and unsummed of the same size"):
+                g.allreduce_async(x, unsummed=u)
+        x = np.ones(8, np.float32)
+        u = np.full(8, 5.0, np.float32)
+        g.allreduce_async(x, unsummed=u).wait()  # a job of one: every sum holds its rank
+        assert (u == 5.0).all() and (x == 1.0).all()
+    finally:
+        g.close()
 
 
 def test_concede_needs_a_deadline_and_a_share_in_range(start_switch):

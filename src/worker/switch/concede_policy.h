@@ -3,31 +3,32 @@
 // whole stream: the adaptive window clocks every rank at the rate its DATA arrives, so no round is
 // ever late enough for its deadline to close it. A concede (a DATA header without payload) lets the
 // rank arrive at a round without its contribution, so the round closes at once without it; the rank
-// still receives every sum, and every rank rescales the chunks it lacks alike.
+// still receives every sum.
 //
 // The signal is the completer that every multicast RESULT names (the rank whose arrival was last):
 // a healthy rank completes about 1/N of the rounds, a rank whose uplink paces the job nearly all of
-// them (the rounds it concedes too: a concession closes its round, and it queues behind the rank's
-// DATA). The switch must vary the order of a result's copies for this to hold (result_batch.h).
-// A sample of kSample such rounds is "behind" when this rank completed more than the midpoint
-// between 1/N and all of them. A rank that sends every chunk with data starts conceding half of them
-// after two samples in a row in which it completed three quarters of the way from 1/N to all of them
-// (81% of 4 ranks; a straggler's first samples show 90-100%, digits' small steps less than the
-// MLP's; a healthy rank's runs of trains, below, reach the midpoint now and then). Once
-// conceding, each sample behind cuts the share sent with data by 30% and each other one raises it by
-// 10%, so the share hovers just below what its uplink carries (a floor keeps a chunk per block).
-// A sample spans many GRO/GSO trains: the rounds of one train share their completer (the rank whose
-// train the switch took last), so a healthy rank completes whole runs of rounds in a row; a sample of
-// 16 rounds (tried first) mistook such a run for a straggler.
-// The share applies per block of kBlock chunks in the order they are sealed: the block's first
-// chunks go with data, the rest as concessions. Runs of one size keep the UDP GSO writes (and the
-// switch's GRO trains) whole; chunks spread one by one among concessions cut every train at each
-// change of size, and on the testbed the job's pace is the hosts' per-packet CPU as much as any link
-// (1.37-1.66x of the no-straggler iteration spread, 1.06-1.13x in blocks).
+// them (its concessions' rounds too: they queue behind its DATA). The switch varies the order of a
+// result's copies for this to hold (result_batch.h). A sample is kSample such rounds: the rounds of
+// one GRO/GSO train share their completer, so a healthy rank completes whole runs in a row, and a
+// sample must span many trains. A sample is "behind" when this rank completed more than the midpoint
+// between 1/N and all of them. Conceding starts (half the chunks) after two samples in a row at three
+// quarters of the way from 1/N to all (a straggler's first samples show 90-100%); then each sample
+// behind cuts the share sent with data by 30% and each other one raises it by 10%, so the share
+// hovers just below what the uplink carries. The floor keeps a chunk per block: its rounds carry the
+// signal.
+//
+// The share applies per block of kBlock chunks: a run with data, the rest as concessions. Runs of
+// one size keep the UDP GSO writes (and the switch's GRO trains) whole; chunks spread one by one cut
+// every train, and the job's pace is the hosts' per-packet CPU as much as any link. Each allreduce
+// starts its first block at a random place (restart()), so that from step to step every chunk of a
+// tensor goes with data as often as any other: a caller that keeps what it conceded for the next
+// step (Group::allreduce_async's `unsummed`, error feedback) sends it within about 1/keep steps.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+
+#include "common/rng.h"
 
 namespace gradswitch::worker {
 
@@ -38,19 +39,19 @@ class ConcedePolicy {
   static constexpr double kMinKeep = 1.0 / 64;  // the least share sent with data: a chunk per block
   static constexpr double kStart = 0.5, kCut = 0.7, kRaise = 1.1;
 
-  // `enabled` false: never concedes. `fixed_keep` in [0, 1]: a fixed share sent with data instead of
-  // the policy (a test hook; negative: the policy).
-  ConcedePolicy(bool enabled, unsigned world, double fixed_keep = -1.0)
-      : enabled_(enabled || fixed_keep >= 0),
-        fixed_(fixed_keep >= 0),
+  // `adapts` false: never concedes, unless `fixed_keep` in [0, 1] gives a fixed share sent with data
+  // (a test hook; negative: none). `seed` draws the blocks' starting places (restart()).
+  ConcedePolicy(bool adapts, unsigned world, double fixed_keep = -1.0, uint64_t seed = 0)
+      : adapts_(adapts && fixed_keep < 0),
         keep_(fixed_keep >= 0 ? std::min(fixed_keep, 1.0) : 1.0),
         behind_above_(kSample * (1.0 + 1.0 / std::max(world, 1u)) / 2),
-        start_above_(kSample * (3.0 + 1.0 / std::max(world, 1u)) / 4) {}
+        start_above_(kSample * (3.0 + 1.0 / std::max(world, 1u)) / 4),
+        rng_(seed) {}
 
   // A multicast RESULT that names its completer (a round its deadline closed names none), its own
   // concessions' rounds included: they queue behind its DATA on a slow uplink.
   void on_completed(bool by_this_rank) {
-    if (!enabled_ || fixed_) return;
+    if (!adapts_) return;
     seen_ += 1;
     mine_ += by_this_rank;
     if (seen_ < kSample) return;
@@ -65,10 +66,16 @@ class ConcedePolicy {
     seen_ = mine_ = 0;
   }
 
+  // Before an allreduce's first chunk: the next chunk takes a random place in a fresh block.
+  void restart() {
+    if (keep_ >= 1.0) return;
+    at_ = static_cast<unsigned>(splitmix64(rng_) % kBlock);
+    with_data_ = block_share();
+  }
+
   // Whether the next chunk this rank seals goes as a concession.
   bool concede_next() {
-    if (!enabled_) return false;
-    if (at_ == 0) with_data_ = static_cast<unsigned>(keep_ * kBlock + 0.5);  // the block's share
+    if (at_ == 0) with_data_ = block_share();
     const bool concede = at_ >= with_data_;
     at_ = at_ + 1 == kBlock ? 0 : at_ + 1;
     return concede;
@@ -79,10 +86,13 @@ class ConcedePolicy {
   bool conceding() const { return keep_ < 1.0; }
 
  private:
-  bool enabled_, fixed_;
+  unsigned block_share() const { return static_cast<unsigned>(keep_ * kBlock + 0.5); }
+
+  bool adapts_;
   double keep_;
   // Completions per sample above which this rank is behind, and far enough behind to start conceding.
   double behind_above_, start_above_;
+  uint64_t rng_;
   unsigned at_ = 0, with_data_ = kBlock;  // the next chunk's place in its block; its chunks with data
   bool was_far_behind_ = false;           // the last sample's verdict: conceding starts after two in a row
   unsigned seen_ = 0, mine_ = 0;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -73,8 +74,7 @@ SwitchAllreduce::SwitchAllreduce(const PathContext& ctx, ControlClient* control)
       fixed_window_(fixed_window(ctx.opt->window, ctx.join->slots)),
       cc_(ctx.join->slots, static_cast<int64_t>(ctx.opt->target_delay_s * 1e9),
           WindowController::kInitialRounds, wall_minus_steady_ns()),
-      concede_(ctx.opt->concede && ctx.join->deadline_us, ctx.opt->world,
-               ctx.join->deadline_us ? ctx.opt->concede_keep : -1.0),
+      concede_(ctx.opt->concede, ctx.opt->world, ctx.opt->concede_keep, ctx.opt->rank + 1),
       loss_(std::max<unsigned>(ctx.join->threads, 1), path_detector(*ctx.opt)),
       last_(2 * size_t{ctx.join->slots}),
       proofs_due_(kProofsDue),
@@ -116,6 +116,7 @@ void SwitchAllreduce::prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp) 
     if (after != SIZE_MAX) next_exp = (*op.exps)[after];
   }
   // A concede (§3.1) is the chunk's header alone: this rank reaches the round without its values.
+  if (c == 0) concede_.restart();
   const bool concede = concede_.concede_next();
   size_t len = concede ? 0 : encode_chunk(op.ch, op.input(), c, scale, window_.payload(slot));
   uint8_t v = window_.claim_version(slot);
@@ -318,9 +319,11 @@ void SwitchAllreduce::result(const InPacket& in, const gs_header& h, int64_t now
     return;
   }
   const uint8_t* payload = in.data + GS_HEADER_BYTES;
+  const uint64_t contributors =
+      trailer ? gs_held_contributors(payload + gs_payload_bytes(op.ch.elem, h.count)) : 0;
+  if (trailer && op.unsummed && !(contributors >> ctx_.opt->rank & 1)) keep_unsummed(op, r.chunk);
   if (op.base) decode_chunk(op.ch, payload, r.chunk, r.scale, op.base);
-  if (trailer)
-    partial_chunk(op, r.chunk, gs_held_contributors(payload + gs_payload_bytes(op.ch.elem, h.count)));
+  if (trailer) partial_chunk(op, r.chunk, contributors);
   if (op.done) (*op.done)[r.chunk] = 1;
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   round_done(slot, now, finished);
@@ -409,6 +412,13 @@ void SwitchAllreduce::partial_chunk(AllreduceOp& op, size_t chunk, uint64_t cont
     auto* x = reinterpret_cast<double*>(op.base) + at;
     for (size_t i = 0; i < n; ++i) x[i] *= factor;
   }
+}
+
+// The sum of `chunk` lacks this rank: its input, still in place (the sum is decoded after), is what
+// the caller sends in a later step (AllreduceOp::unsummed).
+void SwitchAllreduce::keep_unsummed(const AllreduceOp& op, size_t chunk) {
+  const size_t at = op.ch.offset(chunk);
+  std::memcpy(op.unsummed + at, reinterpret_cast<const float*>(op.input()) + at, op.ch.size(chunk) * sizeof(float));
 }
 
 void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t,
