@@ -173,8 +173,14 @@ def test_native_feedback_pass_refuses_bad_arrays():
         _core.feedback_round(g.double(), g.double(), False, "mx8")
     with pytest.raises(ValueError, match="residual has 63 elements"):
         _core.feedback_round(g, torch.zeros(63), False, "mx8")
-    with pytest.raises(ValueError, match="lossy wire"):
-        _core.feedback_round(g, torch.zeros(64), False, "float32")
+    with pytest.raises(ValueError, match="needs a wire of the worker's"):
+        _core.feedback_round(g, torch.zeros(64), False, "int32")
+    # float32 and fixed32 lose nothing a rank can keep: the residual is added and then 0 (what a
+    # deadline job's sums lack fills it: test_straggler.py's unsummed).
+    for wire in ("float32", "fixed32"):
+        grad, res = torch.full((64,), 1.5), torch.full((64,), 0.25)
+        _core.feedback_round(grad, res, True, wire)
+        assert (grad == 1.75).all() and (res == 0).all(), wire
     with pytest.raises(ValueError, match="unknown wire"):
         _core.feedback_round(g, torch.zeros(64), False, "fp4")
     with pytest.raises(ValueError, match="C-contiguous"):

@@ -614,6 +614,91 @@ def test_process_group_with_a_deadline_does_not_wait_for_a_late_rank(switch):
     assert max(results[0]["took"], results[1]["took"]) < 2 * LATE_S, [r["took"] for r in results]
 
 
+def _late_feedback_worker(rank, world, switch_addr):
+    """A deadline job with error_feedback=True on float32: rank 2 is late for the first steps' rounds,
+    which close without it; what they lacked of it goes in its later steps instead of being lost."""
+    gst = _init(switch_addr, deadline_us=20_000, quorum=2, error_feedback=True)
+    n, steps = 5000, 4
+    t = torch.zeros(n)  # the same tensor every step, as DDP's buckets: its residual follows it
+    total = torch.zeros(n, dtype=torch.float64)
+    for k in range(steps):
+        if rank == 2 and k < steps - 1:
+            time.sleep(LATE_S)
+        t.copy_(torch.arange(1, n + 1) * (rank + 1) + k)  # integers: every sum exact
+        dist.all_reduce(t)
+        total += t.double()
+    pg = gst.gradswitch_group()
+    residual = pg._feedback._residuals.get(t)
+    out = {
+        "total": total,
+        "residual": torch.zeros(n) if residual is None else residual.clone(),
+        "stats": pg.group.stats(),
+        "rescale_refused": "",
+    }
+    try:
+        from gradswitch.torch.error_feedback import resolve_rescale
+
+        resolve_rescale(True, True, 1000)
+    except ValueError as e:
+        out["rescale_refused"] = str(e)
+    # The same through DDP's comm hook: a parameter whose gradient is this rank's constant vector
+    # (multiples of 3: every partial sum divides exactly by the world), SGD at lr 1.
+    state = gst.GradswitchState(switch_addr, deadline_us=20_000, quorum=2, error_feedback=True)
+    g = (torch.arange(1, n + 1) * 3 * (rank + 1)).float()
+    p = torch.nn.Parameter(torch.zeros(n))
+    model = torch.nn.parallel.DistributedDataParallel(_Dot(p, g))
+    model.register_comm_hook(state, gst.allreduce_hook)
+    opt = torch.optim.SGD([p], lr=1.0)
+    for k in range(steps):
+        opt.zero_grad()
+        loss = model()
+        if rank == 2 and k < steps - 1:
+            time.sleep(LATE_S)
+        loss.backward()
+        opt.step()
+    residuals = state._feedback["float32"]._residuals
+    out["hook_moved"] = -p.detach().double() * world  # the sums of the gradients it applied
+    out["hook_residual"] = next(iter(residuals.values())).clone() if residuals else torch.zeros(n)
+    out["hook_partial"] = state.channel().group.stats()["partial_results"]
+    state.close()
+    dist.destroy_process_group()
+    return out
+
+
+class _Dot(torch.nn.Module):
+    """loss = p . g: the gradient is g, a constant of the rank."""
+
+    def __init__(self, p, g):
+        super().__init__()
+        self.p, self.g = p, g
+
+    def forward(self):
+        return (self.p * self.g).sum()
+
+
+def test_error_feedback_in_a_deadline_job_delays_a_late_rank_instead_of_losing_it(switch):
+    results = run_workers(_late_feedback_worker, switch.address, world=3)
+    n, steps = 5000, 4
+    # Every rank's values of every step, summed: what exact rounds would have delivered.
+    want = sum((torch.arange(1, n + 1) * (r + 1) + k).double() for r in range(3) for k in range(steps))
+    kept = sum(r["residual"].double() for r in results)  # what is still to go, at the end
+    for r in results:
+        assert torch.equal(r["total"], results[0]["total"])  # every rank applied the same sums
+        assert r["stats"]["partial_results"] > 0, r["stats"]
+    # Nothing rescaled and nothing lost: the sums delivered plus what waits in the residuals.
+    assert torch.equal(results[0]["total"] + kept, want), (results[0]["total"] + kept - want).abs().max()
+    assert (results[0]["residual"] == 0).all() and (results[1]["residual"] == 0).all()
+    assert "count a missed contribution twice" in results[0]["rescale_refused"]
+    # The hook: what its steps applied plus what waits in rank 2's residual is every gradient.
+    grads = sum((torch.arange(1, n + 1) * 3 * (r + 1)).double() for r in range(3)) * steps
+    for r in results:
+        assert torch.equal(r["hook_moved"], results[0]["hook_moved"])
+    hook_kept = sum(r["hook_residual"].double() for r in results)
+    gap = results[0]["hook_moved"] + hook_kept - grads
+    assert torch.equal(gap, torch.zeros_like(gap)), gap.abs().max()
+    assert all(r["hook_partial"] > 0 for r in results), [r["hook_partial"] for r in results]
+
+
 # ---------------------------------------------------------------------------- a failed allreduce under DDP
 
 

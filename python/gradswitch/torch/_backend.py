@@ -36,7 +36,13 @@ import gradswitch
 from . import _sparse
 from ._channel import DEFAULT_CUDA_PIECE_BYTES, SUPPORTED_DTYPES, Channel, fail_future, failing_in_cpp
 from ._guards import refuse_undistributed_accelerate
-from .error_feedback import FEEDBACK_WIRES, ErrorFeedback, check_feedback_dtype
+from .error_feedback import (
+    FEEDBACK_WIRES,
+    MISSED_ONLY_WIRES,
+    ErrorFeedback,
+    check_feedback_dtype,
+    resolve_rescale,
+)
 
 BACKEND_NAME = "gradswitch"
 _KEY = "gradswitch/"
@@ -82,7 +88,8 @@ class Options:
     deadline_us, quorum, rescale, straggler_report: bounded-time rounds (docs/protocol.md §3.1; default
         None: off, every round waits for every rank), as gradswitch.connect() takes them: a round closes
         `deadline_us` after its first contribution with at least `quorum` contributions, every rank gets
-        the same partial sum, rescaled to world_size/contributors (`rescale`), and a rank missing from
+        the same partial sum, rescaled to world_size/contributors (`rescale`; default None: on, except
+        with error_feedback, where the missed contributions come in later steps), and a rank missing from
         `straggler_report` allreduces in a row is reported. `gradswitch.torch.gradswitch_group().group`
         counts them in `stats()`.
     concede: with deadline_us, a rank whose uplink paces the job concedes a share of its chunks
@@ -90,9 +97,11 @@ class Options:
         every rank: a rank that keeps up never concedes.
     error_feedback: on the lossy wires (mx8, float16, bfloat16), each rank adds to a float32 tensor what
         its own encoding of that tensor lost at its last allreduce and keeps what it loses now
-        (error_feedback.py, as the DDP hook's GradswitchState(error_feedback=True)). Off by default;
-        algorithm="switch" only; integer tensors are exact and pass untouched, other float dtypes on the
-        switch and sparse COO tensors through it (sparse="on"/"auto") are refused.
+        (error_feedback.py, as the DDP hook's GradswitchState(error_feedback=True)). With deadline_us,
+        on any wire and for CPU tensors, it also keeps this rank's values that a sum lacked (conceded,
+        or late), so a straggler's contribution is delayed, not lost; nothing is rescaled then. Off
+        by default; algorithm="switch" only; integer tensors are exact and pass untouched, other
+        float dtypes on the switch and sparse COO tensors through it (sparse="on"/"auto") are refused.
     """
 
     switch: str | None = None
@@ -111,7 +120,7 @@ class Options:
     secret_file: str | None = None
     deadline_us: int | None = None
     quorum: int | None = None
-    rescale: bool = True
+    rescale: bool | None = None
     straggler_report: int = 10
     concede: bool = False
     error_feedback: bool = False
@@ -282,10 +291,11 @@ def _feedback_of(options: Options, wire: str, algorithm: str) -> ErrorFeedback |
     contacted, the combinations where a rank cannot know what its encoding lost."""
     if not options.error_feedback:
         return None
-    if wire not in FEEDBACK_WIRES:
+    missed = bool(options.deadline_us)
+    if wire not in FEEDBACK_WIRES and not (missed and wire in MISSED_ONLY_WIRES):
         raise ValueError(
-            f"gradswitch: Options(error_feedback=True) needs a lossy wire ({', '.join(FEEDBACK_WIRES)}); "
-            f"wire={wire!r} is one a rank cannot round alone (fixed32) or does not round"
+            f"gradswitch: Options(error_feedback=True) needs a lossy wire ({', '.join(FEEDBACK_WIRES)}) "
+            f"or deadline_us; wire={wire!r} is one a rank cannot round alone (fixed32) or does not round"
         )
     if algorithm != "switch":
         raise ValueError(  # the ring rounds the partial sums at every hop, not each rank's own gradient
@@ -295,7 +305,7 @@ def _feedback_of(options: Options, wire: str, algorithm: str) -> ErrorFeedback |
     # (torch keeps one Python object per live tensor), so a bucket finds its own residual; a tensor
     # that dies takes its residual with it, so a later tensor that reuses its memory (an address and
     # shape key would match it) or any other tensor never picks up a residual that is not its own.
-    return ErrorFeedback(wire, WeakIdKeyDictionary())
+    return ErrorFeedback(wire, WeakIdKeyDictionary(), missed=missed)
 
 
 def agree(store: dist.Store, rank: int, options: Options, switch: str | None) -> tuple[str, str, str]:
@@ -456,7 +466,7 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
                 secret_file=options.secret_file,
                 deadline_us=options.deadline_us,
                 quorum=options.quorum,
-                rescale=options.rescale,
+                rescale=resolve_rescale(options.rescale, options.error_feedback, options.deadline_us),
                 straggler_report=options.straggler_report,
                 concede=options.concede,
             )
@@ -560,8 +570,10 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
                 _check_feedback_route(t, route)
         futs = []
         for t, route in zip(tensors, routes, strict=True):
+            unsummed = None
             if self._feedback is not None and route == "switch" and t.is_floating_point():
-                self._feedback.apply(t, _distinct_view(t))
+                residual = self._feedback.apply(t, _distinct_view(t))
+                unsummed = residual if self._feedback.missed else None
             int_avg = _integer_average(t, name)
             average = name == "AVG" and not int_avg
             if route == "gloo":
@@ -573,7 +585,7 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
                     lambda g, t=t, a=average: _sparse.reduce_dense(g, t, a, self.sparse)
                 )
             else:
-                fut = self.channel.submit(_distinct_view(t), average=average)
+                fut = self.channel.submit(_distinct_view(t), average=average, unsummed=unsummed)
             futs.append(_then_integer_average(fut, t, self.size()) if int_avg else fut)
         return FutureWork(_collect(futs, tensors), tensors)
 

@@ -120,11 +120,18 @@ class Channel:
 
     # ------------------------------------------------------------------ public
     def submit(
-        self, tensor: torch.Tensor, *, average: bool = False, label: str = "torch allreduce"
+        self,
+        tensor: torch.Tensor,
+        *,
+        average: bool = False,
+        label: str = "torch allreduce",
+        unsummed: torch.Tensor | None = None,
     ) -> Future:
         """Queues an in-place sum (or average) of `tensor` over the ranks; the future yields `tensor`.
 
-        `label` names the operation on the timeline (GRADSWITCH_TIMELINE): "DDP bucket 3", ..."""
+        `label` names the operation on the timeline (GRADSWITCH_TIMELINE): "DDP bucket 3", ...
+        `unsummed`: a deadline job's, for a float32 CPU tensor: a contiguous float32 CPU tensor of its
+        size that receives this rank's values of the chunks whose sum lacks them (error feedback)."""
         if self._closed:
             raise RuntimeError("gradswitch: this channel (process group / hook state) was shut down")
         if tensor.dtype not in SUPPORTED_DTYPES:
@@ -133,6 +140,11 @@ class Channel:
             raise TypeError(
                 "gradswitch: AVG needs a floating-point tensor, got "
                 f"{str(tensor.dtype).replace('torch.', '')}"
+            )
+        if unsummed is not None and (tensor.device.type != "cpu" or tensor.dtype != torch.float32):
+            raise ValueError(
+                "gradswitch: unsummed values are kept for float32 CPU tensors only, got "
+                f"{str(tensor.dtype).replace('torch.', '')} on {tensor.device}"
             )
         fut: Future = Future()
         if tensor.numel() == 0:
@@ -144,7 +156,7 @@ class Channel:
         if tensor.device.type == "cuda":
             self._submit_cuda(tensor, average, fut)
         elif tensor.device.type == "cpu":
-            self._submit_cpu_or_defer(tensor, average, fut)
+            self._submit_cpu_or_defer(tensor, average, fut, unsummed)
         else:
             self._end()
             raise ValueError(f"gradswitch: tensors on {tensor.device} are not supported (CPU or CUDA)")
@@ -231,16 +243,18 @@ class Channel:
         return fut
 
     # ------------------------------------------------------------------ CPU
-    def _submit_cpu_or_defer(self, tensor: torch.Tensor, average: bool, fut: Future) -> None:
+    def _submit_cpu_or_defer(
+        self, tensor: torch.Tensor, average: bool, fut: Future, unsummed: torch.Tensor | None
+    ) -> None:
         with self._lock:
             if self._stage_pending:  # CUDA work queued before us: keep the order through the stager
                 self._stage_pending += 1
                 with self._cv:
-                    self._stage_q.append(("cpu", tensor, average, fut, None))
+                    self._stage_q.append(("cpu", tensor, average, fut, unsummed))
                     self._cv.notify_all()
                 return
             try:
-                item = self._issue_cpu(tensor, average, fut)
+                item = self._issue_cpu(tensor, average, fut, unsummed)
             except BaseException:
                 self._end()
                 raise
@@ -248,7 +262,9 @@ class Channel:
             self._done_q.append(item)
             self._cv.notify_all()
 
-    def _issue_cpu(self, tensor: torch.Tensor, average: bool, fut: Future):
+    def _issue_cpu(
+        self, tensor: torch.Tensor, average: bool, fut: Future, unsummed: torch.Tensor | None = None
+    ):
         """Caller holds self._lock. Returns the completer's item."""
         t = tensor.detach()
         if t.dtype in NATIVE_DTYPES and t.is_contiguous():
@@ -263,7 +279,7 @@ class Channel:
         else:  # int32, not contiguous
             buf = t.contiguous()
         self.bytes += buf.numel() * buf.element_size()
-        handle = self.group.allreduce_async(buf)
+        handle = self.group.allreduce_async(buf, unsummed)
         return ("cpu", tensor, average, fut, (buf, handle))
 
     # ------------------------------------------------------------------ CUDA
@@ -317,7 +333,7 @@ class Channel:
                 if kind == "cpu":
                     with self._lock:
                         try:
-                            item = self._issue_cpu(tensor, average, fut)
+                            item = self._issue_cpu(tensor, average, fut, extra)  # extra: unsummed
                         finally:
                             self._stage_pending -= 1
                 else:

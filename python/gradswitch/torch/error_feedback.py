@@ -6,6 +6,13 @@ e' = (g + e) - Q(g + e) for the next step, as PowerSGD's DDP hook keeps its comp
 (torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook): what one step's rounding loses, a later
 step sends, so the sum of the updates follows the sum of the true gradients.
 
+In a job with bounded-time rounds (deadline_us, docs/protocol.md §3.1) the residual also takes what a
+sum lacked of the rank altogether: the chunks it conceded, or whose round its deadline closed without
+it. The worker copies the rank's values of those chunks into the residual as their sums arrive
+(Group.allreduce_async's `unsummed`), so a straggler's contribution comes a step or a few late
+instead of never, and nothing is rescaled (rescaling would count it twice). This works on every wire:
+on float32 and fixed32 the residual holds only what the sums lacked.
+
 `wire_round` reproduces the worker's encoding bit for bit (tests/python/test_mx8.py checks it against an
 allreduce through a real switch), in torch operations, so it runs on the gradient's own device. On
 the CPU, `ErrorFeedback.apply` takes one native pass with the worker's own kernels instead
@@ -24,6 +31,9 @@ from gradswitch import _core
 # Wires whose encoding a rank can reproduce alone. fixed32's scale is agreed over the ranks per chunk
 # (docs/protocol.md section 5), float32 and float64 lose nothing on the way up.
 FEEDBACK_WIRES = ("mx8", "float16", "bfloat16")
+# Wires whose rounding a rank does not keep (none lost, or not its own to reproduce), where error
+# feedback keeps only what a deadline job's sums lacked (`missed`).
+MISSED_ONLY_WIRES = ("float32", "fixed32")
 MX8_BLOCK = 32
 
 
@@ -57,10 +67,28 @@ def wire_round(x: torch.Tensor, wire: str) -> torch.Tensor:
         return x.to(torch.float16).to(x.dtype)
     if wire == "bfloat16":
         return x.to(torch.bfloat16).to(x.dtype)
+    if wire in MISSED_ONLY_WIRES:
+        return x
     raise ValueError(
         f"gradswitch: error feedback needs a lossy wire a rank encodes alone ({', '.join(FEEDBACK_WIRES)}), "
         f"not {wire!r}"
     )
+
+
+def resolve_rescale(rescale: bool | None, error_feedback: bool, deadline_us: int | None) -> bool:
+    """Options.rescale's value: on unless error feedback keeps what a deadline job's sums lack, which
+    an estimate of the missing contributions would count twice (refused when asked for)."""
+    keeps_missed = bool(error_feedback and deadline_us)
+    if rescale is None:
+        return not keeps_missed
+    if not isinstance(rescale, bool):
+        raise TypeError(f"gradswitch: rescale must be True, False or None, got {rescale!r}")
+    if rescale and keeps_missed:
+        raise ValueError(
+            "gradswitch: rescale=True with error_feedback=True and deadline_us would count a missed "
+            "contribution twice (its estimate now, its values in a later step); leave rescale unset"
+        )
+    return rescale
 
 
 def check_feedback_dtype(t: torch.Tensor) -> None:
@@ -75,16 +103,32 @@ def check_feedback_dtype(t: torch.Tensor) -> None:
 class ErrorFeedback:
     """One rank's residuals, one per key: the DDP hook keys them by bucket index, the process group by
     the tensor itself (`residuals` a torch.utils.weak.WeakIdKeyDictionary there). A key whose tensor's
-    shape changes starts afresh, as after DDP rebuilds its buckets on the first iterations."""
+    shape changes starts afresh, as after DDP rebuilds its buckets on the first iterations.
 
-    def __init__(self, wire: str, residuals: MutableMapping[Any, torch.Tensor] | None = None):
-        if wire not in FEEDBACK_WIRES:
+    `missed`: a deadline job's; the residual apply() returns is the allreduce's `unsummed` (CPU only)."""
+
+    def __init__(
+        self, wire: str, residuals: MutableMapping[Any, torch.Tensor] | None = None, *, missed: bool = False
+    ):
+        if wire not in FEEDBACK_WIRES and not (missed and wire in MISSED_ONLY_WIRES):
+            if wire in MISSED_ONLY_WIRES:
+                raise ValueError(
+                    f"gradswitch: error feedback on wire={wire!r} keeps only what a deadline job's sums "
+                    f"lack (deadline_us); without one it needs a lossy wire ({', '.join(FEEDBACK_WIRES)})"
+                )
             wire_round(torch.zeros(1), wire)  # raises the explanation
         self.wire = wire
+        self.missed = missed
         self._residuals = {} if residuals is None else residuals
 
-    def apply(self, key: Any, grad: torch.Tensor) -> None:
-        """Adds the residual kept under `key` to `grad` in place and keeps the new one."""
+    def apply(self, key: Any, grad: torch.Tensor) -> torch.Tensor:
+        """Adds the residual kept under `key` to `grad` in place, keeps the new one and returns it
+        (what a deadline job's allreduce of `grad` fills further: `unsummed`)."""
+        if self.missed and grad.device.type != "cpu":
+            raise ValueError(
+                "gradswitch: error feedback in a deadline job (deadline_us) keeps what the sums lack in "
+                f"CPU tensors; this gradient is on {grad.device} (train on the CPU, or turn one of them off)"
+            )
         check_feedback_dtype(grad)
         r = self._residuals.get(key)
         fits = r is not None and r.shape == grad.shape and r.device == grad.device
@@ -95,13 +139,15 @@ class ErrorFeedback:
                 r, fits = torch.empty_like(grad, memory_format=torch.contiguous_format), False
             _core.feedback_round(grad.detach().view(-1), r.view(-1), fits, self.wire)
             self._residuals[key] = r
-            return
+            return r
         if fits:
             grad.add_(r)
         sent = wire_round(grad, self.wire)
         r = grad - sent
         # A non-finite gradient leaves no residual: it would poison every later step.
-        self._residuals[key] = torch.nan_to_num(r, nan=0.0, posinf=0.0, neginf=0.0)
+        r = torch.nan_to_num(r, nan=0.0, posinf=0.0, neginf=0.0).contiguous()  # unsummed is flat
+        self._residuals[key] = r
+        return r
 
     def reset(self) -> None:
         self._residuals.clear()

@@ -28,7 +28,7 @@ from torch.futures import Future
 import gradswitch
 
 from ._channel import DEFAULT_CUDA_PIECE_BYTES, Channel
-from .error_feedback import FEEDBACK_WIRES, ErrorFeedback
+from .error_feedback import FEEDBACK_WIRES, MISSED_ONLY_WIRES, ErrorFeedback, resolve_rescale
 
 
 class GradswitchState:
@@ -40,7 +40,9 @@ class GradswitchState:
     off), as gradswitch.connect() takes them; concede likewise (a rank whose uplink paces the job
     concedes a share of its chunks; default off).
     error_feedback: on the lossy wires (mx8, float16, bfloat16), each rank adds to a bucket what its own
-    encoding of that bucket lost last step and keeps what it loses now (error_feedback.py). Off by
+    encoding of that bucket lost last step and keeps what it loses now (error_feedback.py). With
+    deadline_us, on any wire and for CPU buckets, also what a sum lacked of this rank (conceded, or
+    late): delayed, not lost, and not rescaled (rescale's default None: on, except then). Off by
     default; float32 buckets only.
     """
 
@@ -57,7 +59,7 @@ class GradswitchState:
         cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES,
         deadline_us: Any = None,
         quorum: Any = None,
-        rescale: bool = True,
+        rescale: bool | None = None,
         straggler_report: int = 10,
         concede: bool = False,
         error_feedback: bool = False,
@@ -91,7 +93,7 @@ class GradswitchState:
             connect_timeout=connect_timeout,
             deadline_us=deadline_us,
             quorum=quorum,
-            rescale=rescale,
+            rescale=resolve_rescale(rescale, bool(error_feedback), deadline_us),
             straggler_report=straggler_report,
             concede=concede,
         )
@@ -150,14 +152,19 @@ class GradswitchState:
 def _bucket_hook(state: Any, bucket: dist.GradBucket, wire: str) -> Future:
     channel = _channel_of(state, wire)
     buffer = bucket.buffer()
+    unsummed = None
     if getattr(state, "error_feedback", False):
-        if wire not in FEEDBACK_WIRES:
+        missed = bool(getattr(state, "_kw", {}).get("deadline_us"))
+        if wire not in FEEDBACK_WIRES and not (missed and wire in MISSED_ONLY_WIRES):
             raise ValueError(
-                f"gradswitch: error_feedback=True needs a lossy wire ({', '.join(FEEDBACK_WIRES)}); this "
-                f"hook sends {wire}, which a rank cannot round alone (fixed32) or does not round"
+                f"gradswitch: error_feedback=True needs a lossy wire ({', '.join(FEEDBACK_WIRES)}) or "
+                f"deadline_us; this hook sends {wire}, which a rank cannot round alone (fixed32) or "
+                "does not round"
             )
-        state._feedback.setdefault(wire, ErrorFeedback(wire)).apply(bucket.index(), buffer)
-    return channel.submit(buffer, average=True, label=f"DDP bucket {bucket.index()}")
+        feedback = state._feedback.setdefault(wire, ErrorFeedback(wire, missed=missed))
+        residual = feedback.apply(bucket.index(), buffer)
+        unsummed = residual if missed else None
+    return channel.submit(buffer, average=True, label=f"DDP bucket {bucket.index()}", unsummed=unsummed)
 
 
 def _channel_of(state: Any, wire: str) -> Channel:
