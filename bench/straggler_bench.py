@@ -1,8 +1,9 @@
 """Bounded-time rounds against stragglers and loss on the emulated testbed (issue 39): bench/
 torch_iteration.py's DDP MLP over gloo (gloo-ddp), gradswitch's default exact mode (gs-ddp) and
 gradswitch with deadline_us/quorum (gs-deadline-ddp, docs/protocol.md §3.1) and the same with every
-rank allowed to concede (gs-concede-ddp, §3.1 "Concede"), side by side in each launch, in every
-scenario:
+rank allowed to concede (gs-concede-ddp, §3.1 "Concede"), and conceding with error feedback
+(gs-concede-ef-ddp: what a sum lacked of a rank goes in its later steps), side by side in each
+launch, in every scenario:
 
     none          no straggler
     slow-link     the straggler's link (both directions) at 1/10 of --rate
@@ -39,7 +40,7 @@ from torch_testbed import launch, shape
 from gradswitch.testbed import Testbed, parse_rate
 
 SCENARIOS = ("none", "slow-link", "slow-uplink", "slow-compute", "loss1")
-CONFIGS = ("gloo-ddp", "gs-ddp", "gs-deadline-ddp", "gs-concede-ddp")
+CONFIGS = ("gloo-ddp", "gs-ddp", "gs-deadline-ddp", "gs-concede-ddp", "gs-concede-ef-ddp")
 
 
 def set_scenario(tb, a, scenario: str, on: bool) -> list[str]:

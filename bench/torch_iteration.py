@@ -16,8 +16,9 @@ group, 25 MB buckets), gs-ring-ddp (the same over the ring among the workers, al
 001), gs-overlap[:KB] (ChunkedOverlap, chunks of KB KiB), gs-hook (DDP over gloo with
 gradswitch's allreduce_hook), gs-deadline-ddp (gs-ddp with bounded-time rounds, --deadline-us and
 --quorum, docs/protocol.md §3.1), gs-concede-ddp (gs-deadline-ddp whose ranks concede chunks while their
-uplink paces the job, Options.concede, §3.1 "Concede"), local (no communication: the compute-only
-reference). Suffixes (issue 38):
+uplink paces the job, Options.concede, §3.1 "Concede"), gs-concede-ef-ddp (gs-concede-ddp with
+Options.error_feedback: what a sum lacked of a rank goes in its later steps), local (no communication:
+the compute-only reference). Suffixes (issue 38):
 +coo makes the gradients of nn.Embedding and nn.EmbeddingBag layers sparse COO tensors (sparse=True),
 +sparse / +auto run that configuration with the default gradswitch group's Options.sparse "on" / "auto"
 (docs/torch.md "Sparse gradients"), e.g. gs-ddp+coo+sparse. For each it reports
@@ -31,7 +32,9 @@ rank with an F times slower accelerator: R sleeps (F - 1) times its measured for
 each backward pass (a sleep, not work, so the other ranks keep the CPUs they share with it).
 --task teacher (the MLP; issue 38's accuracy check) trains on a fresh batch each iteration, labelled by a
 fixed random linear teacher, and reports each configuration's accuracy on held-out samples; with
---wire mx8 --error-feedback the gradswitch groups feed each rank's rounding back (docs/torch.md).
+--wire mx8 --error-feedback the gradswitch groups feed each rank's rounding back (docs/torch.md); the
+deadline configurations (gs-deadline-ddp, gs-concede-ddp) take --error-feedback on any wire: there it
+also keeps what a sum lacked of a rank (its concessions, its late chunks) for its next steps.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ def parse_args(argv=None):
     p.add_argument(
         "--error-feedback",
         action="store_true",
-        help="the gradswitch groups' and the hook's error feedback (lossy wires: mx8, float16, bfloat16)",
+        help="the gradswitch groups' and the hook's error feedback (lossy wires: mx8, float16, bfloat16; "
+        "the deadline configurations on any wire)",
     )
     p.add_argument("--lr", type=float, default=0.01, help="SGD's learning rate")
     p.add_argument("--configs", default="local,gloo-ddp,gs-ddp,gs-overlap")
@@ -110,7 +114,7 @@ def parse_args(argv=None):
         p.error("--iters must be at least 1 and --warmup at least 0")
     if a.slow_compute < 1.0 or (a.slow_compute > 1.0) != (a.slow_rank is not None):
         p.error("--slow-compute F (at least 1) and --slow-rank R go together")
-    for c in ("gs-deadline-ddp", "gs-concede-ddp"):
+    for c in ("gs-deadline-ddp", "gs-concede-ddp", "gs-concede-ef-ddp"):
         if c in a.configs and a.deadline_us is None:
             p.error(f"configuration {c} needs --deadline-us")
     return a
@@ -129,7 +133,7 @@ def expand_configs(args) -> list[str]:
 
 def _wrap(name: str, model, args, gloo_pg, state, pgs):
     """(the module to call, the ChunkedOverlap or None) of configuration `name`; pgs: the process
-    groups of gs-ring-ddp, gs-deadline-ddp and gs-concede-ddp."""
+    groups of gs-ring-ddp and the deadline configurations."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import gradswitch.torch as gst
@@ -317,7 +321,10 @@ def worker(rank: int, world: int, args) -> list[dict]:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("MASTER_ADDR", args.master_addr)
     os.environ["MASTER_PORT"] = str(args.master_port)
-    feedback = {"error_feedback": args.error_feedback}
+    from gradswitch.torch.error_feedback import FEEDBACK_WIRES
+
+    # Error feedback where it applies: the lossy wires everywhere, any wire in a deadline job.
+    feedback = {"error_feedback": args.error_feedback and args.wire in FEEDBACK_WIRES}
     dist.init_process_group(
         "gradswitch",
         rank=rank,
@@ -328,22 +335,32 @@ def worker(rank: int, world: int, args) -> list[dict]:
     configs = expand_configs(args)
     extra = {
         "gs-ring-ddp": {"algorithm": "ring"},
-        "gs-deadline-ddp": {"deadline_us": args.deadline_us, "quorum": args.quorum, "job": "deadline"},
+        "gs-deadline-ddp": {
+            "deadline_us": args.deadline_us, "quorum": args.quorum, "job": "deadline",
+            "error_feedback": args.error_feedback,
+        },
         "gs-concede-ddp": {
             "deadline_us": args.deadline_us, "quorum": args.quorum, "concede": True, "job": "concede",
+            "error_feedback": args.error_feedback,
+        },
+        "gs-concede-ef-ddp": {
+            "deadline_us": args.deadline_us, "quorum": args.quorum, "concede": True, "job": "concede-ef",
+            "error_feedback": True,
         },
     }
     pgs = {
         c: dist.new_group(
             backend="gradswitch",
-            pg_options=gst.Options(switch=args.switch, wire=args.wire, timeout=60, **feedback, **extra[c]),
+            pg_options=gst.Options(
+                switch=args.switch, wire=args.wire, timeout=60, **{**feedback, **extra[c]}
+            ),
         )
         for c in extra
         if c in configs
     }
     state = (
         gst.GradswitchState(
-            args.switch, process_group=gloo_pg, wire=args.wire, error_feedback=args.error_feedback
+            args.switch, process_group=gloo_pg, wire=args.wire, **feedback
         )
         if "gs-hook" in configs
         else None

@@ -12,7 +12,8 @@ hook (DDP over gloo with gradswitch's comm hook), overlap (uniform-chunk overlap
 optimizer (gradswitch.torch.DistributedOptimizer). With --backend gloo only ddp applies.
 --deadline-us/--quorum turn on bounded-time rounds (docs/protocol.md §3.1, --mode ddp); --slow-rank R
 --slow-ms MS makes rank R a straggler, MS later to every backward pass (the accuracy check of issue 39).
---wire mx8 --error-feedback (--mode ddp or hook) feeds each rank's rounding back (docs/torch.md section 2).
+--wire mx8 --error-feedback (--mode ddp or hook) feeds each rank's rounding back (docs/torch.md section 2);
+with --deadline-us, --error-feedback on any wire also sends what a sum lacked of a rank in its next steps.
 
 Each epoch rank 0 prints the training loss, the test accuracy and where the time went: compute
 (forward, backward until the last gradient was handed to communication, optimizer step) and
@@ -107,7 +108,8 @@ def parse_args(argv=None):
         "--error-feedback",
         action="store_true",
         help="--mode ddp (the process group's Options.error_feedback) or hook, wire mx8/float16/bfloat16: "
-        "each rank feeds its rounding back (docs/torch.md)",
+        "each rank feeds its rounding back; with --deadline-us, any wire: also what a sum lacked of the "
+        "rank (conceded or late chunks) goes in its next steps (docs/torch.md)",
     )
     p.add_argument("--deadline-us", type=int, default=None, help="Options.deadline_us (off by default)")
     p.add_argument("--quorum", type=int, default=None, help="Options.quorum, with --deadline-us")
@@ -136,10 +138,11 @@ def parse_args(argv=None):
     if a.epochs < 1 or a.batch_size < 1 or a.hidden < 1:
         p.error("--epochs, --batch-size and --hidden must be at least 1")
     lossy = a.wire in ("mx8", "float16", "bfloat16")
-    if a.error_feedback and (a.backend != "gradswitch" or a.mode not in ("ddp", "hook") or not lossy):
+    feeds = lossy or a.deadline_us is not None
+    if a.error_feedback and (a.backend != "gradswitch" or a.mode not in ("ddp", "hook") or not feeds):
         p.error(
             "--error-feedback needs --backend gradswitch, --mode ddp or hook, "
-            "and --wire mx8, float16 or bfloat16"
+            "and --wire mx8, float16 or bfloat16 or --deadline-us"
         )
     if a.deadline_us is not None and (a.backend, a.mode) != ("gradswitch", "ddp"):
         p.error("--deadline-us needs --backend gradswitch --mode ddp")

@@ -50,6 +50,7 @@ def test_ratios_are_to_the_same_rounds_no_straggler_launch():
         ["--slow-rank", "3", "--slow-compute", "0.5"],
         ["--configs", "gs-deadline-ddp"],  # no --deadline-us
         ["--configs", "gs-concede-ddp"],
+        ["--configs", "gs-concede-ef-ddp"],
     ],
 )
 def test_torch_iteration_refuses_half_an_option(argv, capsys):
