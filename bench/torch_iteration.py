@@ -87,6 +87,11 @@ def parse_args(argv=None):
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket cap")
     p.add_argument("--deadline-us", type=int, default=None, help="gs-deadline-ddp: Options.deadline_us")
     p.add_argument("--quorum", type=int, default=None, help="gs-deadline-ddp: Options.quorum")
+    p.add_argument(
+        "--no-rescale",
+        action="store_true",
+        help="the deadline configurations: Options(rescale=False), partial sums left as summed",
+    )
     p.add_argument("--slow-rank", type=int, default=None, help="the rank --slow-compute slows")
     p.add_argument("--slow-compute", type=float, default=1.0, help="its compute, times the others'")
     add_arguments(p)
@@ -333,18 +338,21 @@ def worker(rank: int, world: int, args) -> list[dict]:
     )
     gloo_pg = dist.new_group(backend="gloo")
     configs = expand_configs(args)
+    rescale = not args.no_rescale
     extra = {
         "gs-ring-ddp": {"algorithm": "ring"},
         "gs-deadline-ddp": {
-            "deadline_us": args.deadline_us, "quorum": args.quorum, "job": "deadline",
+            "deadline_us": args.deadline_us, "quorum": args.quorum, "job": "deadline", "rescale": rescale,
             "error_feedback": args.error_feedback,
         },
         "gs-concede-ddp": {
             "deadline_us": args.deadline_us, "quorum": args.quorum, "concede": True, "job": "concede",
+            "rescale": rescale,
             "error_feedback": args.error_feedback,
         },
         "gs-concede-ef-ddp": {
             "deadline_us": args.deadline_us, "quorum": args.quorum, "concede": True, "job": "concede-ef",
+            "rescale": rescale,
             "error_feedback": True,
         },
     }
@@ -441,6 +449,7 @@ def report(args, world: int, nparams: int, results: list[dict]) -> None:
         "grad_bytes": nparams * 4,
         "wire": args.wire,
         "error_feedback": args.error_feedback,
+        "rescale": not args.no_rescale,
         "task": args.task,
         "lr": args.lr,
         "batch_per_worker": args.batch,

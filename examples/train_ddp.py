@@ -114,6 +114,12 @@ def parse_args(argv=None):
     p.add_argument("--deadline-us", type=int, default=None, help="Options.deadline_us (off by default)")
     p.add_argument("--quorum", type=int, default=None, help="Options.quorum, with --deadline-us")
     p.add_argument(
+        "--no-rescale",
+        action="store_true",
+        help="Options(rescale=False), with --deadline-us: partial sums stay as summed (with --error-feedback "
+        "a missed contribution then waits whole for the rank's next steps)",
+    )
+    p.add_argument(
         "--concede",
         action="store_true",
         help="Options.concede, with --deadline-us: a rank whose uplink paces the job concedes chunks",
@@ -148,6 +154,8 @@ def parse_args(argv=None):
         p.error("--deadline-us needs --backend gradswitch --mode ddp")
     if a.concede and a.deadline_us is None:
         p.error("--concede needs --deadline-us")
+    if a.no_rescale and a.deadline_us is None:
+        p.error("--no-rescale needs --deadline-us")
     if a.slow_ms < 0 or (a.slow_ms > 0) != (a.slow_rank is not None):
         p.error("--slow-ms MS (positive) and --slow-rank R go together")
     if a.target_accuracy is not None and not 0 < a.target_accuracy <= 100:
@@ -201,6 +209,7 @@ def train(args) -> dict:
     switch = start_switch_if_needed(args)
     pg_backend = "gloo" if (args.backend == "gloo" or args.mode == "hook") else "gradswitch"
     deadline = {"deadline_us": args.deadline_us, "quorum": args.quorum, "concede": args.concede}
+    deadline["rescale"] = not args.no_rescale
     feedback = {"error_feedback": args.error_feedback}
     pg_options = gst.Options(wire=args.wire, **deadline, **feedback) if pg_backend == "gradswitch" else None
     dist.init_process_group(pg_backend, pg_options=pg_options)

@@ -234,7 +234,8 @@ NB_MODULE(_core, m) {
           },
           "x"_a.noconvert(), "unsummed"_a.noconvert() = nb::none(),
           "Queues an in-place allreduce of x; the caller keeps x alive until wait(). `unsummed` (float32, "
-          "x's size; deadline jobs): receives this rank's values of the chunks whose sum lacks them.")
+          "x's size; deadline jobs): receives this rank's values of the chunks whose sum lacks them, less the "
+          "rescaled sum's estimate of them.")
       .def(
           "upload_params",
           [](PyGroup& self, nb::ndarray<> x) {

@@ -352,7 +352,8 @@ class Group:
 
         unsummed: with connect(deadline_us=...), a float32 array or CPU tensor of x's size (x float32):
         for every chunk whose sum lacks this rank's contribution (conceded, or closed at its deadline
-        without it), this rank's values of the chunk are copied into it at the same offsets; its other
+        without it), this rank's values of the chunk are copied into it at the same offsets, less the
+        estimate of them that a rescaled sum holds (rescale=True: the sum / world_size); its other
         elements are left as they are. Adding it to the next step's input delays a contribution
         instead of losing it (gradswitch.torch's error_feedback does). Not read or written by the
         caller until wait() returned.

@@ -97,8 +97,9 @@ class Group {
   // In a job with bounded-time rounds (Options::deadline_us), float32 only: the same, and for every
   // chunk whose sum lacks this rank's contribution (the rank conceded it, or its deadline closed the
   // round without it) this rank's values of the chunk are copied into `unsummed` (`count` long, at
-  // the same offsets); its other elements are left as they are. What error feedback keeps for the
-  // next step, so that a rank's contribution is delayed, never lost.
+  // the same offsets), less the estimate of them that a rescaled sum holds (Options::rescale: the
+  // sum / world); its other elements are left as they are. What error feedback keeps for the next
+  // step, so that a rank's contribution is delayed, never lost.
   Handle allreduce_async(void* data, size_t count, float* unsummed);
 
   // ---- Optimizer jobs (Options::optimizer). Each call is queued on the background thread behind

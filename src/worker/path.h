@@ -99,7 +99,8 @@ struct AllreduceOp {
   uint64_t missed = 0;
   uint64_t missing_ranks = 0;
   // float32 with a deadline, or null: the input of each chunk whose sum lacks this rank is copied
-  // here, at the tensor's offsets, before the sum overwrites it (Group::allreduce_async).
+  // here, at the tensor's offsets, before the sum overwrites it, less the rescaled sum's estimate of
+  // it (Group::allreduce_async).
   float* unsummed = nullptr;
 };
 

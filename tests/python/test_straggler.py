@@ -171,14 +171,15 @@ def test_a_conceding_rank_arrives_without_its_values(start_switch, wire):
 def test_unsummed_takes_what_each_sum_lacked_of_this_rank(start_switch):
     """Group.allreduce_async(x, unsummed=u): rank 2 concedes half its chunks in one job and is late
     for every round in another; its u then holds its own values of exactly the chunks whose sums lack
-    it (what error feedback sends in a later step), and the others' u are left untouched."""
+    it (what error feedback sends in a later step), and the others' u are left untouched. Rescaled
+    (the third job), u holds its values less the estimate of them in the rescaled sum."""
     per, n = 358, 358 * 128
     sw = start_switch()
     addr = f"127.0.0.1:{sw.control_port}"
-    for how in ("concede", "late"):
+    for how in ("concede", "late", "late-rescaled"):
         groups = in_threads(
             lambda r, how=how: gradswitch.connect(
-                addr, f"unsummed-{how}", r, WORLD, timeout=10, rescale=False,
+                addr, f"unsummed-{how}", r, WORLD, timeout=10, rescale=how == "late-rescaled",
                 deadline_us=60_000_000 if how == "concede" else 20_000, quorum=2,
                 concede_keep=0.5 if how == "concede" and r == 2 else None,
             ),
@@ -186,7 +187,7 @@ def test_unsummed_takes_what_each_sum_lacked_of_this_rank(start_switch):
         )
         try:
             def body(r, how=how, groups=groups):
-                if how == "late" and r == 2:
+                if how.startswith("late") and r == 2:
                     time.sleep(LATE_S)
                 x = (np.arange(1, n + 1) * (r + 1)).astype(np.float32)
                 u = np.full(n, np.nan, dtype=np.float32)
@@ -199,6 +200,9 @@ def test_unsummed_takes_what_each_sum_lacked_of_this_rank(start_switch):
                 g.close()
         mine = (np.arange(1, n + 1) * 3).astype(np.float32)  # rank 2's values: (2 + 1) * [1, 2, ...]
         whole, without = (np.arange(1, n + 1) * 6).astype(np.float32), mine  # 1 + 2 + 3, and 1 + 2
+        if how == "late-rescaled":  # the sum of 1 + 2 times 3/2; rank 2 is estimated as 1.5 of it
+            without = (np.arange(1, n + 1) * 4.5).astype(np.float32)
+            mine = (np.arange(1, n + 1) * 1.5).astype(np.float32)
         lacking = 0
         for c in range(n // per):
             part = slice(c * per, (c + 1) * per)
@@ -207,7 +211,6 @@ def test_unsummed_takes_what_each_sum_lacked_of_this_rank(start_switch):
                 assert results[0][0][part].tobytes() == whole[part].tobytes(), f"{how}: chunk {c}"
                 continue
             assert u.tobytes() == mine[part].tobytes(), f"{how}: chunk {c}"
-            # Not rescaled (rescale=False): the sum of ranks 0 and 1 alone.
             assert results[0][0][part].tobytes() == without[part].tobytes(), f"{how}: chunk {c}"
             lacking += 1
         assert lacking == (64 if how == "concede" else 128), (how, lacking)

@@ -41,7 +41,6 @@ from .error_feedback import (
     MISSED_ONLY_WIRES,
     ErrorFeedback,
     check_feedback_dtype,
-    resolve_rescale,
 )
 
 BACKEND_NAME = "gradswitch"
@@ -88,8 +87,7 @@ class Options:
     deadline_us, quorum, rescale, straggler_report: bounded-time rounds (docs/protocol.md §3.1; default
         None: off, every round waits for every rank), as gradswitch.connect() takes them: a round closes
         `deadline_us` after its first contribution with at least `quorum` contributions, every rank gets
-        the same partial sum, rescaled to world_size/contributors (`rescale`; default None: on, except
-        with error_feedback, where the missed contributions come in later steps), and a rank missing from
+        the same partial sum, rescaled to world_size/contributors (`rescale`), and a rank missing from
         `straggler_report` allreduces in a row is reported. `gradswitch.torch.gradswitch_group().group`
         counts them in `stats()`.
     concede: with deadline_us, a rank whose uplink paces the job concedes a share of its chunks
@@ -99,8 +97,8 @@ class Options:
         its own encoding of that tensor lost at its last allreduce and keeps what it loses now
         (error_feedback.py, as the DDP hook's GradswitchState(error_feedback=True)). With deadline_us,
         on any wire and for CPU tensors, it also keeps this rank's values that a sum lacked (conceded,
-        or late), so a straggler's contribution is delayed, not lost; nothing is rescaled then. Off
-        by default; algorithm="switch" only; integer tensors are exact and pass untouched, other
+        or late; less the rescaled sum's estimate of them), so a straggler's contribution is delayed,
+        not lost. Off by default; algorithm="switch" only; integer tensors are exact and pass untouched, other
         float dtypes on the switch and sparse COO tensors through it (sparse="on"/"auto") are refused.
     """
 
@@ -120,7 +118,7 @@ class Options:
     secret_file: str | None = None
     deadline_us: int | None = None
     quorum: int | None = None
-    rescale: bool | None = None
+    rescale: bool = True
     straggler_report: int = 10
     concede: bool = False
     error_feedback: bool = False
@@ -466,7 +464,7 @@ class ProcessGroupGradswitch(dist.ProcessGroup):
                 secret_file=options.secret_file,
                 deadline_us=options.deadline_us,
                 quorum=options.quorum,
-                rescale=resolve_rescale(options.rescale, options.error_feedback, options.deadline_us),
+                rescale=options.rescale,
                 straggler_report=options.straggler_report,
                 concede=options.concede,
             )

@@ -9,9 +9,10 @@ step sends, so the sum of the updates follows the sum of the true gradients.
 In a job with bounded-time rounds (deadline_us, docs/protocol.md §3.1) the residual also takes what a
 sum lacked of the rank altogether: the chunks it conceded, or whose round its deadline closed without
 it. The worker copies the rank's values of those chunks into the residual as their sums arrive
-(Group.allreduce_async's `unsummed`), so a straggler's contribution comes a step or a few late
-instead of never, and nothing is rescaled (rescaling would count it twice). This works on every wire:
-on float32 and fixed32 the residual holds only what the sums lacked.
+(Group.allreduce_async's `unsummed`), less the estimate of them that a rescaled partial sum holds
+(`rescale`, the default: the mean of the ranks present), so a straggler's contribution comes a step
+or a few late instead of never. This works on every wire: on float32 and fixed32 the residual holds
+only what the sums lacked.
 
 `wire_round` reproduces the worker's encoding bit for bit (tests/python/test_mx8.py checks it against an
 allreduce through a real switch), in torch operations, so it runs on the gradient's own device. On
@@ -73,22 +74,6 @@ def wire_round(x: torch.Tensor, wire: str) -> torch.Tensor:
         f"gradswitch: error feedback needs a lossy wire a rank encodes alone ({', '.join(FEEDBACK_WIRES)}), "
         f"not {wire!r}"
     )
-
-
-def resolve_rescale(rescale: bool | None, error_feedback: bool, deadline_us: int | None) -> bool:
-    """Options.rescale's value: on unless error feedback keeps what a deadline job's sums lack, which
-    an estimate of the missing contributions would count twice (refused when asked for)."""
-    keeps_missed = bool(error_feedback and deadline_us)
-    if rescale is None:
-        return not keeps_missed
-    if not isinstance(rescale, bool):
-        raise TypeError(f"gradswitch: rescale must be True, False or None, got {rescale!r}")
-    if rescale and keeps_missed:
-        raise ValueError(
-            "gradswitch: rescale=True with error_feedback=True and deadline_us would count a missed "
-            "contribution twice (its estimate now, its values in a later step); leave rescale unset"
-        )
-    return rescale
 
 
 def check_feedback_dtype(t: torch.Tensor) -> None:

@@ -28,7 +28,7 @@ from torch.futures import Future
 import gradswitch
 
 from ._channel import DEFAULT_CUDA_PIECE_BYTES, Channel
-from .error_feedback import FEEDBACK_WIRES, MISSED_ONLY_WIRES, ErrorFeedback, resolve_rescale
+from .error_feedback import FEEDBACK_WIRES, MISSED_ONLY_WIRES, ErrorFeedback
 
 
 class GradswitchState:
@@ -42,8 +42,8 @@ class GradswitchState:
     error_feedback: on the lossy wires (mx8, float16, bfloat16), each rank adds to a bucket what its own
     encoding of that bucket lost last step and keeps what it loses now (error_feedback.py). With
     deadline_us, on any wire and for CPU buckets, also what a sum lacked of this rank (conceded, or
-    late): delayed, not lost, and not rescaled (rescale's default None: on, except then). Off by
-    default; float32 buckets only.
+    late; less the rescaled sum's estimate of it): delayed, not lost. Off by default; float32 buckets
+    only.
     """
 
     def __init__(
@@ -59,7 +59,7 @@ class GradswitchState:
         cuda_piece_bytes: int = DEFAULT_CUDA_PIECE_BYTES,
         deadline_us: Any = None,
         quorum: Any = None,
-        rescale: bool | None = None,
+        rescale: bool = True,
         straggler_report: int = 10,
         concede: bool = False,
         error_feedback: bool = False,
@@ -93,7 +93,7 @@ class GradswitchState:
             connect_timeout=connect_timeout,
             deadline_us=deadline_us,
             quorum=quorum,
-            rescale=resolve_rescale(rescale, bool(error_feedback), deadline_us),
+            rescale=rescale,
             straggler_report=straggler_report,
             concede=concede,
         )

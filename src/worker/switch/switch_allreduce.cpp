@@ -321,9 +321,12 @@ void SwitchAllreduce::result(const InPacket& in, const gs_header& h, int64_t now
   const uint8_t* payload = in.data + GS_HEADER_BYTES;
   const uint64_t contributors =
       trailer ? gs_held_contributors(payload + gs_payload_bytes(op.ch.elem, h.count)) : 0;
-  if (trailer && op.unsummed && !(contributors >> ctx_.opt->rank & 1)) keep_unsummed(op, r.chunk);
+  // What the sum lacks of this rank (AllreduceOp::unsummed): its input, before the sum overwrites it,
+  // less the estimate that a rescaled sum holds in its place.
+  const bool kept = trailer && op.unsummed && !(contributors >> ctx_.opt->rank & 1);
+  if (kept) keep_unsummed(op, r.chunk);
   if (op.base) decode_chunk(op.ch, payload, r.chunk, r.scale, op.base);
-  if (trailer) partial_chunk(op, r.chunk, contributors);
+  if (trailer && partial_chunk(op, r.chunk, contributors) && kept) unsummed_less_estimate(op, r.chunk);
   if (op.done) (*op.done)[r.chunk] = 1;
   agreed_exp_[slot] = h.next_exp;  // fixed32: of the slot's next chunk in this allreduce
   round_done(slot, now, finished);
@@ -390,9 +393,9 @@ void SwitchAllreduce::round_done(unsigned slot, int64_t now, std::vector<Allredu
 
 // A chunk whose round closed at its deadline without every rank (docs/protocol.md §3.1): counted
 // for the allreduce and, for float tensors, scaled from the sum of `contributors` to an estimate of
-// every rank's. Every rank computes the same factor from the same trailer, so the values stay
-// identical; int32 sums stay as summed.
-void SwitchAllreduce::partial_chunk(AllreduceOp& op, size_t chunk, uint64_t contributors) {
+// every rank's (true: it was). Every rank computes the same factor from the same trailer, so the
+// values stay identical; int32 sums stay as summed.
+bool SwitchAllreduce::partial_chunk(AllreduceOp& op, size_t chunk, uint64_t contributors) {
   const unsigned world = ctx_.opt->world;
   const uint64_t all = world >= 64 ? ~uint64_t{0} : (uint64_t{1} << world) - 1;
   const auto present = static_cast<unsigned>(__builtin_popcountll(contributors & all));
@@ -401,7 +404,7 @@ void SwitchAllreduce::partial_chunk(AllreduceOp& op, size_t chunk, uint64_t cont
   op.missing_ranks |= all & ~contributors;
   counter_add(ctx_.counters->partial_results);
   counter_add(ctx_.counters->missed_contributions, missing);
-  if (!ctx_.opt->rescale || !op.base || present == 0 || missing == 0) return;
+  if (!ctx_.opt->rescale || !op.base || present == 0 || missing == 0) return false;
   const size_t at = op.ch.offset(chunk), n = op.ch.size(chunk);
   if (op.ch.dtype == DType::kFloat32) {
     const float factor = static_cast<float>(world) / static_cast<float>(present);
@@ -411,7 +414,10 @@ void SwitchAllreduce::partial_chunk(AllreduceOp& op, size_t chunk, uint64_t cont
     const double factor = static_cast<double>(world) / static_cast<double>(present);
     auto* x = reinterpret_cast<double*>(op.base) + at;
     for (size_t i = 0; i < n; ++i) x[i] *= factor;
+  } else {
+    return false;
   }
+  return true;
 }
 
 // The sum of `chunk` lacks this rank: its input, still in place (the sum is decoded after), is what
@@ -419,6 +425,17 @@ void SwitchAllreduce::partial_chunk(AllreduceOp& op, size_t chunk, uint64_t cont
 void SwitchAllreduce::keep_unsummed(const AllreduceOp& op, size_t chunk) {
   const size_t at = op.ch.offset(chunk);
   std::memcpy(op.unsummed + at, reinterpret_cast<const float*>(op.input()) + at, op.ch.size(chunk) * sizeof(float));
+}
+
+// A rescaled partial sum counts each missing rank as the mean of those present (sum / world once
+// rescaled): what it still lacks of this rank is its values less that estimate, so that what every
+// step delivers plus what waits in the ranks' unsummed is every rank's values.
+void SwitchAllreduce::unsummed_less_estimate(const AllreduceOp& op, size_t chunk) {
+  const size_t at = op.ch.offset(chunk), n = op.ch.size(chunk);
+  const auto world = static_cast<float>(ctx_.opt->world);
+  const auto* sum = reinterpret_cast<const float*>(op.base) + at;
+  float* u = op.unsummed + at;
+  for (size_t i = 0; i < n; ++i) u[i] -= sum[i] / world;  // exact where the estimate is representable
 }
 
 void SwitchAllreduce::remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t,

@@ -102,8 +102,9 @@ class SwitchAllreduce : public DataPath {
   void round_done(unsigned slot, int64_t now, std::vector<AllreduceOp*>* finished);
   // Keeps what a delivered round needs for late_answer().
   void remember_delivered(unsigned slot, const gs_header& h, const RoundTimer& t, int64_t now);
-  void partial_chunk(AllreduceOp& op, size_t chunk, uint64_t contributors);
+  bool partial_chunk(AllreduceOp& op, size_t chunk, uint64_t contributors);
   void keep_unsummed(const AllreduceOp& op, size_t chunk);
+  void unsummed_less_estimate(const AllreduceOp& op, size_t chunk);
   // A HELD, or an answer for the round a slot version delivered before: proof of a spurious resend?
   void late_answer(const gs_header& h, int64_t now);
   // The delivered round `h` answers, in last_ or, once its slot version delivered again, among the
