@@ -372,6 +372,10 @@ class FutureWork(dist.Work):
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         self._fut.wait()  # raises the allreduce's error
+        if self._cpp_fut is not None:
+            # get_future()'s future is a then() of ours, completed by a callback that may not have run
+            # yet: a caller that waits and then reads it (work.wait(); fut.value()) must find it done.
+            self._cpp_fut.wait()
         return True
 
     def is_completed(self) -> bool:
