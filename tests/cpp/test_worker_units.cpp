@@ -381,6 +381,23 @@ TEST(concede_policy_moves_the_blocks_from_allreduce_to_allreduce) {
   CHECK_EQ(conceded_of(off, kChunks), 0u);
 }
 
+TEST(concede_policy_restarts_at_the_first_chunk_of_each_newer_allreduce) {
+  // p is told each chunk's allreduce; q, seeded alike, is restarted by hand where p must restart.
+  ConcedePolicy p(false, 4, 0.5, /*seed=*/3), q(false, 4, 0.5, /*seed=*/3);
+  unsigned conceded = 0;
+  q.restart();
+  for (unsigned c = 0; c < 2 * ConcedePolicy::kBlock; ++c) {  // two blocks' places: exactly half
+    const bool pc = p.concede_next(7);
+    CHECK_EQ(pc, q.concede_next());
+    conceded += pc;
+  }
+  CHECK_EQ(conceded, ConcedePolicy::kBlock);
+  for (unsigned c = 0; c < 10; ++c)  // an older allreduce's late chunks (fixed32) continue the blocks
+    CHECK_EQ(p.concede_next(6), q.concede_next());
+  q.restart();
+  for (unsigned c = 0; c < 100; ++c) CHECK_EQ(p.concede_next(8), q.concede_next());  // the next one
+}
+
 TEST(concede_policy_cuts_while_this_rank_paces_the_job) {
   ConcedePolicy p(true, 4);
   CHECK_EQ(p.keep(), 1.0);

@@ -66,14 +66,26 @@ class ConcedePolicy {
     seen_ = mine_ = 0;
   }
 
-  // Before an allreduce's first chunk: the next chunk takes a random place in a fresh block.
+  // The next chunk takes a random place in a fresh block (an allreduce's first: concede_next below).
   void restart() {
     if (keep_ >= 1.0) return;
     at_ = static_cast<unsigned>(splitmix64(rng_) % kBlock);
     with_data_ = block_share();
   }
 
-  // Whether the next chunk this rank seals goes as a concession.
+  // Whether the next chunk this rank seals, of allreduce number `allreduce` (its sequence number),
+  // goes as a concession. The first chunk sealed of each newer allreduce restarts: fixed32 seals
+  // chunks in the order their exponent rounds return, not from chunk 0, and the last chunks of one
+  // allreduce may follow the first of the next.
+  bool concede_next(uint32_t allreduce) {
+    if (!sealed_any_ || static_cast<int32_t>(allreduce - allreduce_) > 0) {
+      sealed_any_ = true;
+      allreduce_ = allreduce;
+      restart();
+    }
+    return concede_next();
+  }
+  // The same within the current allreduce.
   bool concede_next() {
     if (at_ == 0) with_data_ = block_share();
     const bool concede = at_ >= with_data_;
@@ -93,6 +105,8 @@ class ConcedePolicy {
   // Completions per sample above which this rank is behind, and far enough behind to start conceding.
   double behind_above_, start_above_;
   uint64_t rng_;
+  uint32_t allreduce_ = 0;                // the newest allreduce a chunk was sealed of
+  bool sealed_any_ = false;
   unsigned at_ = 0, with_data_ = kBlock;  // the next chunk's place in its block; its chunks with data
   bool was_far_behind_ = false;           // the last sample's verdict: conceding starts after two in a row
   unsigned seen_ = 0, mine_ = 0;

@@ -116,8 +116,7 @@ void SwitchAllreduce::prepare_chunk(unsigned slot, size_t c, int8_t agreed_exp) 
     if (after != SIZE_MAX) next_exp = (*op.exps)[after];
   }
   // A concede (§3.1) is the chunk's header alone: this rank reaches the round without its values.
-  if (c == 0) concede_.restart();
-  const bool concede = concede_.concede_next();
+  const bool concede = concede_.concede_next(op.seq);
   size_t len = concede ? 0 : encode_chunk(op.ch, op.input(), c, scale, window_.payload(slot));
   uint8_t v = window_.claim_version(slot);
   if (c + 1 == op.ch.chunks) v |= GS_FLAG_LAST;  // lets the switch catch ranks whose lengths differ
