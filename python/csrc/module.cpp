@@ -228,14 +228,15 @@ NB_MODULE(_core, m) {
             DType udt;
             void* u = check_array(*unsummed, &un, &udt);
             if (dt != DType::kFloat32 || udt != DType::kFloat32 || un != n)
-              throw InvalidArgument("gradswitch: unsummed= needs float32 x and unsummed of the same size (got " +
-                                    std::to_string(n) + " and " + std::to_string(un) + " elements)");
+              throw InvalidArgument(
+                  "gradswitch: unsummed= needs float32 x and unsummed of the same size (got " +
+                  std::to_string(n) + " and " + std::to_string(un) + " elements)");
             return PyHandle{self.get().allreduce_async(p, n, static_cast<float*>(u))};
           },
           "x"_a.noconvert(), "unsummed"_a.noconvert() = nb::none(),
           "Queues an in-place allreduce of x; the caller keeps x alive until wait(). `unsummed` (float32, "
-          "x's size; deadline jobs): receives this rank's values of the chunks whose sum lacks them, less the "
-          "rescaled sum's estimate of them.")
+          "x's size; deadline jobs): receives this rank's values of the chunks whose sum lacks them, less "
+          "the rescaled sum's estimate of them.")
       .def(
           "upload_params",
           [](PyGroup& self, nb::ndarray<> x) {
@@ -354,7 +355,8 @@ NB_MODULE(_core, m) {
         if (!gradswitch::feedback_round(g, r, n, add, elem))
           throw InvalidArgument(
               "gradswitch: feedback_round needs a wire of the worker's (mx8, float16, bfloat16, float32, "
-              "fixed32), not " + wire);
+              "fixed32), not " +
+              wire);
       },
       "grad"_a, "residual"_a, "add"_a, "wire"_a,
       "In place, on CPU float32 C-contiguous arrays of one size: grad += residual when add, then residual "

@@ -372,7 +372,7 @@ TEST(concede_policy_moves_the_blocks_from_allreduce_to_allreduce) {
     CHECK(runs <= 2 * 3 + 1);             // a run with data and one without per block, at most
   }
   for (unsigned c = 0; c < kChunks; ++c) {
-    CHECK(sent[c] >= 4);   // a quarter of 64 steps is 16: every chunk goes now and then
+    CHECK(sent[c] >= 4);  // a quarter of 64 steps is 16: every chunk goes now and then
     CHECK(sent[c] <= 32);
   }
   // The policy without a share to apply stays put: restart() draws nothing and concedes nothing.

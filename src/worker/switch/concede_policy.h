@@ -105,7 +105,7 @@ class ConcedePolicy {
   // Completions per sample above which this rank is behind, and far enough behind to start conceding.
   double behind_above_, start_above_;
   uint64_t rng_;
-  uint32_t allreduce_ = 0;                // the newest allreduce a chunk was sealed of
+  uint32_t allreduce_ = 0;  // the newest allreduce a chunk was sealed of
   bool sealed_any_ = false;
   unsigned at_ = 0, with_data_ = kBlock;  // the next chunk's place in its block; its chunks with data
   bool was_far_behind_ = false;           // the last sample's verdict: conceding starts after two in a row

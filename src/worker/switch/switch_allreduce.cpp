@@ -423,7 +423,8 @@ bool SwitchAllreduce::partial_chunk(AllreduceOp& op, size_t chunk, uint64_t cont
 // the caller sends in a later step (AllreduceOp::unsummed).
 void SwitchAllreduce::keep_unsummed(const AllreduceOp& op, size_t chunk) {
   const size_t at = op.ch.offset(chunk);
-  std::memcpy(op.unsummed + at, reinterpret_cast<const float*>(op.input()) + at, op.ch.size(chunk) * sizeof(float));
+  std::memcpy(op.unsummed + at, reinterpret_cast<const float*>(op.input()) + at,
+              op.ch.size(chunk) * sizeof(float));
 }
 
 // A rescaled partial sum counts each missing rank as the mean of those present (sum / world once
